@@ -1,0 +1,81 @@
+import type { Rule } from './rules.js';
+
+/** Stable machine-readable codes, one per error class. */
+export type ThrottleErrorCode =
+  | 'ERR_THROTTLE_CONFIG'
+  | 'ERR_RATE_LIMITED'
+  | 'ERR_QUEUE_FULL'
+  | 'ERR_STORE_UNAVAILABLE'
+  | 'ERR_THROTTLE_CLOSED';
+
+/** Base class of every error vendor-throttle raises itself. */
+export class ThrottleError extends Error {
+  readonly code: ThrottleErrorCode;
+
+  constructor(code: ThrottleErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/** Options, rules, keys or call arguments that cannot work. Raised before anything is reserved. */
+export class ThrottleConfigError extends ThrottleError {
+  constructor(message: string) {
+    super('ERR_THROTTLE_CONFIG', message);
+  }
+}
+
+/**
+ * The call would have to wait longer than `maxDelayMs` (0 in `throw` mode).
+ * Nothing was reserved and `fn` was not called; retrying after `retryAfterMs` is expected to succeed
+ * unless other callers take the slot first.
+ */
+export class RateLimitedError extends ThrottleError {
+  /** The user key, as given to `schedule()`. */
+  readonly key: string;
+  /** The rule that is full, or `undefined` when a vendor pause or the queue is the reason. */
+  readonly rule: Rule | undefined;
+  /** Milliseconds until the call could start. */
+  readonly retryAfterMs: number;
+
+  constructor(key: string, rule: Rule | undefined, retryAfterMs: number) {
+    const what = rule ? `rule ${rule.limit}/${rule.windowMs}ms` : 'throttle';
+    super('ERR_RATE_LIMITED', `Rate limited on key "${preview(key)}" by ${what}: retry in ${retryAfterMs} ms`);
+    this.key = key;
+    this.rule = rule;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/** The key's local queue already holds `maxQueued` calls (`queue` mode). Nothing was queued. */
+export class QueueFullError extends ThrottleError {
+  readonly key: string;
+  readonly maxQueued: number;
+
+  constructor(key: string, maxQueued: number) {
+    super('ERR_QUEUE_FULL', `Queue for key "${preview(key)}" is full (maxQueued ${maxQueued})`);
+    this.key = key;
+    this.maxQueued = maxQueued;
+  }
+}
+
+/** The store could not be reached or failed; `fn` was not called. The original error is in `cause`. */
+export class StoreUnavailableError extends ThrottleError {
+  constructor(message: string, cause?: unknown) {
+    super('ERR_STORE_UNAVAILABLE', message, { cause });
+  }
+}
+
+/** `close()` was called: the throttle accepts no new work and rejects what was still waiting. */
+export class ThrottleClosedError extends ThrottleError {
+  constructor() {
+    super('ERR_THROTTLE_CLOSED', 'Throttle is closed');
+  }
+}
+
+/** Shortens a user key for messages: keys may be 10 kB long or hold newlines. */
+export function preview(key: string): string {
+  const flat = JSON.stringify(key).slice(1, -1);
+  return flat.length > 64 ? `${flat.slice(0, 61)}...` : flat;
+}

@@ -1,0 +1,19 @@
+export { Throttle } from './throttle.js';
+export type { KeyUsage, RulesOption, ScheduleOptions, ThrottleMode, ThrottleOptions } from './options.js';
+export { formatRule, parseRule, parseRules } from './rules.js';
+export type { Rule, RuleInput } from './rules.js';
+export type { KeyInput } from './keys.js';
+export { MemoryStore } from './stores/memory-store.js';
+export type { MemoryStoreOptions } from './stores/memory-store.js';
+export { RedisStore } from './stores/redis-store.js';
+export type { RedisStoreOptions } from './stores/redis-store.js';
+export type { InspectResult, ReserveRequest, ReserveResult, Settlement, Store } from './store.js';
+export {
+  QueueFullError,
+  RateLimitedError,
+  StoreUnavailableError,
+  ThrottleClosedError,
+  ThrottleConfigError,
+  ThrottleError,
+} from './errors.js';
+export type { ThrottleErrorCode } from './errors.js';

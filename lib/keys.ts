@@ -1,0 +1,68 @@
+import { createHash } from 'node:crypto';
+import { ThrottleConfigError } from './errors.js';
+import { describe } from './rules.js';
+
+/** What `schedule()` accepts as a key: a user id as string or number. */
+export type KeyInput = string | number;
+
+/** Encoded ids longer than this are replaced by a SHA-256 digest, so a 10 kB id costs 70 bytes of key. */
+const MAX_PLAIN_LENGTH = 200;
+
+/**
+ * Turns a user key into the string a store uses. Numbers become their decimal text (`42` and `'42'`
+ * are the same user). Throws `TypeError` for anything else.
+ */
+export function normalizeKey(key: unknown): string {
+  if (typeof key === 'string') return key;
+  if (typeof key === 'number' && Number.isFinite(key)) return String(key);
+  throw new TypeError(`Expected key to be a string or a finite number, got ${describe(key)}`);
+}
+
+/**
+ * Encodes a user key for a storage key, injectively, so that no two ids share state:
+ * - well-formed text is percent-encoded (`{`, `}`, `:`, `%`, spaces, newlines and non-ASCII all escaped),
+ *   which leaves no `:` in it;
+ * - text with lone surrogates (which UTF-8 cannot carry) becomes `u:` + hex of its UTF-16 code units;
+ * - a result longer than 200 characters becomes `h:` + base64url SHA-256 of the text above.
+ * The output never holds `{` or `}`, so it cannot change a Redis Cluster hash tag.
+ */
+export function encodeKey(key: string): string {
+  const plain = key.isWellFormed() ? encodeURIComponent(key) : `u:${utf16Hex(key)}`;
+  if (plain.length <= MAX_PLAIN_LENGTH) return plain;
+  return `h:${createHash('sha256').update(plain).digest('base64url')}`;
+}
+
+function utf16Hex(text: string): string {
+  let out = '';
+  for (let i = 0; i < text.length; i++) out += text.charCodeAt(i).toString(16).padStart(4, '0');
+  return out;
+}
+
+/** The storage keys of one throttled user key. Every one carries the same hash tag. */
+export interface KeyNames {
+  /** Sorted set: one member per reserved slot, scored by the time the slot stops counting. */
+  readonly log: string;
+  /** Hash: `seq` (last member number) and `last` (latest reserved start). */
+  readonly meta: string;
+}
+
+const NAME = /^[A-Za-z0-9._\-/]{1,100}$/;
+
+/** Checks a namespace or prefix part: printable, no hash-tag braces, no separators that could forge keys. */
+export function checkNamespace(what: string, value: unknown): string {
+  if (typeof value !== 'string' || !NAME.test(value)) {
+    throw new ThrottleConfigError(
+      `Expected ${what} to be 1-100 characters of letters, digits, '.', '_', '-' or '/', got ${describe(value)}`,
+    );
+  }
+  return value;
+}
+
+/**
+ * Builds every Redis key of one decision: `<prefix>:<name>:{<encoded key>}:<part>`.
+ * The braces make the encoded key the hash tag, so all parts land in one Cluster slot.
+ */
+export function keyNames(prefix: string, name: string, encodedKey: string): KeyNames {
+  const base = `${prefix}:${name}:{${encodedKey}}`;
+  return { log: `${base}:log`, meta: `${base}:meta` };
+}

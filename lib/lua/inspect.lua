@@ -1,0 +1,38 @@
+--[[
+  inspect: reads one key's usage without changing anything.
+
+  KEYS[1]  log   sorted set of slots (see reserve.lua)
+  KEYS[2]  meta  hash of the key
+  ARGV[1]  R, number of rules, followed by R pairs: LIMIT, WINDOW (ms)
+
+  Returns { now_ms, next_free_in_ms, used_1, reset_in_ms_1, ..., used_R, reset_in_ms_R }
+]]
+--- @include "log"
+
+local log, meta = KEYS[1], KEYS[2]
+local rule_count = tonumber(ARGV[1])
+local now = vt_now()
+local now_ms = math.ceil(now)
+
+local size = redis.call('ZCARD', log)
+local start_at = math.max(now_ms, tonumber(redis.call('HGET', meta, 'last') or 0))
+local result = { now_ms, 0 }
+for r = 0, rule_count - 1 do
+  local limit = tonumber(ARGV[2 + 2 * r])
+  local window = tonumber(ARGV[3 + 2 * r])
+  local index = size - limit
+  if index >= 0 then
+    local free_at = tonumber(redis.call('ZRANGE', log, index, index, 'WITHSCORES')[2]) + window
+    if free_at > start_at then start_at = free_at end
+  end
+  local floor = '(' .. (now_ms - window)
+  local used = redis.call('ZCOUNT', log, floor, '+inf')
+  local reset = 0
+  if used > 0 then
+    reset = tonumber(redis.call('ZRANGEBYSCORE', log, floor, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]) + window - now_ms
+  end
+  result[3 + 2 * r] = used
+  result[4 + 2 * r] = reset
+end
+result[2] = math.max(0, math.ceil(start_at - now))
+return result

@@ -1,0 +1,65 @@
+--[[
+  reserve: one decision for one key. Finds the earliest start at which COST more calls keep every
+  rule, and books it unless it is further away than MAX_DELAY. See docs/design.md.
+
+  KEYS[1]  log   sorted set: member = slot number, score = time the slot stops being in flight (ms)
+  KEYS[2]  meta  hash: seq = last slot number, last = latest booked start (ms)
+
+  ARGV[1]  COST       slots to book (1 .. smallest limit)
+  ARGV[2]  MAX_DELAY  ms; book only if the slot starts within it; 'inf' books any slot
+  ARGV[3]  HOLD       ms a booked slot counts as in flight after its start, until settled
+  ARGV[4]  RETAIN     ms of history to keep (at least the longest window)
+  ARGV[5]  R          number of rules, followed by R pairs: LIMIT, WINDOW (ms)
+  ARGV[6 + 2R]        S, number of settlements, followed by S pairs: MEMBER, RELEASE_AT ('' = remove)
+
+  Returns { granted (1|0), wait_ms, start_at, rule_index (0-based, -1 = none), first_member }
+  first_member is the first of COST consecutive slot numbers (0 when refused).
+]]
+--- @include "log"
+
+local log, meta = KEYS[1], KEYS[2]
+local cost = tonumber(ARGV[1])
+local max_delay = ARGV[2]
+local hold = tonumber(ARGV[3])
+local retain = tonumber(ARGV[4])
+local rule_count = tonumber(ARGV[5])
+local settle_at = 6 + 2 * rule_count
+
+local now = vt_now()
+local now_ms = math.ceil(now)
+
+vt_settle(log, settle_at + 1, tonumber(ARGV[settle_at]))
+redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - retain)
+
+local size = redis.call('ZCARD', log)
+local start_at = math.max(now_ms, tonumber(redis.call('HGET', meta, 'last') or 0))
+local rule_index = -1
+for r = 0, rule_count - 1 do
+  local limit = tonumber(ARGV[6 + 2 * r])
+  local window = tonumber(ARGV[7 + 2 * r])
+  local index = size - limit + cost - 1
+  if index >= 0 then
+    local free_at = tonumber(redis.call('ZRANGE', log, index, index, 'WITHSCORES')[2]) + window
+    if free_at > start_at then
+      start_at = free_at
+      rule_index = r
+    end
+  end
+end
+
+local wait = math.max(0, math.ceil(start_at - now))
+if max_delay ~= 'inf' and wait > tonumber(max_delay) then
+  return { 0, wait, start_at, rule_index, 0 }
+end
+
+local seq = redis.call('HINCRBY', meta, 'seq', cost)
+local score = start_at + hold
+local args = {}
+for i = 1, cost do
+  args[2 * i - 1] = score
+  args[2 * i] = seq - cost + i
+end
+redis.call('ZADD', log, unpack(args))
+redis.call('HSET', meta, 'last', start_at)
+vt_expire(log, meta, now_ms, retain)
+return { 1, wait, start_at, rule_index, seq - cost + 1 }

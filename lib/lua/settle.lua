@@ -1,0 +1,21 @@
+--[[
+  settle: updates booked slots of one key without deciding anything: a completion later than its
+  hold (the slot must count longer), or a release (the call never started).
+
+  KEYS[1]  log   sorted set of slots (see reserve.lua)
+  KEYS[2]  meta  hash of the key
+  ARGV[1]  RETAIN  ms of history to keep
+  ARGV[2]  S, followed by S pairs: MEMBER, RELEASE_AT ('' = remove)
+
+  Returns the number of slots left in the log.
+]]
+--- @include "log"
+
+local log, meta = KEYS[1], KEYS[2]
+local retain = tonumber(ARGV[1])
+local now_ms = math.ceil(vt_now())
+
+vt_settle(log, 3, tonumber(ARGV[2]))
+redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - retain)
+vt_expire(log, meta, now_ms, retain)
+return redis.call('ZCARD', log)

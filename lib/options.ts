@@ -1,0 +1,103 @@
+import type { RuleInput } from './rules.js';
+import type { Store } from './store.js';
+
+/**
+ * What a call does when its slot is not free yet.
+ * - `'delay'`: book the earliest slot in the shared log and sleep until it (one store round trip,
+ *   no polling). Callers for one key are served in the order they asked, across processes.
+ *   Costs: a burst books slots far ahead, so a process can hold much of a key's future capacity.
+ * - `'queue'`: calls wait in a local queue per key (p-queue, with `priority`); only the head of the
+ *   queue books a slot, so a process never hoards future capacity and bookings use the most recent
+ *   completion times. Costs: order across processes is by head, not by arrival; `maxQueued` bounds memory.
+ * - `'throw'`: never wait: a call whose slot is not free now rejects with `RateLimitedError`.
+ */
+export type ThrottleMode = 'delay' | 'queue' | 'throw';
+
+/** Rules for a key: fixed, or chosen per key (plan tiers). A function may be async. */
+export type RulesOption =
+  | RuleInput
+  | readonly RuleInput[]
+  | ((key: string) => RuleInput | readonly RuleInput[] | PromiseLike<RuleInput | readonly RuleInput[]>);
+
+export interface ThrottleOptions {
+  /**
+   * Namespace of this vendor's limits: throttles with the same name and store share every key's log.
+   * Letters, digits, `.`, `_`, `-`, `/`.
+   * @default 'default'
+   */
+  readonly name?: string;
+  /** Limits per key, e.g. `['30/min']`, `[{ limit: 30, windowMs: 60_000 }]`, `['5/s', '30/min', '10000/day']`. */
+  readonly rules: RulesOption;
+  /**
+   * Where the shared log lives.
+   * @default new MemoryStore() (this process only)
+   */
+  readonly store?: Store;
+  /** @default 'delay' */
+  readonly mode?: ThrottleMode;
+  /**
+   * Longest wait accepted before a call rejects with `RateLimitedError` (and books nothing).
+   * In `queue` mode it bounds the wait of the queue's head for its slot, not the time spent queued.
+   * @default Infinity ('delay', 'queue'); 0 in 'throw' mode, whatever is set
+   */
+  readonly maxDelayMs?: number;
+  /**
+   * Smallest time, in ms, a slot keeps counting as in flight after its start until the call's
+   * completion is known. A call is counted in each window until `windowMs` after its response, so
+   * that it is also counted for as long as it may still be on its way to the vendor; `safetyMarginMs`
+   * is the floor of that estimate for calls that have not completed yet (see docs/design.md).
+   * @default 100
+   */
+  readonly safetyMarginMs?: number;
+  /**
+   * Learn the in-flight estimate from this throttle's own calls: the longest recent time from a
+   * slot's start to its call's completion (event-loop lag plus response time), never below
+   * `safetyMarginMs` and never above `maxHoldMs`.
+   * @default true
+   */
+  readonly adaptiveMargin?: boolean;
+  /**
+   * Cap of the learned in-flight estimate, in ms. A call still in flight after this long keeps its
+   * slot counted until it completes (the completion is then written through at once).
+   * @default 10_000
+   */
+  readonly maxHoldMs?: number;
+  /**
+   * History kept per key, in ms, at least the longest window. Set it to the longest window you may
+   * switch a live key to, so that the new rule sees the calls made before the change.
+   * @default the longest window of the key's rules
+   */
+  readonly retainMs?: number;
+  /** `queue` mode: calls per key that may hold a booked slot at once in this process. @default 1 */
+  readonly concurrency?: number;
+  /** `queue` mode: calls per key that may wait in this process before `QueueFullError`. @default Infinity */
+  readonly maxQueued?: number;
+}
+
+export interface ScheduleOptions {
+  /** Aborting before `fn` starts rejects with `signal.reason`, gives the slot back, and `fn` never runs. */
+  readonly signal?: AbortSignal;
+  /** Slots this call takes: an endpoint the vendor counts as several calls. @default 1 */
+  readonly cost?: number;
+  /** Overrides the throttle's `maxDelayMs` for this call (ignored in `throw` mode). */
+  readonly maxDelayMs?: number;
+  /** `queue` mode: higher runs first among this key's queued calls. @default 0 */
+  readonly priority?: number;
+}
+
+/** What `inspect(key)` reports. */
+export interface KeyUsage {
+  readonly key: string;
+  readonly rules: ReadonlyArray<{
+    readonly limit: number;
+    readonly windowMs: number;
+    /** Calls that count against this rule now, booked future ones included. */
+    readonly used: number;
+    /** ms until the oldest counted call stops counting. */
+    readonly resetInMs: number;
+  }>;
+  /** ms until one more call could start here (0 = now). */
+  readonly nextFreeInMs: number;
+  /** Calls of this process waiting for this key (sleeping for a slot, or queued). */
+  readonly waitingHere: number;
+}

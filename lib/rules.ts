@@ -1,0 +1,113 @@
+import { ThrottleConfigError } from './errors.js';
+
+/** At most `limit` calls may start in any interval of `windowMs` milliseconds. */
+export interface Rule {
+  readonly limit: number;
+  readonly windowMs: number;
+}
+
+/**
+ * A rule as users write it: `{ limit, windowMs }` or a string `N/unit`, where unit is
+ * `ms`, `s`, `sec`, `min`, `m`, `h`, `hour`, `d`, `day` or a duration such as `90s`, `15min`, `2h`.
+ */
+export type RuleInput = Rule | string;
+
+const UNIT_MS: Readonly<Record<string, number>> = {
+  ms: 1,
+  s: 1_000,
+  sec: 1_000,
+  second: 1_000,
+  m: 60_000,
+  min: 60_000,
+  minute: 60_000,
+  h: 3_600_000,
+  hr: 3_600_000,
+  hour: 3_600_000,
+  d: 86_400_000,
+  day: 86_400_000,
+};
+
+const SHORTHAND = /^\s*(\d+)\s*\/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$/i;
+
+/** Largest window accepted: 366 days. Longer windows are almost certainly a unit mistake. */
+export const MAX_WINDOW_MS = 366 * 86_400_000;
+/** Largest limit accepted per rule. */
+export const MAX_LIMIT = 10_000_000;
+
+/** Parses and validates one rule. Throws {@link ThrottleConfigError} saying what was expected. */
+export function parseRule(input: RuleInput): Rule {
+  if (typeof input === 'string') return parseShorthand(input);
+  if (input === null || typeof input !== 'object') {
+    throw new ThrottleConfigError(`Expected a rule like '30/min' or { limit, windowMs }, got ${describe(input)}`);
+  }
+  const { limit, windowMs } = input;
+  checkLimit(limit, input);
+  checkWindow(windowMs, input);
+  return { limit, windowMs };
+}
+
+/** Parses a non-empty list of rules; duplicates are kept (harmless), order is preserved. */
+export function parseRules(input: readonly RuleInput[] | RuleInput): Rule[] {
+  const list = Array.isArray(input) ? input : [input as RuleInput];
+  if (list.length === 0) throw new ThrottleConfigError('Expected at least one rule, got an empty list');
+  return list.map(parseRule);
+}
+
+/** `30/60000ms` → `30/min` style label for messages, metrics and the CLI. */
+export function formatRule(rule: Rule): string {
+  for (const [unit, ms] of [['day', 86_400_000], ['h', 3_600_000], ['min', 60_000], ['s', 1_000]] as const) {
+    if (rule.windowMs === ms) return `${rule.limit}/${unit}`;
+    if (rule.windowMs % ms === 0) return `${rule.limit}/${rule.windowMs / ms}${unit}`;
+  }
+  return `${rule.limit}/${rule.windowMs}ms`;
+}
+
+/** The longest window of a rule list: how long the history must be kept. */
+export function longestWindow(rules: readonly Rule[]): number {
+  return rules.reduce((max, rule) => Math.max(max, rule.windowMs), 0);
+}
+
+function parseShorthand(text: string): Rule {
+  const match = SHORTHAND.exec(text);
+  const unitMs = match ? UNIT_MS[match[3]!.toLowerCase()] : undefined;
+  if (!match || unitMs === undefined) {
+    throw new ThrottleConfigError(
+      `Expected a rule like '30/min', '5/s', '10000/day' or '30/90s' (units: ms, s, min, h, day), got '${text}'`,
+    );
+  }
+  const limit = Number(match[1]);
+  const windowMs = (match[2] === undefined ? 1 : Number(match[2])) * unitMs;
+  checkLimit(limit, text);
+  checkWindow(windowMs, text);
+  return { limit, windowMs };
+}
+
+function checkLimit(limit: unknown, input: unknown): asserts limit is number {
+  if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
+    throw new ThrottleConfigError(
+      `Expected rule limit to be a whole number from 1 to ${MAX_LIMIT}, got ${describe(limit)} in ${describe(input)}`,
+    );
+  }
+}
+
+function checkWindow(windowMs: unknown, input: unknown): asserts windowMs is number {
+  if (typeof windowMs !== 'number' || !Number.isInteger(windowMs) || windowMs < 1 || windowMs > MAX_WINDOW_MS) {
+    throw new ThrottleConfigError(
+      `Expected rule windowMs to be a whole number of milliseconds from 1 to ${MAX_WINDOW_MS}, got ${describe(windowMs)} in ${describe(input)}`,
+    );
+  }
+}
+
+/** Renders any value for an error message without throwing. */
+export function describe(value: unknown): string {
+  if (typeof value === 'string') return `'${value.length > 80 ? `${value.slice(0, 77)}...` : value}'`;
+  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return String(value);
+  if (value === null || value === undefined) return String(value);
+  if (typeof value === 'function') return 'a function';
+  try {
+    const json = JSON.stringify(value);
+    return json.length > 80 ? `${json.slice(0, 77)}...` : json;
+  } catch {
+    return Object.prototype.toString.call(value);
+  }
+}

@@ -1,0 +1,79 @@
+import type { Rule } from './rules.js';
+
+/**
+ * A change to slots already in a key's log, sent along with the next decision for that key
+ * (or on its own when it must not wait):
+ * - `releaseAt` a number: the slot's call completed; it stops counting `windowMs` after that time
+ *   (store clock, ms);
+ * - `releaseAt` null: the call never started (aborted, closed); the slot is removed.
+ */
+export interface Settlement {
+  readonly member: string;
+  readonly releaseAt: number | null;
+}
+
+/** One decision: find the earliest start time at which `cost` more calls keep every rule, and maybe book it. */
+export interface ReserveRequest {
+  /** The throttle's name: one namespace of keys per vendor. */
+  readonly namespace: string;
+  /** The encoded user key (see `encodeKey`). */
+  readonly key: string;
+  readonly rules: readonly Rule[];
+  /** Slots to take at once; at most the smallest limit. */
+  readonly cost: number;
+  /** Book the slot only if it starts within this many ms; `Infinity` books any slot. 0 = now or never. */
+  readonly maxDelayMs: number;
+  /**
+   * How long after its start a booked slot keeps counting as if the call were still in flight,
+   * until a settlement tells its real completion time.
+   */
+  readonly holdMs: number;
+  /** History to keep, at least the longest window. */
+  readonly retainMs: number;
+  /** Earlier slots of this key to update first, in the same atomic step. */
+  readonly settle: readonly Settlement[];
+}
+
+export interface ReserveResult {
+  readonly granted: boolean;
+  /**
+   * Granted: ms from the decision until the slot starts (0 = start now).
+   * Refused: ms until a slot would be free (`retryAfterMs`).
+   */
+  readonly waitMs: number;
+  /** Store-clock time (ms) the slot starts at, booked or not. */
+  readonly startAt: number;
+  /** Index in `rules` of the rule that pushed the slot later, or -1 when none did. */
+  readonly ruleIndex: number;
+  /** Members of the booked slots (`cost` of them), empty when refused. */
+  readonly members: readonly string[];
+}
+
+/** Usage of one key, read without booking anything. */
+export interface InspectResult {
+  /** Store-clock time of the reading (ms). */
+  readonly now: number;
+  readonly rules: ReadonlyArray<{
+    readonly limit: number;
+    readonly windowMs: number;
+    /** Slots that count against this rule now, booked future ones included. */
+    readonly used: number;
+    /** ms until the oldest slot that counts stops counting (0 when none counts). */
+    readonly resetInMs: number;
+  }>;
+  /** ms until one more call could start (0 = now). */
+  readonly nextFreeInMs: number;
+}
+
+/**
+ * Where the shared log of each key lives. One decision algorithm, several stores: every store must
+ * give the same answers for the same sequence of requests and clock readings.
+ */
+export interface Store {
+  reserve(request: ReserveRequest): Promise<ReserveResult>;
+  /** Applies settlements without deciding anything (a release, or a completion later than its hold). */
+  settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void>;
+  inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult>;
+  /** Frees what the store itself owns. A client passed in by the user is left open. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,154 @@
+import { countInWindow, planSlot } from '../decision.js';
+import type { Rule } from '../rules.js';
+import type { InspectResult, ReserveRequest, ReserveResult, Settlement, Store } from '../store.js';
+
+export interface MemoryStoreOptions {
+  /**
+   * The store's clock in ms. Every decision reads it once, as the Redis store reads `TIME`.
+   * @default () => performance.timeOrigin + performance.now()  (monotonic)
+   */
+  readonly now?: () => number;
+}
+
+interface KeyLog {
+  /** Ascending release times, one per booked slot. */
+  scores: number[];
+  /** `members[i]` is the slot whose score is `scores[i]`. */
+  members: string[];
+  seq: number;
+  last: number;
+  expiresAt: number;
+}
+
+/** How many least recently used keys each decision checks for expiry. Two keeps the map bounded by live keys. */
+const SWEEP_PER_CALL = 2;
+
+/**
+ * The in-process store: the default, needs no set-up, and gives the same decisions as `RedisStore`.
+ * Limits hold within this process only; use `RedisStore` to share them between processes.
+ * Memory follows active keys: a key's log is dropped once its slots are older than its longest window.
+ */
+export class MemoryStore implements Store {
+  readonly #now: () => number;
+  /** Insertion order is last-use order: a key is re-inserted on every decision. */
+  readonly #logs = new Map<string, KeyLog>();
+
+  constructor(options: MemoryStoreOptions = {}) {
+    this.#now = options.now ?? (() => performance.timeOrigin + performance.now());
+  }
+
+  /** Number of keys with live state; for tests and metrics. */
+  get size(): number {
+    return this.#logs.size;
+  }
+
+  async reserve(request: ReserveRequest): Promise<ReserveResult> {
+    const now = this.#now();
+    const nowMs = Math.ceil(now);
+    const id = `${request.namespace}\n${request.key}`;
+    const log = this.#open(id, nowMs);
+    applySettlements(log, request.settle);
+    trim(log, nowMs - request.retainMs);
+    const scoreAt = (i: number) => log.scores[i]!;
+    const { startAt, ruleIndex } = planSlot(log.scores.length, scoreAt, request.rules, request.cost, nowMs, log.last);
+    const waitMs = Math.max(0, Math.ceil(startAt - now));
+    this.#sweep(nowMs);
+    if (waitMs > request.maxDelayMs) {
+      this.#keepIfLive(id, log);
+      return { granted: false, waitMs, startAt, ruleIndex, members: [] };
+    }
+    const members: string[] = [];
+    for (let i = 0; i < request.cost; i++) {
+      log.seq += 1;
+      members.push(String(log.seq));
+      insert(log, startAt + request.holdMs, String(log.seq));
+    }
+    log.last = startAt;
+    log.expiresAt = Math.max(log.expiresAt, startAt + request.holdMs + request.retainMs);
+    this.#logs.set(id, log);
+    return { granted: true, waitMs, startAt, ruleIndex, members };
+  }
+
+  async settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void> {
+    const nowMs = Math.ceil(this.#now());
+    const id = `${namespace}\n${key}`;
+    const log = this.#logs.get(id);
+    if (!log || log.expiresAt <= nowMs) return;
+    applySettlements(log, settle);
+    trim(log, nowMs - retainMs);
+  }
+
+  async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
+    const now = this.#now();
+    const nowMs = Math.ceil(now);
+    const log = this.#logs.get(`${namespace}\n${key}`);
+    const live = log && log.expiresAt > nowMs ? log : undefined;
+    const scores = live ? live.scores : [];
+    const scoreAt = (i: number) => scores[i]!;
+    const { startAt } = planSlot(scores.length, scoreAt, rules, 1, nowMs, live?.last ?? 0);
+    return {
+      now: nowMs,
+      nextFreeInMs: Math.max(0, Math.ceil(startAt - now)),
+      rules: rules.map(({ limit, windowMs }) => {
+        const used = countInWindow(scores.length, scoreAt, windowMs, nowMs);
+        const oldest = scores[scores.length - used];
+        return { limit, windowMs, used, resetInMs: oldest === undefined ? 0 : oldest + windowMs - nowMs };
+      }),
+    };
+  }
+
+  async close(): Promise<void> {
+    this.#logs.clear();
+  }
+
+  #open(id: string, nowMs: number): KeyLog {
+    const log = this.#logs.get(id);
+    this.#logs.delete(id);
+    if (log && log.expiresAt > nowMs) return log;
+    return { scores: [], members: [], seq: 0, last: 0, expiresAt: 0 };
+  }
+
+  #keepIfLive(id: string, log: KeyLog): void {
+    if (log.scores.length > 0 || log.seq > 0) this.#logs.set(id, log);
+  }
+
+  #sweep(nowMs: number): void {
+    let checked = 0;
+    for (const [id, log] of this.#logs) {
+      if (checked++ >= SWEEP_PER_CALL) break;
+      if (log.expiresAt <= nowMs) this.#logs.delete(id);
+    }
+  }
+}
+
+function applySettlements(log: KeyLog, settle: readonly Settlement[]): void {
+  for (const { member, releaseAt } of settle) {
+    const index = log.members.lastIndexOf(member);
+    if (index < 0) continue;
+    log.scores.splice(index, 1);
+    log.members.splice(index, 1);
+    if (releaseAt !== null) insert(log, releaseAt, member);
+  }
+}
+
+function trim(log: KeyLog, before: number): void {
+  let drop = 0;
+  while (drop < log.scores.length && log.scores[drop]! <= before) drop++;
+  if (drop > 0) {
+    log.scores.splice(0, drop);
+    log.members.splice(0, drop);
+  }
+}
+
+/** Inserts keeping scores ascending; equal scores keep booking order, as a Redis sorted set does by member. */
+function insert(log: KeyLog, score: number, member: string): void {
+  let lo = 0;
+  let hi = log.scores.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (log.scores[mid]! <= score) lo = mid + 1;
+    else hi = mid;
+  }
+  log.scores.splice(lo, 0, score);
+  log.members.splice(lo, 0, member);
+}

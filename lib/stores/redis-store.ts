@@ -1,0 +1,103 @@
+import type { Cluster, Redis } from 'ioredis';
+import { checkNamespace, keyNames } from '../keys.js';
+import type { Rule } from '../rules.js';
+import type { InspectResult, ReserveRequest, ReserveResult, Settlement, Store } from '../store.js';
+import { scripts } from './redis-scripts.js';
+
+export interface RedisStoreOptions {
+  /**
+   * First part of every key: `<prefix>:<throttle name>:{<user key>}:log`. Letters, digits, `.`, `_`, `-`, `/`.
+   * @default 'vt'
+   */
+  readonly prefix?: string;
+}
+
+type ScriptFn = (...args: Array<string | number>) => Promise<unknown>;
+type ScriptedClient = (Redis | Cluster) & Record<string, ScriptFn>;
+
+/**
+ * Shares each key's log through Redis (standalone or Cluster), so limits hold across processes
+ * and machines. Every decision is one `EVALSHA` of `lua/reserve.lua`, which reads the time with
+ * `TIME` (the store's clock, never the worker's). Scripts are registered with ioredis
+ * `defineCommand`, which sends EVALSHA and falls back to EVAL on NOSCRIPT (also in pipelines).
+ *
+ * The client stays the caller's: `close()` does not quit it. Enable ioredis `enableAutoPipelining`
+ * to batch decisions for many keys into one write.
+ */
+export class RedisStore implements Store {
+  readonly prefix: string;
+  readonly #client: ScriptedClient;
+
+  constructor(client: Redis | Cluster, options: RedisStoreOptions = {}) {
+    if (client === null || typeof client !== 'object' || typeof (client as Redis).defineCommand !== 'function') {
+      throw new TypeError('Expected an ioredis Redis or Cluster client');
+    }
+    this.prefix = checkNamespace('RedisStore prefix', options.prefix ?? 'vt');
+    const scripted = client as ScriptedClient;
+    for (const { name, numberOfKeys, lua } of Object.values(scripts)) {
+      if (typeof scripted[name] !== 'function') client.defineCommand(name, { numberOfKeys, lua });
+    }
+    this.#client = scripted;
+  }
+
+  /** The ioredis client this store runs on. */
+  get client(): Redis | Cluster {
+    return this.#client;
+  }
+
+  async reserve(request: ReserveRequest): Promise<ReserveResult> {
+    const { log, meta } = keyNames(this.prefix, request.namespace, request.key);
+    const args: Array<string | number> = [
+      log,
+      meta,
+      request.cost,
+      Number.isFinite(request.maxDelayMs) ? request.maxDelayMs : 'inf',
+      request.holdMs,
+      request.retainMs,
+      ...ruleArgs(request.rules),
+      ...settleArgs(request.settle),
+    ];
+    const reply = (await this.#client[scripts.reserve.name]!(...args)) as number[];
+    const [granted, waitMs, startAt, ruleIndex, first] = reply as [number, number, number, number, number];
+    const members: string[] = [];
+    if (granted === 1) for (let i = 0; i < request.cost; i++) members.push(String(first + i));
+    return { granted: granted === 1, waitMs, startAt, ruleIndex, members };
+  }
+
+  async settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void> {
+    if (settle.length === 0) return;
+    const { log, meta } = keyNames(this.prefix, namespace, key);
+    await this.#client[scripts.settle.name]!(log, meta, retainMs, ...settleArgs(settle));
+  }
+
+  async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
+    const { log, meta } = keyNames(this.prefix, namespace, key);
+    const reply = (await this.#client[scripts.inspect.name]!(log, meta, ...ruleArgs(rules))) as number[];
+    return {
+      now: reply[0]!,
+      nextFreeInMs: reply[1]!,
+      rules: rules.map(({ limit, windowMs }, r) => ({
+        limit,
+        windowMs,
+        used: reply[2 + 2 * r]!,
+        resetInMs: reply[3 + 2 * r]!,
+      })),
+    };
+  }
+
+  async close(): Promise<void> {
+    // The client belongs to the caller.
+  }
+}
+
+function ruleArgs(rules: readonly Rule[]): number[] {
+  const args = [rules.length];
+  for (const { limit, windowMs } of rules) args.push(limit, windowMs);
+  return args;
+}
+
+function settleArgs(settle: readonly Settlement[]): Array<string | number> {
+  const args: Array<string | number> = [settle.length];
+  for (const { member, releaseAt } of settle) args.push(member, releaseAt === null ? '' : Math.ceil(releaseAt));
+  return args;
+}

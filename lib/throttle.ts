@@ -1,0 +1,313 @@
+import { setMaxListeners } from 'node:events';
+import PQueue from 'p-queue';
+import { QueueFullError, RateLimitedError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError, ThrottleError } from './errors.js';
+import { HoldEstimator } from './hold.js';
+import { checkNamespace, encodeKey, normalizeKey, type KeyInput } from './keys.js';
+import type { KeyUsage, RulesOption, ScheduleOptions, ThrottleMode, ThrottleOptions } from './options.js';
+import { describe, longestWindow, parseRules, type Rule, type RuleInput } from './rules.js';
+import { sleep } from './sleep.js';
+import { MemoryStore } from './stores/memory-store.js';
+import { SettlementBuffer } from './settlement-buffer.js';
+import type { Settlement, Store } from './store.js';
+
+/** One call, validated, with everything a decision needs. */
+interface Call {
+  readonly key: string;
+  readonly encoded: string;
+  readonly rules: readonly Rule[];
+  readonly retainMs: number;
+  readonly cost: number;
+  readonly maxDelayMs: number;
+  readonly priority: number;
+  readonly signal: AbortSignal | undefined;
+}
+
+/** A booked slot. `due` is the local time (performance.now) the slot starts at, read conservatively early. */
+interface Grant {
+  readonly members: readonly string[];
+  readonly startAt: number;
+  readonly holdMs: number;
+  readonly due: number;
+}
+
+const MODES: readonly ThrottleMode[] = ['delay', 'queue', 'throw'];
+
+/**
+ * Keeps calls to one vendor under its limits per key, counted over every process that shares the store.
+ *
+ * ```ts
+ * const throttle = new Throttle({ name: 'acme', rules: ['30/min'], store: new RedisStore(redis) });
+ * const user = await throttle.schedule(userId, () => acme.get(`/users/${userId}`));
+ * ```
+ */
+export class Throttle {
+  readonly name: string;
+  readonly mode: ThrottleMode;
+  readonly store: Store;
+  readonly #ownsStore: boolean;
+  readonly #rules: readonly Rule[] | ((key: string) => Promise<readonly Rule[]>);
+  readonly #maxDelayMs: number;
+  readonly #retainMs: number;
+  readonly #concurrency: number;
+  readonly #maxQueued: number;
+  readonly #hold: HoldEstimator;
+  readonly #closing = new AbortController();
+  readonly #queues = new Map<string, PQueue>();
+  readonly #waiting = new Map<string, number>();
+  readonly #settlements = new SettlementBuffer();
+  readonly #background = new Set<Promise<void>>();
+  #closed: Promise<void> | undefined;
+
+  constructor(options: ThrottleOptions) {
+    if (options === null || typeof options !== 'object') {
+      throw new ThrottleConfigError(`Expected Throttle options to be an object, got ${describe(options)}`);
+    }
+    this.name = checkNamespace('name', options.name ?? 'default');
+    this.mode = options.mode ?? 'delay';
+    if (!MODES.includes(this.mode)) {
+      throw new ThrottleConfigError(`Expected mode to be 'delay', 'queue' or 'throw', got ${describe(options.mode)}`);
+    }
+    this.#rules = compileRules(options.rules);
+    this.#maxDelayMs = this.mode === 'throw' ? 0 : checkDelay('maxDelayMs', options.maxDelayMs ?? Infinity);
+    const safetyMarginMs = checkWhole('safetyMarginMs', options.safetyMarginMs ?? 100, 0);
+    const maxHoldMs = checkWhole('maxHoldMs', options.maxHoldMs ?? 10_000, 0);
+    this.#hold = new HoldEstimator(safetyMarginMs, maxHoldMs, options.adaptiveMargin ?? true);
+    this.#retainMs = checkWhole('retainMs', options.retainMs ?? 0, 0);
+    this.#concurrency = checkCount('concurrency', options.concurrency ?? 1);
+    this.#maxQueued = checkCount('maxQueued', options.maxQueued ?? Infinity, 0);
+    if (options.store !== undefined && !isStore(options.store)) {
+      throw new ThrottleConfigError(`Expected store to be a MemoryStore, a RedisStore or another Store, got ${describe(options.store)}`);
+    }
+    this.#ownsStore = options.store === undefined;
+    this.store = options.store ?? new MemoryStore();
+    // Every waiting call listens to this signal; their number is bounded by the work, not a leak.
+    setMaxListeners(0, this.#closing.signal);
+  }
+
+  /** The in-flight estimate new slots are booked with, in ms (see `safetyMarginMs`). */
+  get holdMs(): number {
+    return this.#hold.holdMs;
+  }
+
+  /**
+   * Runs `fn` once a slot for `key` is free under every rule, and returns what `fn` returns (or
+   * rejects with the very error it threw). The slot is spent when `fn` starts, whatever `fn` then does.
+   *
+   * Rejects, without calling `fn` and with nothing booked, with `RateLimitedError` (slot further than
+   * `maxDelayMs`), `QueueFullError`, `StoreUnavailableError`, `ThrottleClosedError`, `signal.reason`,
+   * `TypeError` (bad key or fn) or `ThrottleConfigError` (bad options, cost above a limit).
+   */
+  async schedule<T>(key: KeyInput, fn: () => T | PromiseLike<T>, options: ScheduleOptions = {}): Promise<Awaited<T>> {
+    if (typeof fn !== 'function') throw new TypeError(`Expected fn to be a function, got ${describe(fn)}`);
+    const call = await this.#prepare(key, options);
+    const grant = this.mode === 'queue' ? await this.#enqueue(call) : await this.#acquire(call);
+    return this.#run(call, grant, fn);
+  }
+
+  /** Usage of `key` under its rules, read from the store without booking anything. */
+  async inspect(key: KeyInput): Promise<KeyUsage> {
+    const call = await this.#prepare(key, {});
+    let usage;
+    try {
+      usage = await this.store.inspect(this.name, call.encoded, call.rules);
+    } catch (error) {
+      throw storeError(error);
+    }
+    return { key: call.key, rules: usage.rules, nextFreeInMs: usage.nextFreeInMs, waitingHere: this.#waiting.get(call.encoded) ?? 0 };
+  }
+
+  /**
+   * Stops the throttle: rejects every call still waiting with `ThrottleClosedError` and gives its slot
+   * back, writes pending completion times through, and leaves no timer running. Calls whose `fn` has
+   * started finish normally. A store passed in by the user (and its Redis client) stays open.
+   */
+  close(): Promise<void> {
+    this.#closed ??= this.#shutdown();
+    return this.#closed;
+  }
+
+  async #shutdown(): Promise<void> {
+    this.#closing.abort(new ThrottleClosedError());
+    for (const queue of this.#queues.values()) queue.clear();
+    this.#queues.clear();
+    if (!this.#ownsStore) {
+      for (const [encoded, settle, retainMs] of this.#settlements.drain()) this.#settleInBackground(encoded, settle, retainMs);
+    }
+    await Promise.allSettled([...this.#background]);
+    if (this.#ownsStore) await this.store.close();
+  }
+
+  async #prepare(key: KeyInput, options: ScheduleOptions): Promise<Call> {
+    const userKey = normalizeKey(key);
+    if (options === null || typeof options !== 'object') {
+      throw new TypeError(`Expected schedule options to be an object, got ${describe(options)}`);
+    }
+    const cost = checkCount('cost', options.cost ?? 1);
+    const maxDelayMs = this.mode === 'throw' ? 0 : options.maxDelayMs === undefined ? this.#maxDelayMs : checkDelay('maxDelayMs', options.maxDelayMs);
+    const priority = options.priority ?? 0;
+    if (typeof priority !== 'number' || !Number.isFinite(priority)) {
+      throw new ThrottleConfigError(`Expected priority to be a finite number, got ${describe(priority)}`);
+    }
+    const signal = options.signal;
+    if (signal !== undefined && !(signal instanceof AbortSignal)) {
+      throw new TypeError(`Expected signal to be an AbortSignal, got ${describe(signal)}`);
+    }
+    const rules = typeof this.#rules === 'function' ? await this.#rules(userKey) : this.#rules;
+    const smallest = Math.min(...rules.map((rule) => rule.limit));
+    if (cost > smallest) {
+      throw new ThrottleConfigError(`Expected cost to be at most ${smallest} (the smallest limit of key "${userKey}"), got ${cost}`);
+    }
+    const retainMs = Math.max(longestWindow(rules), this.#retainMs);
+    return { key: userKey, encoded: encodeKey(userKey), rules, retainMs, cost, maxDelayMs, priority, signal };
+  }
+
+  /** Books a slot for `call` and sleeps until it starts. */
+  async #acquire(call: Call): Promise<Grant> {
+    const signals = [call.signal, this.#closing.signal];
+    for (const signal of signals) signal?.throwIfAborted();
+    const settle = this.#settlements.take(call.encoded);
+    const holdMs = this.#hold.holdMs;
+    const sentAt = performance.now();
+    let result;
+    try {
+      result = await this.store.reserve({
+        namespace: this.name,
+        key: call.encoded,
+        rules: call.rules,
+        cost: call.cost,
+        maxDelayMs: call.maxDelayMs,
+        holdMs,
+        retainMs: call.retainMs,
+        settle,
+      });
+    } catch (error) {
+      this.#settlements.add(call.encoded, settle, call.retainMs);
+      throw storeError(error);
+    }
+    if (!result.granted) throw new RateLimitedError(call.key, call.rules[result.ruleIndex], result.waitMs);
+    const grant: Grant = { members: result.members, startAt: result.startAt, holdMs, due: sentAt + result.waitMs };
+    const aborted = signals.find((signal) => signal?.aborted);
+    if (aborted) {
+      this.#release(call, grant);
+      throw aborted.reason;
+    }
+    if (result.waitMs > 0) {
+      this.#waiting.set(call.encoded, (this.#waiting.get(call.encoded) ?? 0) + 1);
+      try {
+        await sleep(result.waitMs, signals);
+      } catch (reason) {
+        this.#release(call, grant);
+        throw reason;
+      } finally {
+        const left = this.#waiting.get(call.encoded)! - 1;
+        if (left === 0) this.#waiting.delete(call.encoded);
+        else this.#waiting.set(call.encoded, left);
+      }
+    }
+    return grant;
+  }
+
+  /** `queue` mode: waits in the key's local queue; the head books its slot and sleeps until it. */
+  async #enqueue(call: Call): Promise<Grant> {
+    this.#closing.signal.throwIfAborted();
+    let queue = this.#queues.get(call.encoded);
+    if (!queue) {
+      const created = new PQueue({ concurrency: this.#concurrency });
+      created.on('idle', () => {
+        if (this.#queues.get(call.encoded) === created) this.#queues.delete(call.encoded);
+      });
+      this.#queues.set(call.encoded, created);
+      queue = created;
+    }
+    if (queue.size >= this.#maxQueued) throw new QueueFullError(call.key, this.#maxQueued);
+    const signal = call.signal ? AbortSignal.any([call.signal, this.#closing.signal]) : this.#closing.signal;
+    return queue.add(() => this.#acquire(call), { priority: call.priority, signal });
+  }
+
+  async #run<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>): Promise<Awaited<T>> {
+    try {
+      return await fn();
+    } finally {
+      this.#complete(call, grant);
+    }
+  }
+
+  /** Records the call's completion: its slot counts until `windowMs` after it (see docs/design.md). */
+  #complete(call: Call, grant: Grant): void {
+    const elapsed = performance.now() - grant.due;
+    this.#hold.observe(elapsed);
+    const releaseAt = Math.ceil(grant.startAt + elapsed);
+    const booked = grant.startAt + grant.holdMs;
+    if (releaseAt === booked) return;
+    const settle = grant.members.map((member) => ({ member, releaseAt }));
+    // Later than booked: the slot must count longer, now. Earlier: it frees capacity, which can wait
+    // for this key's next decision and ride along with it.
+    if (releaseAt > booked) this.#settleInBackground(call.encoded, settle, call.retainMs);
+    else this.#settlements.add(call.encoded, settle, call.retainMs);
+  }
+
+  /** Gives back a slot whose call will never start. */
+  #release(call: Call, grant: Grant): void {
+    this.#settleInBackground(call.encoded, grant.members.map((member) => ({ member, releaseAt: null })), call.retainMs);
+  }
+
+  #settleInBackground(encoded: string, settle: readonly Settlement[], retainMs: number): void {
+    const done = this.store
+      .settle(this.name, encoded, settle, retainMs)
+      .catch(() => {
+        // A lost release or late completion leaves the slot counted as booked: safe, only less full.
+      })
+      .finally(() => this.#background.delete(done));
+    this.#background.add(done);
+  }
+}
+
+function compileRules(option: RulesOption): readonly Rule[] | ((key: string) => Promise<readonly Rule[]>) {
+  if (typeof option !== 'function') {
+    if (option === undefined) throw new ThrottleConfigError("Expected rules, e.g. ['30/min'], got undefined");
+    return parseRules(option as RuleInput | readonly RuleInput[]);
+  }
+  const cache = new WeakMap<object, readonly Rule[]>();
+  return async (key) => {
+    const input = await option(key);
+    if (input !== null && typeof input === 'object') {
+      const cached = cache.get(input);
+      if (cached) return cached;
+      const rules = parseRules(input as RuleInput | readonly RuleInput[]);
+      cache.set(input, rules);
+      return rules;
+    }
+    return parseRules(input);
+  };
+}
+
+function checkDelay(what: string, value: unknown): number {
+  if (typeof value !== 'number' || Number.isNaN(value) || value < 0) {
+    throw new ThrottleConfigError(`Expected ${what} to be a number of ms from 0 up (Infinity allowed), got ${describe(value)}`);
+  }
+  return value;
+}
+
+function checkWhole(what: string, value: unknown, min: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min) {
+    throw new ThrottleConfigError(`Expected ${what} to be a whole number from ${min} up, got ${describe(value)}`);
+  }
+  return value;
+}
+
+function checkCount(what: string, value: unknown, min = 1): number {
+  if (value === Infinity) return value;
+  return checkWhole(what, value, min);
+}
+
+function isStore(value: unknown): value is Store {
+  const store = value as Partial<Store> | null;
+  return typeof store === 'object' && store !== null && typeof store.reserve === 'function' &&
+    typeof store.settle === 'function' && typeof store.inspect === 'function' && typeof store.close === 'function';
+}
+
+function storeError(error: unknown): Error {
+  if (error instanceof ThrottleError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new StoreUnavailableError(`Throttle store failed: ${message}`, error);
+}

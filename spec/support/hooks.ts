@@ -1,0 +1,38 @@
+import { Redis } from 'ioredis';
+import { startRedis, type RedisServer } from '../../scripts/support/redis-server.js';
+
+let server: RedisServer | undefined;
+const clients: Redis[] = [];
+
+/** The standalone redis-server this test run started (one for the whole run). */
+export function redisServer(): RedisServer {
+  if (!server) throw new Error('the test Redis is not running (spec/support/hooks.ts starts it)');
+  return server;
+}
+
+/** A new client of the test Redis, closed after the run. */
+export function redisClient(options: { enableAutoPipelining?: boolean } = {}): Redis {
+  const client = new Redis(redisServer().url, { ...options });
+  clients.push(client);
+  return client;
+}
+
+let prefixes = 0;
+/** A key prefix no other test uses, so tests never see each other's keys. */
+export function uniquePrefix(): string {
+  prefixes += 1;
+  return `t${process.pid}-${prefixes}`;
+}
+
+export const mochaHooks = {
+  async beforeAll(this: Mocha.Context) {
+    this.timeout(20_000);
+    server = await startRedis();
+  },
+  async afterAll(this: Mocha.Context) {
+    this.timeout(20_000);
+    await Promise.allSettled(clients.map((client) => client.quit()));
+    await server?.stop();
+    server = undefined;
+  },
+};
