@@ -43,6 +43,8 @@ export interface ReserveResult {
   readonly waitMs: number;
   /** Store-clock time (ms) the slot starts at, booked or not. */
   readonly startAt: number;
+  /** Store-clock time (ms, rounded up) the decision was taken at. */
+  readonly now: number;
   /** Index in `rules` of the rule that pushed the slot later, or -1 when none did. */
   readonly ruleIndex: number;
   /** Members of the booked slots (`cost` of them), empty when refused. */

@@ -29,10 +29,10 @@ for r = 0, rule_count - 1 do
   local used = redis.call('ZCOUNT', log, floor, '+inf')
   local reset = 0
   if used > 0 then
-    reset = tonumber(redis.call('ZRANGEBYSCORE', log, floor, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]) + window - now_ms
+    reset = math.ceil(tonumber(redis.call('ZRANGEBYSCORE', log, floor, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]) + window - now)
   end
   result[3 + 2 * r] = used
   result[4 + 2 * r] = reset
 end
-result[2] = math.max(0, math.ceil(start_at - now))
+if start_at > now_ms then result[2] = math.ceil(start_at - now) end
 return result

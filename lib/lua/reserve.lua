@@ -12,7 +12,7 @@
   ARGV[5]  R          number of rules, followed by R pairs: LIMIT, WINDOW (ms)
   ARGV[6 + 2R]        S, number of settlements, followed by S pairs: MEMBER, RELEASE_AT ('' = remove)
 
-  Returns { granted (1|0), wait_ms, start_at, rule_index (0-based, -1 = none), first_member }
+  Returns { granted (1|0), wait_ms, start_at, rule_index (0-based, -1 = none), first_member, now_ms }
   first_member is the first of COST consecutive slot numbers (0 when refused).
 ]]
 --- @include "log"
@@ -47,9 +47,11 @@ for r = 0, rule_count - 1 do
   end
 end
 
-local wait = math.max(0, math.ceil(start_at - now))
+-- A slot at now_ms starts now (the clock read is rounded up); a later one is waited for in full.
+local wait = 0
+if start_at > now_ms then wait = math.ceil(start_at - now) end
 if max_delay ~= 'inf' and wait > tonumber(max_delay) then
-  return { 0, wait, start_at, rule_index, 0 }
+  return { 0, wait, start_at, rule_index, 0, now_ms }
 end
 
 local seq = redis.call('HINCRBY', meta, 'seq', cost)
@@ -62,4 +64,4 @@ end
 redis.call('ZADD', log, unpack(args))
 redis.call('HSET', meta, 'last', start_at)
 vt_expire(log, meta, now_ms, retain)
-return { 1, wait, start_at, rule_index, seq - cost + 1 }
+return { 1, wait, start_at, rule_index, seq - cost + 1, now_ms }

@@ -51,11 +51,12 @@ export class MemoryStore implements Store {
     trim(log, nowMs - request.retainMs);
     const scoreAt = (i: number) => log.scores[i]!;
     const { startAt, ruleIndex } = planSlot(log.scores.length, scoreAt, request.rules, request.cost, nowMs, log.last);
-    const waitMs = Math.max(0, Math.ceil(startAt - now));
+    // A slot at `nowMs` starts now (the clock read is rounded up); a later one is waited for in full.
+    const waitMs = startAt <= nowMs ? 0 : Math.ceil(startAt - now);
     this.#sweep(nowMs);
     if (waitMs > request.maxDelayMs) {
       this.#keepIfLive(id, log);
-      return { granted: false, waitMs, startAt, ruleIndex, members: [] };
+      return { granted: false, waitMs, startAt, now: nowMs, ruleIndex, members: [] };
     }
     const members: string[] = [];
     for (let i = 0; i < request.cost; i++) {
@@ -66,7 +67,7 @@ export class MemoryStore implements Store {
     log.last = startAt;
     log.expiresAt = Math.max(log.expiresAt, startAt + request.holdMs + request.retainMs);
     this.#logs.set(id, log);
-    return { granted: true, waitMs, startAt, ruleIndex, members };
+    return { granted: true, waitMs, startAt, now: nowMs, ruleIndex, members };
   }
 
   async settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void> {
@@ -88,11 +89,11 @@ export class MemoryStore implements Store {
     const { startAt } = planSlot(scores.length, scoreAt, rules, 1, nowMs, live?.last ?? 0);
     return {
       now: nowMs,
-      nextFreeInMs: Math.max(0, Math.ceil(startAt - now)),
+      nextFreeInMs: startAt <= nowMs ? 0 : Math.ceil(startAt - now),
       rules: rules.map(({ limit, windowMs }) => {
         const used = countInWindow(scores.length, scoreAt, windowMs, nowMs);
         const oldest = scores[scores.length - used];
-        return { limit, windowMs, used, resetInMs: oldest === undefined ? 0 : oldest + windowMs - nowMs };
+        return { limit, windowMs, used, resetInMs: oldest === undefined ? 0 : Math.ceil(oldest + windowMs - now) };
       }),
     };
   }

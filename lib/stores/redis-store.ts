@@ -58,10 +58,10 @@ export class RedisStore implements Store {
       ...settleArgs(request.settle),
     ];
     const reply = (await this.#client[scripts.reserve.name]!(...args)) as number[];
-    const [granted, waitMs, startAt, ruleIndex, first] = reply as [number, number, number, number, number];
+    const [granted, waitMs, startAt, ruleIndex, first, now] = reply as [number, number, number, number, number, number];
     const members: string[] = [];
     if (granted === 1) for (let i = 0; i < request.cost; i++) members.push(String(first + i));
-    return { granted: granted === 1, waitMs, startAt, ruleIndex, members };
+    return { granted: granted === 1, waitMs, startAt, now, ruleIndex, members };
   }
 
   async settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void> {

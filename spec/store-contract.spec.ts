@@ -1,0 +1,275 @@
+import { expect } from 'chai';
+import fc from 'fast-check';
+import { keyNames } from '../lib/keys.js';
+import type { Rule } from '../lib/rules.js';
+import type { ReserveRequest, Store } from '../lib/store.js';
+import { MemoryStore } from '../lib/stores/memory-store.js';
+import { RedisStore } from '../lib/stores/redis-store.js';
+import { redisClient, uniquePrefix } from './support/hooks.js';
+import { maxStartsInWindow, ReferenceModel, violations } from './support/model.js';
+
+/** A store under test, with a way to move its clock (or let real time pass, for Redis). */
+interface Subject {
+  readonly store: Store;
+  readonly namespace: string;
+  /** Lets at least `ms` pass on the store's clock. */
+  advance(ms: number): Promise<void>;
+}
+
+const subjects: Array<{ name: string; make: () => Subject }> = [
+  {
+    name: 'MemoryStore',
+    make: () => {
+      let clock = 1_000_000;
+      return {
+        store: new MemoryStore({ now: () => clock }),
+        namespace: 'ns',
+        advance: async (ms) => {
+          clock += ms;
+        },
+      };
+    },
+  },
+  {
+    name: 'RedisStore',
+    make: () => ({
+      store: new RedisStore(redisClient(), { prefix: uniquePrefix() }),
+      namespace: 'ns',
+      advance: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+    }),
+  },
+];
+
+function request(overrides: Partial<ReserveRequest> & { rules: readonly Rule[] }): ReserveRequest {
+  return { namespace: 'ns', key: 'k', cost: 1, maxDelayMs: Infinity, holdMs: 0, retainMs: longest(overrides.rules), settle: [], ...overrides };
+}
+
+function longest(rules: readonly Rule[]): number {
+  return Math.max(...rules.map((rule) => rule.windowMs));
+}
+
+for (const { name, make } of subjects) {
+  describe(`store contract: ${name}`, () => {
+    it('grants up to the limit at once, then books the next slot one window after the oldest', async () => {
+      const { store } = make();
+      const rules = [{ limit: 3, windowMs: 60_000 }];
+      const results = [];
+      for (let i = 0; i < 4; i++) results.push(await store.reserve(request({ rules, holdMs: 10 })));
+      expect(results.slice(0, 3).map((r) => r.waitMs)).to.deep.equal([0, 0, 0]);
+      expect(results.every((r) => r.granted)).to.equal(true);
+      const first = results[0]!;
+      expect(results[3]!.startAt).to.equal(first.startAt + 10 + 60_000);
+      expect(results[3]!.ruleIndex).to.equal(0);
+      expect(results[3]!.waitMs).to.be.within(60_009, 60_011);
+      expect(new Set(results.flatMap((r) => r.members)).size).to.equal(4);
+    });
+
+    it('refuses a slot further than maxDelayMs, books nothing, and says when to retry', async () => {
+      const { store } = make();
+      const rules = [{ limit: 2, windowMs: 60_000 }];
+      await store.reserve(request({ rules }));
+      await store.reserve(request({ rules }));
+      const refused = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      expect(refused.granted).to.equal(false);
+      expect(refused.members).to.deep.equal([]);
+      expect(refused.waitMs).to.be.within(59_990, 60_000);
+      const again = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      expect(again.startAt).to.equal(refused.startAt);
+      const usage = await store.inspect('ns', 'k', rules);
+      expect(usage.rules[0]!.used).to.equal(2);
+    });
+
+    it('books cost slots in one step and never splits them', async () => {
+      const { store } = make();
+      const rules = [{ limit: 5, windowMs: 60_000 }];
+      const a = await store.reserve(request({ rules, cost: 3 }));
+      const b = await store.reserve(request({ rules, cost: 3, maxDelayMs: 0 }));
+      const c = await store.reserve(request({ rules, cost: 2, maxDelayMs: 0 }));
+      expect(a.members).to.have.length(3);
+      expect(b.granted).to.equal(false);
+      expect(c.granted).to.equal(true);
+      expect((await store.inspect('ns', 'k', rules)).rules[0]!.used).to.equal(5);
+    });
+
+    it('applies the rule that binds last, across several rules', async () => {
+      const { store } = make();
+      const rules = [{ limit: 2, windowMs: 1_000 }, { limit: 3, windowMs: 60_000 }];
+      const starts = [];
+      for (let i = 0; i < 4; i++) starts.push(await store.reserve(request({ rules })));
+      expect(starts[2]!.ruleIndex).to.equal(0);
+      expect(starts[2]!.startAt).to.equal(starts[0]!.startAt + 1_000);
+      expect(starts[3]!.ruleIndex).to.equal(1);
+      expect(starts[3]!.startAt).to.equal(starts[0]!.startAt + 60_000);
+    });
+
+    it('serves callers in the order they asked, even when a later call would fit earlier', async () => {
+      const { store } = make();
+      const rules = [{ limit: 1, windowMs: 60_000 }];
+      const first = await store.reserve(request({ rules }));
+      const second = await store.reserve(request({ rules }));
+      const small = await store.reserve(request({ rules: [{ limit: 5, windowMs: 60_000 }] }));
+      expect(second.startAt).to.equal(first.startAt + 60_000);
+      expect(small.startAt).to.equal(second.startAt);
+    });
+
+    it('frees capacity when a completion earlier than the hold is settled', async () => {
+      const { store } = make();
+      const rules = [{ limit: 1, windowMs: 60_000 }];
+      const first = await store.reserve(request({ rules, holdMs: 5_000 }));
+      const settle = [{ member: first.members[0]!, releaseAt: first.startAt + 20 }];
+      const next = await store.reserve(request({ rules, holdMs: 5_000, maxDelayMs: 0, settle }));
+      expect(next.granted).to.equal(false);
+      expect(next.startAt).to.equal(first.startAt + 20 + 60_000);
+    });
+
+    it('counts a slot longer when its call completes after the hold', async () => {
+      const { store } = make();
+      const rules = [{ limit: 1, windowMs: 60_000 }];
+      const first = await store.reserve(request({ rules, holdMs: 10 }));
+      await store.settle('ns', 'k', [{ member: first.members[0]!, releaseAt: first.startAt + 3_000 }], 60_000);
+      const next = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      expect(next.startAt).to.equal(first.startAt + 3_000 + 60_000);
+    });
+
+    it('removes a released slot, so the capacity is free again', async () => {
+      const { store } = make();
+      const rules = [{ limit: 1, windowMs: 60_000 }];
+      const first = await store.reserve(request({ rules }));
+      await store.settle('ns', 'k', [{ member: first.members[0]!, releaseAt: null }], 60_000);
+      const next = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      expect(next.granted).to.equal(true);
+    });
+
+    it('keeps keys apart', async () => {
+      const { store } = make();
+      const rules = [{ limit: 1, windowMs: 60_000 }];
+      for (const key of ['a', 'b', '%7B', '{', '']) {
+        const result = await store.reserve(request({ rules, key, maxDelayMs: 0 }));
+        expect(result.granted, key).to.equal(true);
+      }
+    });
+
+    it('reports usage, reset and the next free slot without booking', async () => {
+      const { store, advance } = make();
+      const rules = [{ limit: 2, windowMs: 200 }, { limit: 10, windowMs: 60_000 }];
+      expect(await store.inspect('ns', 'k', rules)).to.deep.include({ nextFreeInMs: 0 });
+      await store.reserve(request({ rules }));
+      await advance(20);
+      await store.reserve(request({ rules }));
+      const usage = await store.inspect('ns', 'k', rules);
+      expect(usage.rules.map((r) => r.used)).to.deep.equal([2, 2]);
+      expect(usage.rules[0]!.resetInMs).to.be.within(1, 180);
+      expect(usage.nextFreeInMs).to.equal(usage.rules[0]!.resetInMs);
+      expect((await store.inspect('ns', 'k', rules)).rules[0]!.used).to.equal(2);
+    });
+
+    it('matches the reference model on random sequences, and no window ever holds more than its limit', async function () {
+      this.timeout(60_000);
+      const ruleSets: Rule[][] = [
+        [{ limit: 3, windowMs: 40 }],
+        [{ limit: 2, windowMs: 15 }, { limit: 5, windowMs: 60 }],
+        [{ limit: 4, windowMs: 30 }],
+      ];
+      const op = fc.oneof(
+        fc.record({ kind: fc.constant('reserve' as const), key: fc.constantFrom('a', 'b'), cost: fc.integer({ min: 1, max: 2 }), throw: fc.boolean(), rules: fc.nat(ruleSets.length - 1) }),
+        fc.record({ kind: fc.constant('complete' as const), pick: fc.nat(), after: fc.nat(8) }),
+        fc.record({ kind: fc.constant('release' as const), pick: fc.nat() }),
+        fc.record({ kind: fc.constant('wait' as const), ms: fc.integer({ min: 1, max: 12 }) }),
+      );
+      await fc.assert(
+        fc.asyncProperty(fc.array(op, { minLength: 5, maxLength: 40 }), async (ops) => {
+          const subject = make();
+          const model = new ReferenceModel();
+          const holdMs = 8;
+          const granted: Array<{ key: string; member: string; start: number; release: number; cost: number; settled: boolean; ruleSet: number }> = [];
+          for (const step of ops) {
+            if (step.kind === 'wait') {
+              await subject.advance(step.ms);
+            } else if (step.kind === 'reserve') {
+              const rules = ruleSets[step.rules]!;
+              const retainMs = 60;
+              const result = await subject.store.reserve(request({ key: step.key, rules, cost: step.cost, maxDelayMs: step.throw ? 0 : Infinity, holdMs, retainMs }));
+              const expected = model.reserve(step.key, result.now, { rules, cost: step.cost, maxDelayMs: step.throw ? 0 : Infinity, holdMs, retainMs });
+              expect(result.startAt, 'startAt').to.equal(expected.startAt);
+              expect(result.granted, 'granted').to.equal(expected.granted);
+              expect(result.members).to.deep.equal(expected.members);
+              if (result.granted) {
+                for (const member of result.members) granted.push({ key: step.key, member, start: result.startAt, release: result.startAt + holdMs, cost: 1, settled: false, ruleSet: step.rules });
+              }
+            } else {
+              const open = granted.filter((g) => !g.settled);
+              const target = open[step.pick % Math.max(1, open.length)];
+              if (!target) continue;
+              target.settled = true;
+              const releaseAt = step.kind === 'release' ? null : target.start + Math.min(step.after, holdMs);
+              const now = (await subject.store.inspect(subject.namespace, target.key, ruleSets[0]!)).now;
+              await subject.store.settle(subject.namespace, target.key, [{ member: target.member, releaseAt }], 60);
+              model.settle(target.key, now, target.member, releaseAt, 60);
+              if (releaseAt === null) granted.splice(granted.indexOf(target), 1);
+              else target.release = releaseAt;
+            }
+          }
+          for (const key of ['a', 'b']) {
+            const calls = granted.filter((g) => g.key === key);
+            for (const [index, rules] of ruleSets.entries()) {
+              // Each call was placed under its own rule set: check it against the calls booked before it.
+              calls.forEach((call, booked) => {
+                if (call.ruleSet !== index) return;
+                const earlier = calls.slice(0, booked);
+                for (const rule of rules) {
+                  const inWindow = earlier.filter((g) => g.release + rule.windowMs > call.start).length;
+                  expect(inWindow, `call ${booked} under ${rule.limit}/${rule.windowMs}`).to.be.at.most(rule.limit - 1);
+                }
+              });
+            }
+            for (const rules of ruleSets.slice(0, 1)) {
+              if (calls.every((g) => g.ruleSet === 0)) expect(maxStartsInWindow(calls.map((g) => g.start), rules[0]!.windowMs)).to.be.at.most(rules[0]!.limit);
+            }
+          }
+          await subject.store.close();
+        }),
+        { numRuns: name === 'RedisStore' ? 40 : 150 },
+      );
+    });
+  });
+}
+
+describe('RedisStore specifics', () => {
+  it('puts every key of a decision under one hash tag, whatever the user id', () => {
+    for (const id of ['', '{', '}', 'a}b{c', 'x:y', '*', 'line\nbreak', 'é😀', 'k'.repeat(10_000)]) {
+      const names = keyNames('vt', 'acme', encodeURIComponent(id).slice(0, 50));
+      const tags = [names.log, names.meta].map((key) => key.slice(key.indexOf('{') + 1, key.indexOf('}')));
+      expect(tags[0]).to.equal(tags[1]);
+    }
+  });
+
+  it('recovers from SCRIPT FLUSH through EVALSHA fallback', async () => {
+    const client = redisClient();
+    const store = new RedisStore(client, { prefix: uniquePrefix() });
+    const rules = [{ limit: 5, windowMs: 1_000 }];
+    await store.reserve(request({ rules }));
+    await client.script('FLUSH');
+    const result = await store.reserve(request({ rules }));
+    expect(result.granted).to.equal(true);
+  });
+
+  it('lets idle keys expire after their longest window', async () => {
+    const client = redisClient();
+    const prefix = uniquePrefix();
+    const store = new RedisStore(client, { prefix });
+    await store.reserve(request({ rules: [{ limit: 5, windowMs: 2_000 }], holdMs: 100 }));
+    const { log, meta } = keyNames(prefix, 'ns', 'k');
+    for (const key of [log, meta]) expect(await client.pttl(key)).to.be.within(1_900, 2_100);
+  });
+
+  it('never leaves the prefix, and keeps the client open on close', async () => {
+    const client = redisClient();
+    const prefix = uniquePrefix();
+    const store = new RedisStore(client, { prefix });
+    await store.reserve(request({ rules: [{ limit: 5, windowMs: 1_000 }], key: 'x' }));
+    await store.close();
+    const keys = await client.keys(`${prefix}:*`);
+    expect(keys).to.have.length(2);
+    expect(await client.ping()).to.equal('PONG');
+  });
+});
