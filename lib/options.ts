@@ -101,3 +101,15 @@ export interface KeyUsage {
   /** Calls of this process waiting for this key (sleeping for a slot, or queued). */
   readonly waitingHere: number;
 }
+
+/** What a throttle holds in this process (see `Throttle.stats`). */
+export interface ThrottleStats {
+  /** Keys with a local queue (`queue` mode); idle queues are dropped. */
+  readonly queues: number;
+  /** Calls waiting in local queues, not yet at the head. */
+  readonly queued: number;
+  /** Calls with a booked slot, sleeping until it starts. */
+  readonly sleeping: number;
+  /** Keys whose early completion times wait to ride along with the key's next decision (bounded). */
+  readonly bufferedKeys: number;
+}

@@ -3,7 +3,7 @@ import PQueue from 'p-queue';
 import { QueueFullError, RateLimitedError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError, ThrottleError } from './errors.js';
 import { HoldEstimator } from './hold.js';
 import { checkNamespace, encodeKey, normalizeKey, type KeyInput } from './keys.js';
-import type { KeyUsage, RulesOption, ScheduleOptions, ThrottleMode, ThrottleOptions } from './options.js';
+import type { KeyUsage, RulesOption, ScheduleOptions, ThrottleMode, ThrottleOptions, ThrottleStats } from './options.js';
 import { describe, longestWindow, parseRules, type Rule, type RuleInput } from './rules.js';
 import { sleep } from './sleep.js';
 import { MemoryStore } from './stores/memory-store.js';
@@ -87,6 +87,18 @@ export class Throttle {
   /** The in-flight estimate new slots are booked with, in ms (see `safetyMarginMs`). */
   get holdMs(): number {
     return this.#hold.holdMs;
+  }
+
+  /**
+   * What this process holds locally: keys with a queue, calls waiting (queued or sleeping for their
+   * slot), and keys with completion times not yet written to the store. All drop to 0 when idle.
+   */
+  get stats(): ThrottleStats {
+    let queued = 0;
+    for (const queue of this.#queues.values()) queued += queue.size;
+    let sleeping = 0;
+    for (const count of this.#waiting.values()) sleeping += count;
+    return { queues: this.#queues.size, queued, sleeping, bufferedKeys: this.#settlements.size };
   }
 
   /**

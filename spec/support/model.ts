@@ -67,26 +67,6 @@ export class ReferenceModel {
   }
 }
 
-/**
- * Checks the promise on a list of granted calls: for every rule and every call k, at most
- * `limit - cost_k` earlier calls still count (release + window > start_k). Returns the violations.
- */
-export function violations(
-  calls: ReadonlyArray<{ start: number; release: number; cost: number }>,
-  rules: readonly Rule[],
-): string[] {
-  const found: string[] = [];
-  const ordered = [...calls].sort((a, b) => a.start - b.start);
-  ordered.forEach((call, k) => {
-    for (const rule of rules) {
-      let counted = 0;
-      for (let j = 0; j < k; j++) if (ordered[j]!.release + rule.windowMs > call.start) counted += ordered[j]!.cost;
-      if (counted > rule.limit - call.cost) found.push(`call at ${call.start} sees ${counted} in ${rule.limit}/${rule.windowMs}`);
-    }
-  });
-  return found;
-}
-
 /** The plain sliding-window check on start times: no interval of `windowMs` holds more than `limit` starts. */
 export function maxStartsInWindow(starts: readonly number[], windowMs: number): number {
   const sorted = [...starts].sort((a, b) => a - b);

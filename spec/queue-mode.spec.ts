@@ -1,0 +1,80 @@
+import { expect } from 'chai';
+import { QueueFullError, ThrottleClosedError } from '../lib/errors.js';
+import { Throttle } from '../lib/throttle.js';
+import { useFakeClock } from './support/fake-clock.js';
+
+const exact = { safetyMarginMs: 0, adaptiveMargin: false } as const;
+
+describe('Throttle: queue mode', () => {
+  const fake = useFakeClock();
+
+  it('runs queued calls as slots free, and only the head holds a booked slot', async () => {
+    const throttle = new Throttle({ rules: ['2/s'], mode: 'queue', ...exact });
+    const t0 = Date.now();
+    const starts: number[] = [];
+    const calls = Array.from({ length: 6 }, () => throttle.schedule('u', () => starts.push(Date.now() - t0)));
+    await fake.clock.tickAsync(10);
+    expect(starts).to.deep.equal([0, 0]);
+    const usage = await throttle.inspect('u');
+    // Two slots started, one booked by the head; three more wait locally without booking anything.
+    expect(usage.rules[0]!.used).to.equal(3);
+    expect(throttle.stats).to.deep.include({ queues: 1, queued: 3, sleeping: 1 });
+    await fake.clock.tickAsync(2_000);
+    await Promise.all(calls);
+    expect(starts).to.deep.equal([0, 0, 1_000, 1_000, 2_000, 2_000]);
+    await throttle.close();
+  });
+
+  it('serves higher priority first among queued calls', async () => {
+    const throttle = new Throttle({ rules: ['1/s'], mode: 'queue', ...exact });
+    const order: string[] = [];
+    const calls = [
+      throttle.schedule('u', () => order.push('first')),
+      throttle.schedule('u', () => order.push('low'), { priority: 0 }),
+      throttle.schedule('u', () => order.push('high'), { priority: 10 }),
+    ];
+    await fake.clock.tickAsync(3_000);
+    await Promise.all(calls);
+    expect(order).to.deep.equal(['first', 'high', 'low']);
+    await throttle.close();
+  });
+
+  it('rejects with QueueFullError past maxQueued, without queueing', async () => {
+    const throttle = new Throttle({ rules: ['1/s'], mode: 'queue', maxQueued: 2, ...exact });
+    // The first call is the head (booking its slot); two more wait behind it: the queue is full.
+    const accepted = [1, 2, 3].map(() => throttle.schedule('u', () => {}));
+    const error = (await throttle.schedule('u', () => {}).catch((e: unknown) => e)) as QueueFullError;
+    expect(error).to.be.instanceOf(QueueFullError);
+    expect(error.maxQueued).to.equal(2);
+    expect(throttle.stats.queued).to.equal(2);
+    await fake.clock.tickAsync(3_000);
+    await Promise.all(accepted);
+    await throttle.close();
+  });
+
+  it('aborting a queued call removes it; close rejects the rest and leaves no timer', async () => {
+    const throttle = new Throttle({ rules: ['1/min'], mode: 'queue', ...exact });
+    await throttle.schedule('u', () => {});
+    const controller = new AbortController();
+    const head = throttle.schedule('u', () => {});
+    const aborted = throttle.schedule('u', () => {}, { signal: controller.signal });
+    const rest = throttle.schedule('u', () => {});
+    await fake.clock.tickAsync(5);
+    controller.abort(new Error('stop'));
+    expect(((await aborted.catch((e: unknown) => e)) as Error).message).to.equal('stop');
+    await throttle.close();
+    for (const call of [head, rest]) expect(await call.catch((e: unknown) => e)).to.be.instanceOf(ThrottleClosedError);
+    expect(fake.clock.countTimers()).to.equal(0);
+  });
+
+  it('drops idle queues: 100,000 distinct keys leave nothing behind', async function () {
+    this.timeout(60_000);
+    const throttle = new Throttle({ rules: ['5/s'], mode: 'queue', ...exact });
+    for (let batch = 0; batch < 100; batch++) {
+      await Promise.all(Array.from({ length: 1_000 }, (_, i) => throttle.schedule(`user-${batch}-${i}`, () => {})));
+    }
+    await fake.clock.tickAsync(0);
+    expect(throttle.stats).to.deep.include({ queues: 0, queued: 0, sleeping: 0 });
+    await throttle.close();
+  });
+});

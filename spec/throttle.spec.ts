@@ -1,0 +1,302 @@
+import { expect } from 'chai';
+import { RateLimitedError, ThrottleClosedError, ThrottleConfigError } from '../lib/errors.js';
+import { Throttle } from '../lib/throttle.js';
+import { MemoryStore } from '../lib/stores/memory-store.js';
+import type { ThrottleOptions } from '../lib/options.js';
+import { useFakeClock } from './support/fake-clock.js';
+
+const exact = { safetyMarginMs: 0, adaptiveMargin: false } as const;
+
+/** Starts `count` calls on `key` and records when each fn ran (fake ms since the test began). */
+function burst(throttle: Throttle, key: string, count: number, t0: number) {
+  const starts: number[] = [];
+  const done = Promise.all(
+    Array.from({ length: count }, (_, i) =>
+      throttle.schedule(key, () => {
+        starts.push(Date.now() - t0);
+        return i;
+      }),
+    ),
+  );
+  return { starts, done };
+}
+
+describe('Throttle: delay mode', () => {
+  const fake = useFakeClock();
+
+  function make(options: Partial<ThrottleOptions> = {}) {
+    return new Throttle({ rules: ['3/s'], ...exact, ...options });
+  }
+
+  it('runs calls at once while the window has room, then each as soon as it frees', async () => {
+    const throttle = make();
+    const t0 = Date.now();
+    const { starts, done } = burst(throttle, 'u1', 7, t0);
+    await fake.clock.tickAsync(2_500);
+    expect(await done).to.deep.equal([0, 1, 2, 3, 4, 5, 6]);
+    expect(starts).to.deep.equal([0, 0, 0, 1_000, 1_000, 1_000, 2_000]);
+    await throttle.close();
+  });
+
+  it('keeps keys independent', async () => {
+    const throttle = make();
+    const t0 = Date.now();
+    const a = burst(throttle, 'a', 3, t0);
+    const b = burst(throttle, 'b', 3, t0);
+    await fake.clock.tickAsync(10);
+    await Promise.all([a.done, b.done]);
+    expect([...a.starts, ...b.starts]).to.deep.equal([0, 0, 0, 0, 0, 0]);
+    await throttle.close();
+  });
+
+  it('returns what fn returns and rejects with the very error fn threw, sync or async', async () => {
+    const throttle = make();
+    const sync = new Error('sync');
+    const async = new Error('async');
+    expect(await throttle.schedule('u', () => 'value')).to.equal('value');
+    expect(await throttle.schedule('u', async () => ({ n: 1 }))).to.deep.equal({ n: 1 });
+    const caught = await throttle.schedule('u', () => { throw sync; }).catch((error: unknown) => error);
+    expect(caught).to.equal(sync);
+    await fake.clock.tickAsync(1_000);
+    const caughtAsync = await throttle.schedule('u', () => Promise.reject(async)).catch((error: unknown) => error);
+    expect(caughtAsync).to.equal(async);
+    await throttle.close();
+  });
+
+  it('spends the slot when fn starts, whether fn succeeds or fails', async () => {
+    const throttle = make({ rules: ['2/s'] });
+    await throttle.schedule('u', () => { throw new Error('x'); }).catch(() => {});
+    await throttle.schedule('u', () => Promise.reject(new Error('y'))).catch(() => {});
+    const usage = await throttle.inspect('u');
+    expect(usage.rules[0]!.used).to.equal(2);
+    expect(usage.nextFreeInMs).to.be.within(999, 1_000);
+    await throttle.close();
+  });
+
+  it('turns a wait longer than maxDelayMs into RateLimitedError, and books nothing', async () => {
+    const throttle = make({ maxDelayMs: 500 });
+    await Promise.all([1, 2, 3].map(() => throttle.schedule('u', () => {})));
+    let called = false;
+    const error = await throttle.schedule('u', () => { called = true; }).catch((e: unknown) => e);
+    expect(error).to.be.instanceOf(RateLimitedError);
+    const limited = error as RateLimitedError;
+    expect(limited.retryAfterMs).to.be.within(999, 1_000);
+    expect(limited.key).to.equal('u');
+    expect(limited.rule).to.deep.equal({ limit: 3, windowMs: 1_000 });
+    expect(limited.code).to.equal('ERR_RATE_LIMITED');
+    expect(called).to.equal(false);
+    expect((await throttle.inspect('u')).rules[0]!.used).to.equal(3);
+    // A per-call maxDelayMs overrides the throttle's.
+    const waited = throttle.schedule('u', () => 'late', { maxDelayMs: 2_000 });
+    await fake.clock.tickAsync(1_000);
+    expect(await waited).to.equal('late');
+    await throttle.close();
+  });
+
+  it('applies several rules at once and reports the one that binds', async () => {
+    const throttle = make({ rules: ['2/s', '3/min'], maxDelayMs: 5_000 });
+    const t0 = Date.now();
+    const { starts, done } = burst(throttle, 'u', 3, t0);
+    await fake.clock.tickAsync(1_000);
+    await done;
+    expect(starts).to.deep.equal([0, 0, 1_000]);
+    const error = (await throttle.schedule('u', () => {}).catch((e: unknown) => e)) as RateLimitedError;
+    expect(error.rule).to.deep.equal({ limit: 3, windowMs: 60_000 });
+    await throttle.close();
+  });
+
+  it('chooses rules per key, also asynchronously (plan tiers)', async () => {
+    const tiers: Record<string, string[]> = { gold: ['5/s'], free: ['1/s'] };
+    const throttle = make({ rules: async (key) => tiers[key.split(':')[0]!]!, maxDelayMs: 0 });
+    const gold = await Promise.allSettled(Array.from({ length: 6 }, () => throttle.schedule('gold:1', () => {})));
+    const free = await Promise.allSettled(Array.from({ length: 2 }, () => throttle.schedule('free:1', () => {})));
+    expect(gold.map((r) => r.status)).to.deep.equal(['fulfilled', 'fulfilled', 'fulfilled', 'fulfilled', 'fulfilled', 'rejected']);
+    expect(free.map((r) => r.status)).to.deep.equal(['fulfilled', 'rejected']);
+    await throttle.close();
+  });
+
+  it('keeps a live key history when its rules change, and is exact from that moment', async () => {
+    const store = new MemoryStore();
+    const before = new Throttle({ rules: ['3/min'], store, ...exact, maxDelayMs: 0 });
+    for (let i = 0; i < 3; i++) await before.schedule('u', () => {});
+    await fake.clock.tickAsync(10_000);
+    const doubled = new Throttle({ rules: ['6/min'], store, ...exact, maxDelayMs: 0 });
+    const results = await Promise.allSettled(Array.from({ length: 4 }, () => doubled.schedule('u', () => {})));
+    expect(results.map((r) => r.status)).to.deep.equal(['fulfilled', 'fulfilled', 'fulfilled', 'rejected']);
+    const withDaily = new Throttle({ rules: ['6/min', '7/day'], store, ...exact, maxDelayMs: 0, retainMs: 86_400_000 });
+    await fake.clock.tickAsync(50_000);
+    const day = await Promise.allSettled(Array.from({ length: 3 }, () => withDaily.schedule('u', () => {})));
+    expect(day.map((r) => r.status)).to.deep.equal(['fulfilled', 'rejected', 'rejected']);
+    await Promise.all([before.close(), doubled.close(), withDaily.close()]);
+  });
+
+  it('counts a call until its response plus the window: a slow call holds its slot longer', async () => {
+    const throttle = new Throttle({ rules: ['1/s'], safetyMarginMs: 50, adaptiveMargin: false });
+    const t0 = Date.now();
+    const slow = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 400)));
+    await fake.clock.tickAsync(400);
+    await slow;
+    const starts: number[] = [];
+    const next = throttle.schedule('u', () => starts.push(Date.now() - t0));
+    await fake.clock.tickAsync(2_000);
+    await next;
+    expect(starts).to.deep.equal([1_400]);
+    await throttle.close();
+  });
+
+  it('frees the slot early when a call completes before the safety margin', async () => {
+    const throttle = new Throttle({ rules: ['1/s'], safetyMarginMs: 300, adaptiveMargin: false });
+    const t0 = Date.now();
+    await throttle.schedule('u', () => {});
+    const starts: number[] = [];
+    const next = throttle.schedule('u', () => starts.push(Date.now() - t0));
+    await fake.clock.tickAsync(2_000);
+    await next;
+    expect(starts).to.deep.equal([1_000]);
+    await throttle.close();
+  });
+
+  it('learns the in-flight margin from observed response times', async () => {
+    const throttle = new Throttle({ rules: ['10/s'], safetyMarginMs: 10 });
+    expect(throttle.holdMs).to.equal(10);
+    const call = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 120)));
+    await fake.clock.tickAsync(120);
+    await call;
+    expect(throttle.holdMs).to.equal(120);
+    await throttle.close();
+  });
+
+  it('forgets idle keys: memory follows active keys, not every key ever seen', async function () {
+    this.timeout(60_000);
+    const store = new MemoryStore();
+    const throttle = new Throttle({ rules: ['5/s'], store, ...exact });
+    for (let round = 0; round < 4; round++) {
+      for (let batch = 0; batch < 25; batch++) {
+        await Promise.all(Array.from({ length: 1_000 }, (_, i) => throttle.schedule(`r${round}-${batch}-${i}`, () => {})));
+      }
+      await fake.clock.tickAsync(1_001);
+    }
+    // 100,000 keys were used, 25,000 per second; only the last second's keys (and a few stragglers) remain.
+    expect(store.size).to.be.at.most(30_000);
+    expect(throttle.stats.bufferedKeys).to.be.at.most(10_000);
+    await throttle.close();
+  });
+
+  it('rejects waiting calls on close, gives their slots back, and leaves no timer', async () => {
+    const throttle = make({ rules: ['1/min'] });
+    await throttle.schedule('u', () => {});
+    let called = false;
+    const waiting = throttle.schedule('u', () => { called = true; });
+    await fake.clock.tickAsync(10);
+    expect(fake.clock.countTimers()).to.equal(1);
+    await throttle.close();
+    const error = await waiting.catch((e: unknown) => e);
+    expect(error).to.be.instanceOf(ThrottleClosedError);
+    expect(called).to.equal(false);
+    expect(fake.clock.countTimers()).to.equal(0);
+    const after = await throttle.schedule('u', () => {}).catch((e: unknown) => e);
+    expect(after).to.be.instanceOf(ThrottleClosedError);
+  });
+});
+
+describe('Throttle: throw mode', () => {
+  const fake = useFakeClock();
+
+  it('never waits: a call over the limit rejects at once with retryAfterMs', async () => {
+    const throttle = new Throttle({ rules: ['2/s'], mode: 'throw', ...exact, maxDelayMs: 10_000 });
+    await throttle.schedule('u', () => {});
+    await fake.clock.tickAsync(300);
+    await throttle.schedule('u', () => {});
+    const error = (await throttle.schedule('u', () => {}).catch((e: unknown) => e)) as RateLimitedError;
+    expect(error).to.be.instanceOf(RateLimitedError);
+    expect(error.retryAfterMs).to.equal(700);
+    await fake.clock.tickAsync(700);
+    expect(await throttle.schedule('u', () => 'ok')).to.equal('ok');
+    await throttle.close();
+  });
+});
+
+describe('Throttle: cancellation', () => {
+  const fake = useFakeClock();
+
+  it('aborting a waiting call rejects with signal.reason, never runs fn, and frees its slot', async () => {
+    const throttle = new Throttle({ rules: ['1/s'], ...exact });
+    const t0 = Date.now();
+    await throttle.schedule('u', () => {});
+    const controller = new AbortController();
+    let called = false;
+    const cancelled = throttle.schedule('u', () => { called = true; }, { signal: controller.signal });
+    const starts: number[] = [];
+    const third = throttle.schedule('u', () => starts.push(Date.now() - t0));
+    await fake.clock.tickAsync(100);
+    const reason = new Error('user went away');
+    controller.abort(reason);
+    expect(await cancelled.catch((e: unknown) => e)).to.equal(reason);
+    await fake.clock.tickAsync(0);
+    expect((await throttle.inspect('u')).rules[0]!.used).to.equal(2);
+    await fake.clock.tickAsync(3_000);
+    await third;
+    expect(called).to.equal(false);
+    // Bookings never move (first asked, first served): the third call keeps its slot at 2 s.
+    expect(starts).to.deep.equal([2_000]);
+    await throttle.close();
+  });
+
+  it('an already aborted signal rejects before anything is booked', async () => {
+    const throttle = new Throttle({ rules: ['1/s'], ...exact });
+    const reason = new Error('no');
+    const error = await throttle.schedule('u', () => {}, { signal: AbortSignal.abort(reason) }).catch((e: unknown) => e);
+    expect(error).to.equal(reason);
+    expect((await throttle.inspect('u')).rules[0]!.used).to.equal(0);
+    await throttle.close();
+  });
+});
+
+describe('Throttle: bad input', () => {
+  const throttle = new Throttle({ rules: ['3/s'], ...exact });
+  after(() => throttle.close());
+
+  const cases: Array<[string, () => Promise<unknown>, new (...args: never[]) => Error, RegExp]> = [
+    ['fn not a function', () => throttle.schedule('u', 'nope' as never), TypeError, /Expected fn to be a function, got 'nope'/],
+    ['key an object', () => throttle.schedule({} as never, () => {}), TypeError, /Expected key to be a string or a finite number, got \{\}/],
+    ['key NaN', () => throttle.schedule(NaN, () => {}), TypeError, /got NaN/],
+    ['negative maxDelayMs', () => throttle.schedule('u', () => {}, { maxDelayMs: -1 }), ThrottleConfigError, /maxDelayMs .* got -1/],
+    ['NaN maxDelayMs', () => throttle.schedule('u', () => {}, { maxDelayMs: NaN }), ThrottleConfigError, /maxDelayMs/],
+    ['cost above the limit', () => throttle.schedule('u', () => {}, { cost: 4 }), ThrottleConfigError, /cost to be at most 3 .* got 4/],
+    ['fractional cost', () => throttle.schedule('u', () => {}, { cost: 1.5 }), ThrottleConfigError, /cost .* got 1.5/],
+    ['zero cost', () => throttle.schedule('u', () => {}, { cost: 0 }), ThrottleConfigError, /cost/],
+    ['signal not a signal', () => throttle.schedule('u', () => {}, { signal: {} as never }), TypeError, /AbortSignal/],
+  ];
+  for (const [what, run, type, message] of cases) {
+    it(`${what}: typed error, nothing booked`, async () => {
+      const error = await run().then(() => undefined, (e: unknown) => e);
+      expect(error).to.be.instanceOf(type);
+      expect((error as Error).message).to.match(message);
+      expect((await throttle.inspect('u')).rules[0]!.used).to.equal(0);
+    });
+  }
+
+  const configs: Array<[string, Partial<ThrottleOptions>, RegExp]> = [
+    ['no rules', { rules: undefined as never }, /Expected rules/],
+    ['limit 0', { rules: [{ limit: 0, windowMs: 1_000 }] }, /limit/],
+    ['unknown unit', { rules: ['30/fortnight'] }, /30\/fortnight/],
+    ['mode', { mode: 'fast' as never }, /mode .* got 'fast'/],
+    ['negative maxDelayMs', { maxDelayMs: -5 }, /maxDelayMs/],
+    ['safetyMarginMs', { safetyMarginMs: -1 }, /safetyMarginMs/],
+    ['concurrency', { concurrency: 0 }, /concurrency/],
+    ['name', { name: 'a{b}' }, /name/],
+    ['store', { store: {} as never }, /store/],
+  ];
+  for (const [what, options, message] of configs) {
+    it(`constructor rejects bad ${what}`, () => {
+      expect(() => new Throttle({ rules: ['1/s'], ...options })).to.throw(ThrottleConfigError, message);
+    });
+  }
+
+  it('rules from a function are checked at the call', async () => {
+    const bad = new Throttle({ rules: () => ['30/fortnight'] });
+    const error = await bad.schedule('u', () => {}).catch((e: unknown) => e);
+    expect(error).to.be.instanceOf(ThrottleConfigError);
+    await bad.close();
+  });
+});
