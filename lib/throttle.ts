@@ -197,7 +197,11 @@ export class Throttle {
       throw storeError(error);
     }
     if (!result.granted) throw new RateLimitedError(call.key, call.rules[result.ruleIndex], result.waitMs);
-    const grant: Grant = { members: result.members, startAt: result.startAt, holdMs, due: sentAt + result.waitMs };
+    // Where the slot starts on the local clock, read early so that completion times converted to the
+    // store clock can only come out late: the script ran after `sentAt`, and a wait is rounded up by
+    // less than 1 ms (a slot at once starts at the decision's clock reading, rounded up: no correction).
+    const due = sentAt + (result.waitMs > 0 ? result.waitMs - 1 : 0);
+    const grant: Grant = { members: result.members, startAt: result.startAt, holdMs, due };
     const aborted = signals.find((signal) => signal?.aborted);
     if (aborted) {
       this.#release(call, grant);

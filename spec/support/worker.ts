@@ -1,0 +1,166 @@
+/**
+ * A worker process for multi-process specs and the demo:
+ *
+ *     node --import tsx spec/support/worker.ts '<json WorkerConfig>'
+ *
+ * Builds a Throttle on a RedisStore (its own ioredis client), pushes `calls` calls per key through
+ * `schedule()`, each a GET of the vendor URL with `?user=<key>`, prints ONE JSON line of results
+ * (a {@link WorkerResult}) on stdout, closes the throttle, quits the client and exits by itself,
+ * with nothing left open.
+ *
+ * It first makes one uncounted `GET /healthz` (see `warmUp`). With `waitForGo`, it then prints
+ * `{"ready":true}` and waits for a line on stdin before releasing its calls, so that a parent can
+ * release several workers at the same moment.
+ *
+ * `clockSkewMs` shifts this process's wall clock: `Date.now()` and `performance.timeOrigin` read
+ * that much off (monotonic `performance.now()` is untouched, as it is with a real skewed clock).
+ * Decisions must not change: the Redis store reads the time with `TIME`. Times in the result are
+ * read from the unshifted clock, so the parent can compare them with the vendor's.
+ */
+import { Redis } from 'ioredis';
+import { createInterface } from 'node:readline';
+import { RedisStore, Throttle, type RuleInput, type ThrottleMode } from '../../lib/index.js';
+
+export interface WorkerConfig {
+  /** Redis to share the limits through. */
+  readonly redisUrl: string;
+  /** The simulated vendor (scripts/sim-vendor.ts). */
+  readonly vendorUrl: string;
+  readonly rules: RuleInput | readonly RuleInput[];
+  /** User keys; every key gets `calls` calls. */
+  readonly keys: readonly string[];
+  /** Calls per key. */
+  readonly calls: number;
+  /** Throttle name. @default 'vendor' */
+  readonly name?: string;
+  /** RedisStore prefix, so concurrent runs never share keys. @default 'vt' */
+  readonly prefix?: string;
+  readonly mode?: ThrottleMode;
+  readonly safetyMarginMs?: number;
+  readonly adaptiveMargin?: boolean;
+  /** Shift of this process's wall clock, in ms (e.g. ±300000). @default 0 */
+  readonly clockSkewMs?: number;
+  /** Print `{"ready":true}` and wait for a line on stdin before starting. @default false */
+  readonly waitForGo?: boolean;
+  /** Make one uncounted request (`GET /healthz`) first, so fetch is loaded and a connection open. @default true */
+  readonly warmUp?: boolean;
+}
+
+export interface WorkerResult {
+  readonly pid: number;
+  /** Calls scheduled (keys × calls). */
+  readonly scheduled: number;
+  /** Per call, in schedule order (key-major interleaved: call j of every key, then call j+1): */
+  readonly keys: string[];
+  /** when `fn` started (wall-clock ms, unshifted); null if it never ran */
+  readonly starts: Array<number | null>;
+  /** when the vendor's response was read (wall-clock ms, unshifted); null on error */
+  readonly completions: Array<number | null>;
+  readonly errors: Array<{ key: string; message: string }>;
+  /** The throttle's in-flight estimate (`holdMs`) at the end. */
+  readonly holdMs: number;
+  /** Date.now() − real wall clock seen in this process at the end (should equal clockSkewMs). */
+  readonly observedSkewMs: number;
+  /** Release of the calls to the last completion, in ms. */
+  readonly elapsedMs: number;
+}
+
+const realTimeOrigin = performance.timeOrigin;
+/** Unshifted wall clock, sub-ms. */
+const now = (): number => realTimeOrigin + performance.now();
+
+function applySkew(skewMs: number): void {
+  if (skewMs === 0) return;
+  const realDateNow = Date.now.bind(Date);
+  Date.now = () => realDateNow() + skewMs;
+  Object.defineProperty(performance, 'timeOrigin', { value: realTimeOrigin + skewMs, configurable: true });
+}
+
+function waitForLine(): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const lines = createInterface({ input: process.stdin });
+    lines.once('line', () => {
+      lines.close();
+      process.stdin.pause();
+      resolve();
+    });
+    lines.once('close', () => reject(new Error('stdin closed before the go signal')));
+  });
+}
+
+/** Runs the calls, hands the result to `report`, then closes the throttle and quits the client. */
+async function runWorker(config: WorkerConfig, report: (result: WorkerResult) => void): Promise<void> {
+  applySkew(config.clockSkewMs ?? 0);
+  const redis = new Redis(config.redisUrl, { enableAutoPipelining: true });
+  const throttle = new Throttle({
+    name: config.name ?? 'vendor',
+    rules: config.rules,
+    store: new RedisStore(redis, { prefix: config.prefix ?? 'vt' }),
+    mode: config.mode,
+    safetyMarginMs: config.safetyMarginMs,
+    adaptiveMargin: config.adaptiveMargin,
+  });
+  try {
+    await redis.ping();
+    if (config.warmUp ?? true) {
+      // Loads fetch (undici loads lazily, ~50 ms) and opens a connection; the vendor does not count /healthz.
+      await (await fetch(new URL('/healthz', config.vendorUrl))).text();
+    }
+    if (config.waitForGo) {
+      process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
+      await waitForLine();
+    }
+
+    const keys: string[] = [];
+    for (let j = 0; j < config.calls; j++) keys.push(...config.keys);
+    const starts: Array<number | null> = keys.map(() => null);
+    const completions: Array<number | null> = keys.map(() => null);
+    const errors: Array<{ key: string; message: string }> = [];
+    const released = now();
+    await Promise.all(
+      keys.map(async (key, i) => {
+        try {
+          await throttle.schedule(key, async () => {
+            starts[i] = now();
+            const url = new URL(config.vendorUrl);
+            url.searchParams.set('user', key);
+            const response = await fetch(url);
+            await response.text();
+            if (!response.ok) throw new Error(`vendor answered ${response.status}`);
+            completions[i] = now();
+          });
+        } catch (error) {
+          errors.push({ key, message: error instanceof Error ? `${error.name}: ${error.message}` : String(error) });
+        }
+      }),
+    );
+    const finished = Math.max(released, ...completions.map((c) => c ?? 0));
+    report({
+      pid: process.pid,
+      scheduled: keys.length,
+      keys,
+      starts,
+      completions,
+      errors,
+      holdMs: throttle.holdMs,
+      observedSkewMs: Math.round(Date.now() - now()),
+      elapsedMs: finished - released,
+    });
+  } finally {
+    await throttle.close();
+    await redis.quit();
+  }
+}
+
+const configText = process.argv[2];
+if (configText === undefined) {
+  process.stderr.write("usage: node --import tsx spec/support/worker.ts '<json config>'\n");
+  process.exitCode = 2;
+} else {
+  try {
+    await runWorker(JSON.parse(configText) as WorkerConfig, (result) => process.stdout.write(`${JSON.stringify(result)}\n`));
+  } catch (error) {
+    process.stderr.write(`worker ${process.pid} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exitCode = 1;
+  }
+}
