@@ -14,6 +14,6 @@ export default tseslint.config(
   },
   {
     files: ['scripts/**/*.{js,mjs}', 'eslint.config.js'],
-    languageOptions: { globals: { process: 'readonly', console: 'readonly' } },
+    languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly' } },
   },
 );

@@ -35,7 +35,12 @@ export class HoldEstimator {
     const evicted = this.#samples[slot]!;
     this.#samples[slot] = durationMs;
     this.#count++;
-    if (durationMs >= this.#max) this.#max = durationMs;
-    else if (evicted >= this.#max) this.#max = Math.max(...this.#samples.subarray(0, Math.min(this.#count, SAMPLES)));
+    if (durationMs >= this.#max) {
+      this.#max = durationMs;
+    } else if (evicted >= this.#max) {
+      let max = 0;
+      for (let i = Math.min(this.#count, SAMPLES) - 1; i >= 0; i--) if (this.#samples[i]! > max) max = this.#samples[i]!;
+      this.#max = max;
+    }
   }
 }

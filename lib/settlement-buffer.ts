@@ -1,6 +1,6 @@
 import type { Settlement } from './store.js';
 
-/** Keys with buffered settlements at most; the least recently added key is dropped past it. */
+/** Keys with buffered settlements at most; the longest held key is dropped past it. */
 export const MAX_KEYS = 10_000;
 /** Settlements buffered per key at most; the oldest are dropped past it. */
 export const MAX_PER_KEY = 256;
@@ -17,6 +17,7 @@ interface Entry {
  */
 export class SettlementBuffer {
   readonly #entries = new Map<string, Entry>();
+  #cursor: Iterator<string> = this.#entries.keys();
 
   get size(): number {
     return this.#entries.size;
@@ -26,15 +27,26 @@ export class SettlementBuffer {
     if (settle.length === 0) return;
     const entry = this.#entries.get(key);
     if (entry) {
-      this.#entries.delete(key);
       entry.settle.push(...settle);
       if (entry.settle.length > MAX_PER_KEY) entry.settle.splice(0, entry.settle.length - MAX_PER_KEY);
       entry.retainMs = Math.max(entry.retainMs, retainMs);
-      this.#entries.set(key, entry);
       return;
     }
-    if (this.#entries.size >= MAX_KEYS) this.#entries.delete(this.#entries.keys().next().value!);
+    if (this.#entries.size >= MAX_KEYS) this.#evictOne();
     this.#entries.set(key, { settle: settle.slice(-MAX_PER_KEY), retainMs });
+  }
+
+  /**
+   * Drops one entry, walking the map with an iterator kept across calls: restarting from the front
+   * each time would step over every entry deleted since the map was last compacted.
+   */
+  #evictOne(): void {
+    let next = this.#cursor.next();
+    if (next.done) {
+      this.#cursor = this.#entries.keys();
+      next = this.#cursor.next();
+    }
+    if (!next.done) this.#entries.delete(next.value);
   }
 
   /** Removes and returns the key's buffered settlements (an empty list when none). */
@@ -45,11 +57,8 @@ export class SettlementBuffer {
     return entry.settle;
   }
 
-  /** Removes and yields everything buffered: `[key, settlements, retainMs]`. */
-  *drain(): Generator<[string, Settlement[], number]> {
-    for (const [key, entry] of this.#entries) {
-      this.#entries.delete(key);
-      yield [key, entry.settle, entry.retainMs];
-    }
+  clear(): void {
+    this.#entries.clear();
+    this.#cursor = this.#entries.keys();
   }
 }

@@ -130,7 +130,7 @@ export class Throttle {
 
   /**
    * Stops the throttle: rejects every call still waiting with `ThrottleClosedError` and gives its slot
-   * back, writes pending completion times through, and leaves no timer running. Calls whose `fn` has
+   * back, and leaves no timer running. Calls whose `fn` has
    * started finish normally. A store passed in by the user (and its Redis client) stays open.
    */
   close(): Promise<void> {
@@ -142,9 +142,8 @@ export class Throttle {
     this.#closing.abort(new ThrottleClosedError());
     for (const queue of this.#queues.values()) queue.clear();
     this.#queues.clear();
-    if (!this.#ownsStore) {
-      for (const [encoded, settle, retainMs] of this.#settlements.drain()) this.#settleInBackground(encoded, settle, retainMs);
-    }
+    // Buffered early completions are dropped: each would free its slot at most one hold sooner.
+    this.#settlements.clear();
     await Promise.allSettled([...this.#background]);
     if (this.#ownsStore) await this.store.close();
   }

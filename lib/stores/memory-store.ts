@@ -20,7 +20,7 @@ interface KeyLog {
   expiresAt: number;
 }
 
-/** How many least recently used keys each decision checks for expiry. Two keeps the map bounded by live keys. */
+/** How many keys each decision checks for expiry. Two keeps the map bounded by the live keys. */
 const SWEEP_PER_CALL = 2;
 
 /**
@@ -30,8 +30,9 @@ const SWEEP_PER_CALL = 2;
  */
 export class MemoryStore implements Store {
   readonly #now: () => number;
-  /** Insertion order is last-use order: a key is re-inserted on every decision. */
   readonly #logs = new Map<string, KeyLog>();
+  /** Walks the map across decisions, a few entries each time, dropping expired logs (see #sweep). */
+  #cursor: Iterator<[string, KeyLog]> = this.#logs.entries();
 
   constructor(options: MemoryStoreOptions = {}) {
     this.#now = options.now ?? (() => performance.timeOrigin + performance.now());
@@ -55,7 +56,7 @@ export class MemoryStore implements Store {
     const waitMs = startAt <= nowMs ? 0 : Math.ceil(startAt - now);
     this.#sweep(nowMs);
     if (waitMs > request.maxDelayMs) {
-      this.#keepIfLive(id, log);
+      if (log.seq > 0) this.#logs.set(id, log);
       return { granted: false, waitMs, startAt, now: nowMs, ruleIndex, members: [] };
     }
     const members: string[] = [];
@@ -104,19 +105,25 @@ export class MemoryStore implements Store {
 
   #open(id: string, nowMs: number): KeyLog {
     const log = this.#logs.get(id);
-    this.#logs.delete(id);
     if (log && log.expiresAt > nowMs) return log;
+    this.#logs.delete(id);
     return { scores: [], members: [], seq: 0, last: 0, expiresAt: 0 };
   }
 
-  #keepIfLive(id: string, log: KeyLog): void {
-    if (log.scores.length > 0 || log.seq > 0) this.#logs.set(id, log);
-  }
-
+  /**
+   * Checks the next few keys of a walk over the map that goes on from one decision to the next
+   * (a Map iterator stays valid across inserts and deletes), dropping expired logs. Each decision
+   * adds at most one key and checks two, so the map stays close to the number of live keys.
+   */
   #sweep(nowMs: number): void {
-    let checked = 0;
-    for (const [id, log] of this.#logs) {
-      if (checked++ >= SWEEP_PER_CALL) break;
+    for (let checked = 0; checked < SWEEP_PER_CALL; checked++) {
+      let next = this.#cursor.next();
+      if (next.done) {
+        this.#cursor = this.#logs.entries();
+        next = this.#cursor.next();
+        if (next.done) return;
+      }
+      const [id, log] = next.value;
       if (log.expiresAt <= nowMs) this.#logs.delete(id);
     }
   }

@@ -21,8 +21,9 @@ type ScriptedClient = (Redis | Cluster) & Record<string, ScriptFn>;
  * `TIME` (the store's clock, never the worker's). Scripts are registered with ioredis
  * `defineCommand`, which sends EVALSHA and falls back to EVAL on NOSCRIPT (also in pipelines).
  *
- * The client stays the caller's: `close()` does not quit it. Enable ioredis `enableAutoPipelining`
- * to batch decisions for many keys into one write.
+ * The client stays the caller's: `close()` does not quit it. ioredis `enableAutoPipelining` batches
+ * decisions into fewer writes, which helps with a busy or distant Redis (and Cluster); against a
+ * local standalone Redis it measured slower (docs/benchmarks.md), so measure before enabling it.
  */
 export class RedisStore implements Store {
   readonly prefix: string;

@@ -49,7 +49,7 @@ export async function startRedis(options: { port?: number; args?: string[] } = {
       child.kill('SIGKILL');
       rmSync(dir, { recursive: true, force: true });
       if (attempt < 3 && options.port === undefined) continue;
-      throw new Error(`redis-server did not start on port ${port}: ${(error as Error).message}\n${output}`);
+      throw new Error(`redis-server did not start on port ${port}: ${(error as Error).message}\n${output}`, { cause: error });
     }
     return {
       port,
