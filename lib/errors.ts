@@ -34,7 +34,7 @@ export class ThrottleConfigError extends ThrottleError {
 export class RateLimitedError extends ThrottleError {
   /** The user key, as given to `schedule()`. */
   readonly key: string;
-  /** The rule that is full, or `undefined` when a vendor pause or the queue is the reason. */
+  /** The rule that is full, or `undefined` when the wait comes from calls booked earlier for the key (first come, first served). */
   readonly rule: Rule | undefined;
   /** Milliseconds until the call could start. */
   readonly retryAfterMs: number;

@@ -6,7 +6,7 @@ export type { KeyInput } from './keys.js';
 export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
 export { RedisStore } from './stores/redis-store.js';
-export type { RedisStoreOptions } from './stores/redis-store.js';
+export type { RedisClientLike, RedisStoreOptions } from './stores/redis-store.js';
 export type { InspectResult, ReserveRequest, ReserveResult, Settlement, Store } from './store.js';
 export {
   QueueFullError,

@@ -19,7 +19,8 @@ export function normalizeKey(key: unknown): string {
 }
 
 /**
- * Encodes a user key for a storage key, injectively, so that no two ids share state:
+ * Encodes a user key for a storage key so that no two ids share state (injective up to the
+ * SHA-256 digest used for very long ids, where a collision is computationally out of reach):
  * - well-formed text is percent-encoded (`{`, `}`, `:`, `%`, spaces, newlines and non-ASCII all escaped),
  *   which leaves no `:` in it;
  * - text with lone surrogates (which UTF-8 cannot carry) becomes `u:` + hex of its UTF-16 code units;

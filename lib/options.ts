@@ -57,8 +57,9 @@ export interface ThrottleOptions {
    */
   readonly adaptiveMargin?: boolean;
   /**
-   * Cap of the learned in-flight estimate, in ms. A call still in flight after this long keeps its
-   * slot counted until it completes (the completion is then written through at once).
+   * Cap of the learned in-flight estimate, in ms. A booked slot counts until `windowMs` after its
+   * start plus the hold; a call that completes later than that has its completion written to the
+   * store at once, and counts from then on until `windowMs` after it.
    * @default 10_000
    */
   readonly maxHoldMs?: number;
@@ -98,7 +99,7 @@ export interface KeyUsage {
   }>;
   /** ms until one more call could start here (0 = now). */
   readonly nextFreeInMs: number;
-  /** Calls of this process waiting for this key (sleeping for a slot, or queued). */
+  /** Calls of this process waiting for this key: sleeping for their slot, or queued behind the head. */
   readonly waitingHere: number;
 }
 

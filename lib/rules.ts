@@ -7,8 +7,9 @@ export interface Rule {
 }
 
 /**
- * A rule as users write it: `{ limit, windowMs }` or a string `N/unit`, where unit is
- * `ms`, `s`, `sec`, `min`, `m`, `h`, `hour`, `d`, `day` or a duration such as `90s`, `15min`, `2h`.
+ * A rule as users write it: `{ limit, windowMs }` or a string `N/unit`, where unit is one of
+ * `ms`, `s`, `sec`, `second`, `m`, `min`, `minute`, `h`, `hr`, `hour`, `d`, `day`, optionally after an
+ * amount: `30/90s`, `20/500ms`, `2/1.5h` (the window must come out as whole milliseconds).
  */
 export type RuleInput = Rule | string;
 
@@ -72,7 +73,7 @@ function parseShorthand(text: string): Rule {
   const unitMs = match ? UNIT_MS[match[3]!.toLowerCase()] : undefined;
   if (!match || unitMs === undefined) {
     throw new ThrottleConfigError(
-      `Expected a rule like '30/min', '5/s', '10000/day' or '30/90s' (units: ms, s, min, h, day), got '${text}'`,
+      `Expected a rule like '30/min', '5/s', '10000/day' or '30/90s' (units: ${Object.keys(UNIT_MS).join(', ')}), got '${text}'`,
     );
   }
   const limit = Number(match[1]);

@@ -68,10 +68,13 @@ export class Throttle {
       throw new ThrottleConfigError(`Expected mode to be 'delay', 'queue' or 'throw', got ${describe(options.mode)}`);
     }
     this.#rules = compileRules(options.rules);
-    this.#maxDelayMs = this.mode === 'throw' ? 0 : checkDelay('maxDelayMs', options.maxDelayMs ?? Infinity);
+    const maxDelayMs = checkDelay('maxDelayMs', options.maxDelayMs ?? Infinity);
+    this.#maxDelayMs = this.mode === 'throw' ? 0 : maxDelayMs;
     const safetyMarginMs = checkWhole('safetyMarginMs', options.safetyMarginMs ?? 100, 0);
     const maxHoldMs = checkWhole('maxHoldMs', options.maxHoldMs ?? 10_000, 0);
-    this.#hold = new HoldEstimator(safetyMarginMs, maxHoldMs, options.adaptiveMargin ?? true);
+    const adaptive = options.adaptiveMargin ?? true;
+    if (typeof adaptive !== 'boolean') throw new ThrottleConfigError(`Expected adaptiveMargin to be a boolean, got ${describe(adaptive)}`);
+    this.#hold = new HoldEstimator(safetyMarginMs, maxHoldMs, adaptive);
     this.#retainMs = checkWhole('retainMs', options.retainMs ?? 0, 0);
     this.#concurrency = checkCount('concurrency', options.concurrency ?? 1);
     this.#maxQueued = checkCount('maxQueued', options.maxQueued ?? Infinity, 0);
@@ -91,7 +94,8 @@ export class Throttle {
 
   /**
    * What this process holds locally: keys with a queue, calls waiting (queued or sleeping for their
-   * slot), and keys with completion times not yet written to the store. All drop to 0 when idle.
+   * slot), and keys with completion times not yet written to the store. Queues and waiting calls
+   * drop to 0 when idle; buffered keys are bounded and wait for their key's next decision.
    */
   get stats(): ThrottleStats {
     let queued = 0;
@@ -125,7 +129,8 @@ export class Throttle {
     } catch (error) {
       throw storeError(error);
     }
-    return { key: call.key, rules: usage.rules, nextFreeInMs: usage.nextFreeInMs, waitingHere: this.#waiting.get(call.encoded) ?? 0 };
+    const waitingHere = (this.#waiting.get(call.encoded) ?? 0) + (this.#queues.get(call.encoded)?.size ?? 0);
+    return { key: call.key, rules: usage.rules, nextFreeInMs: usage.nextFreeInMs, waitingHere };
   }
 
   /**
@@ -154,7 +159,8 @@ export class Throttle {
       throw new TypeError(`Expected schedule options to be an object, got ${describe(options)}`);
     }
     const cost = checkCount('cost', options.cost ?? 1);
-    const maxDelayMs = this.mode === 'throw' ? 0 : options.maxDelayMs === undefined ? this.#maxDelayMs : checkDelay('maxDelayMs', options.maxDelayMs);
+    const requested = options.maxDelayMs === undefined ? this.#maxDelayMs : checkDelay('maxDelayMs', options.maxDelayMs);
+    const maxDelayMs = this.mode === 'throw' ? 0 : requested;
     const priority = options.priority ?? 0;
     if (typeof priority !== 'number' || !Number.isFinite(priority)) {
       throw new ThrottleConfigError(`Expected priority to be a finite number, got ${describe(priority)}`);
@@ -234,7 +240,8 @@ export class Throttle {
       this.#queues.set(call.encoded, created);
       queue = created;
     }
-    if (queue.size >= this.#maxQueued) throw new QueueFullError(call.key, this.#maxQueued);
+    // A call that can start at once becomes a head; only calls that would wait behind the heads count.
+    if (queue.pending >= this.#concurrency && queue.size >= this.#maxQueued) throw new QueueFullError(call.key, this.#maxQueued);
     const signal = call.signal ? AbortSignal.any([call.signal, this.#closing.signal]) : this.#closing.signal;
     return queue.add(() => this.#acquire(call), { priority: call.priority, signal });
   }

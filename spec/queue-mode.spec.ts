@@ -19,6 +19,7 @@ describe('Throttle: queue mode', () => {
     // Two slots started, one booked by the head; three more wait locally without booking anything.
     expect(usage.rules[0]!.used).to.equal(3);
     expect(throttle.stats).to.deep.include({ queues: 1, queued: 3, sleeping: 1 });
+    expect(usage.waitingHere).to.equal(4);
     await fake.clock.tickAsync(2_000);
     await Promise.all(calls);
     // A slot that was waited for counts from 1 ms before its start (the wait is rounded up to whole
@@ -51,6 +52,15 @@ describe('Throttle: queue mode', () => {
     expect(throttle.stats.queued).to.equal(2);
     await fake.clock.tickAsync(3_000);
     await Promise.all(accepted);
+    await throttle.close();
+  });
+
+  it('with maxQueued 0 a call runs when the key has a free head, and is refused otherwise', async () => {
+    const throttle = new Throttle({ rules: ['1/s'], mode: 'queue', maxQueued: 0, ...exact });
+    const first = throttle.schedule('u', () => 'first');
+    const second = throttle.schedule('u', () => 'second').catch((e: unknown) => e);
+    expect(await first).to.equal('first');
+    expect(await second).to.be.instanceOf(QueueFullError);
     await throttle.close();
   });
 

@@ -1,4 +1,3 @@
-import type { Cluster, Redis } from 'ioredis';
 import { checkNamespace, keyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { InspectResult, ReserveRequest, ReserveResult, Settlement, Store } from '../store.js';
@@ -12,8 +11,16 @@ export interface RedisStoreOptions {
   readonly prefix?: string;
 }
 
+/**
+ * The part of an ioredis `Redis` or `Cluster` client the store relies on. Declared here so that the
+ * published types do not require ioredis (an optional peer dependency) to be installed.
+ */
+export interface RedisClientLike {
+  defineCommand(name: string, definition: { numberOfKeys?: number; lua: string }): void;
+}
+
 type ScriptFn = (...args: Array<string | number>) => Promise<unknown>;
-type ScriptedClient = (Redis | Cluster) & Record<string, ScriptFn>;
+type ScriptedClient = RedisClientLike & Record<string, ScriptFn>;
 
 /**
  * Shares each key's log through Redis (standalone or Cluster), so limits hold across processes
@@ -29,8 +36,8 @@ export class RedisStore implements Store {
   readonly prefix: string;
   readonly #client: ScriptedClient;
 
-  constructor(client: Redis | Cluster, options: RedisStoreOptions = {}) {
-    if (client === null || typeof client !== 'object' || typeof (client as Redis).defineCommand !== 'function') {
+  constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
+    if (client === null || typeof client !== 'object' || typeof client.defineCommand !== 'function') {
       throw new TypeError('Expected an ioredis Redis or Cluster client');
     }
     this.prefix = checkNamespace('RedisStore prefix', options.prefix ?? 'vt');
@@ -42,7 +49,7 @@ export class RedisStore implements Store {
   }
 
   /** The ioredis client this store runs on. */
-  get client(): Redis | Cluster {
+  get client(): RedisClientLike {
     return this.#client;
   }
 
