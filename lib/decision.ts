@@ -10,16 +10,20 @@ import type { Rule } from './rules.js';
  * (x[0] ≤ … ≤ x[m-1]), `cost` more slots fit at t when at most `N - cost` scores exceed `t - T`,
  * that is when `x[m - N + cost - 1] + T ≤ t`. So the earliest start is
  *
- *     t = max(now, last, x[m - N_r + cost - 1] + T_r  for every rule r)
+ *     t = max(now, last, pausedUntil, x[m - N_r + cost - 1] + T_r  for every rule r)
  *
- * where `last` is the latest start already booked (bookings stay in order: first asked, first served).
+ * where `last` is the latest start already booked (bookings stay in order: first asked, first served)
+ * and `pausedUntil` the end of a pause the vendor asked for.
  */
 export interface SlotPlan {
   /** Earliest start (store clock, ms) at which `cost` more slots keep every rule. */
   readonly startAt: number;
-  /** Index of the rule that pushed `startAt` furthest, or -1 when none did. */
+  /** Index of the rule that pushed `startAt` furthest, {@link PAUSED}, or -1 when neither did. */
   readonly ruleIndex: number;
 }
+
+/** `ruleIndex` of a slot pushed back by a pause the vendor asked for (429 with Retry-After, …). */
+export const PAUSED = -2;
 
 /**
  * @param size number of scores in the log
@@ -32,9 +36,14 @@ export function planSlot(
   cost: number,
   now: number,
   last: number,
+  pausedUntil = 0,
 ): SlotPlan {
   let startAt = Math.max(now, last);
   let ruleIndex = -1;
+  if (pausedUntil > now && pausedUntil >= startAt) {
+    startAt = pausedUntil;
+    ruleIndex = PAUSED;
+  }
   for (let r = 0; r < rules.length; r++) {
     const { limit, windowMs } = rules[r]!;
     const index = size - limit + cost - 1;

@@ -34,16 +34,23 @@ export class ThrottleConfigError extends ThrottleError {
 export class RateLimitedError extends ThrottleError {
   /** The user key, as given to `schedule()`. */
   readonly key: string;
-  /** The rule that is full, or `undefined` when the wait comes from calls booked earlier for the key (first come, first served). */
+  /** The rule that is full, or `undefined` when the reason is a vendor pause or earlier bookings. */
   readonly rule: Rule | undefined;
+  /**
+   * Why: `'rule'` (a rule is full), `'paused'` (the vendor asked to pause this key), or `'booked'`
+   * (calls booked earlier for the key come first: first asked, first served).
+   */
+  readonly reason: 'rule' | 'paused' | 'booked';
   /** Milliseconds until the call could start. */
   readonly retryAfterMs: number;
 
-  constructor(key: string, rule: Rule | undefined, retryAfterMs: number) {
-    const what = rule ? `rule ${rule.limit}/${rule.windowMs}ms` : 'throttle';
+  constructor(key: string, cause: Rule | 'paused' | 'booked', retryAfterMs: number) {
+    const what =
+      cause === 'paused' ? 'a vendor pause' : cause === 'booked' ? 'calls booked before it' : `rule ${cause.limit}/${cause.windowMs}ms`;
     super('ERR_RATE_LIMITED', `Rate limited on key "${preview(key)}" by ${what}: retry in ${retryAfterMs} ms`);
     this.key = key;
-    this.rule = rule;
+    this.rule = typeof cause === 'object' ? cause : undefined;
+    this.reason = typeof cause === 'object' ? 'rule' : cause;
     this.retryAfterMs = retryAfterMs;
   }
 }

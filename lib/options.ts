@@ -99,6 +99,8 @@ export interface KeyUsage {
   }>;
   /** ms until one more call could start here (0 = now). */
   readonly nextFreeInMs: number;
+  /** ms until a pause the vendor asked for ends (0 = not paused); see `Throttle.pause`. */
+  readonly pausedForMs: number;
   /** Calls of this process waiting for this key: sleeping for their slot, or queued behind the head. */
   readonly waitingHere: number;
 }

@@ -45,7 +45,7 @@ export interface ReserveResult {
   readonly startAt: number;
   /** Store-clock time (ms, rounded up) the decision was taken at. */
   readonly now: number;
-  /** Index in `rules` of the rule that pushed the slot later, or -1 when none did. */
+  /** Index in `rules` of the rule that pushed the slot later, -2 for a vendor pause, -1 when neither did. */
   readonly ruleIndex: number;
   /** Members of the booked slots (`cost` of them), empty when refused. */
   readonly members: readonly string[];
@@ -65,6 +65,8 @@ export interface InspectResult {
   }>;
   /** ms until one more call could start (0 = now). */
   readonly nextFreeInMs: number;
+  /** ms until a pause the vendor asked for ends (0 = not paused). */
+  readonly pausedForMs: number;
 }
 
 /**
@@ -76,6 +78,11 @@ export interface Store {
   /** Applies settlements without deciding anything (a release, or a completion later than its hold). */
   settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void>;
   inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult>;
+  /**
+   * Starts no call of the key before `ms` from now (store clock), for every process: the vendor said
+   * its limit was hit. A longer pause already in place is kept. Resolves to the pause's end (store clock).
+   */
+  pause(namespace: string, key: string, ms: number, retainMs: number): Promise<number>;
   /** Frees what the store itself owns. A client passed in by the user is left open. */
   close(): Promise<void>;
 }

@@ -1,6 +1,7 @@
 import { setMaxListeners } from 'node:events';
 import PQueue from 'p-queue';
 import { QueueFullError, RateLimitedError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError, ThrottleError } from './errors.js';
+import { PAUSED } from './decision.js';
 import { HoldEstimator } from './hold.js';
 import { checkNamespace, encodeKey, normalizeKey, type KeyInput } from './keys.js';
 import type { KeyUsage, RulesOption, ScheduleOptions, ThrottleMode, ThrottleOptions, ThrottleStats } from './options.js';
@@ -130,7 +131,23 @@ export class Throttle {
       throw storeError(error);
     }
     const waitingHere = (this.#waiting.get(call.encoded) ?? 0) + (this.#queues.get(call.encoded)?.size ?? 0);
-    return { key: call.key, rules: usage.rules, nextFreeInMs: usage.nextFreeInMs, waitingHere };
+    return { key: call.key, rules: usage.rules, nextFreeInMs: usage.nextFreeInMs, pausedForMs: usage.pausedForMs, waitingHere };
+  }
+
+  /**
+   * Starts no call for `key` during the next `ms` milliseconds, in every process sharing the store
+   * (the vendor said its limit was hit). Calls already booked keep their slots; a longer pause in
+   * place is kept. Resolves once the store has recorded it.
+   */
+  async pause(key: KeyInput, ms: number): Promise<void> {
+    const call = await this.#prepare(key, {});
+    checkDelay('pause ms', ms);
+    if (!Number.isFinite(ms)) throw new ThrottleConfigError(`Expected pause ms to be finite, got ${ms}`);
+    try {
+      await this.store.pause(this.name, call.encoded, ms, call.retainMs);
+    } catch (error) {
+      throw storeError(error);
+    }
   }
 
   /**
@@ -201,7 +218,10 @@ export class Throttle {
       this.#settlements.add(call.encoded, settle, call.retainMs);
       throw storeError(error);
     }
-    if (!result.granted) throw new RateLimitedError(call.key, call.rules[result.ruleIndex], result.waitMs);
+    if (!result.granted) {
+      const reason = result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex >= 0 ? call.rules[result.ruleIndex]! : 'booked';
+      throw new RateLimitedError(call.key, reason, result.waitMs);
+    }
     // Where the slot starts on the local clock, read early so that completion times converted to the
     // store clock can only come out late: the script ran after `sentAt`, and a wait is rounded up by
     // less than 1 ms (a slot at once starts at the decision's clock reading, rounded up: no correction).

@@ -163,6 +163,24 @@ for (const { name, make } of subjects) {
       expect((await store.inspect('ns', 'k', rules)).rules[0]!.used).to.equal(2);
     });
 
+    it('starts nothing during a vendor pause, keeps the longer pause, and reports it', async () => {
+      const { store } = make();
+      const rules = [{ limit: 5, windowMs: 1_000 }];
+      const first = await store.reserve(request({ rules }));
+      const end = await store.pause('ns', 'k', 3_000, 1_000);
+      expect(end - first.now).to.be.within(2_995, 3_001);
+      expect(await store.pause('ns', 'k', 100, 1_000)).to.equal(end);
+      const refused = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      expect(refused.granted).to.equal(false);
+      expect(refused.ruleIndex).to.equal(-2);
+      expect(refused.startAt).to.equal(end);
+      const usage = await store.inspect('ns', 'k', rules);
+      expect(usage.pausedForMs).to.be.within(2_900, 3_001);
+      expect(usage.nextFreeInMs).to.equal(usage.pausedForMs);
+      const other = await store.reserve(request({ rules, key: 'other', maxDelayMs: 0 }));
+      expect(other.granted).to.equal(true);
+    });
+
     it('matches the reference model on random sequences, and no window ever holds more than its limit', async function () {
       this.timeout(60_000);
       const ruleSets: Rule[][] = [

@@ -182,6 +182,25 @@ describe('Throttle: delay mode', () => {
     await throttle.close();
   });
 
+  it('pauses a key when asked: waiting calls start after the pause, throw-mode calls say why', async () => {
+    const store = new MemoryStore();
+    const throttle = new Throttle({ rules: ['10/s'], store, ...exact });
+    const strict = new Throttle({ rules: ['10/s'], store, mode: 'throw', ...exact });
+    const t0 = Date.now();
+    await throttle.pause('u', 2_000);
+    const starts: number[] = [];
+    const waiting = throttle.schedule('u', () => starts.push(Date.now() - t0));
+    const refused = (await strict.schedule('u', () => {}).catch((e: unknown) => e)) as RateLimitedError;
+    expect(refused.reason).to.equal('paused');
+    expect(refused.rule).to.equal(undefined);
+    expect(refused.retryAfterMs).to.equal(2_000);
+    expect((await throttle.inspect('u')).pausedForMs).to.equal(2_000);
+    await fake.clock.tickAsync(2_000);
+    await waiting;
+    expect(starts).to.deep.equal([2_000]);
+    await Promise.all([throttle.close(), strict.close()]);
+  });
+
   it('rejects waiting calls on close, gives their slots back, and leaves no timer', async () => {
     const throttle = make({ rules: ['1/min'] });
     await throttle.schedule('u', () => {});

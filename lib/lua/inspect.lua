@@ -5,7 +5,7 @@
   KEYS[2]  meta  hash of the key
   ARGV[1]  R, number of rules, followed by R pairs: LIMIT, WINDOW (ms)
 
-  Returns { now_ms, next_free_in_ms, used_1, reset_in_ms_1, ..., used_R, reset_in_ms_R }
+  Returns { now_ms, next_free_in_ms, paused_for_ms, used_1, reset_in_ms_1, ..., used_R, reset_in_ms_R }
 ]]
 --- @include "log"
 
@@ -15,8 +15,10 @@ local now = vt_now()
 local now_ms = math.ceil(now)
 
 local size = redis.call('ZCARD', log)
-local start_at = math.max(now_ms, tonumber(redis.call('HGET', meta, 'last') or 0))
-local result = { now_ms, 0 }
+local state = redis.call('HMGET', meta, 'last', 'pause')
+local pause = tonumber(state[2] or 0)
+local start_at = math.max(now_ms, tonumber(state[1] or 0), pause)
+local result = { now_ms, 0, math.max(0, math.ceil(pause - now)) }
 for r = 0, rule_count - 1 do
   local limit = tonumber(ARGV[2 + 2 * r])
   local window = tonumber(ARGV[3 + 2 * r])
@@ -31,8 +33,8 @@ for r = 0, rule_count - 1 do
   if used > 0 then
     reset = math.ceil(tonumber(redis.call('ZRANGEBYSCORE', log, floor, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]) + window - now)
   end
-  result[3 + 2 * r] = used
-  result[4 + 2 * r] = reset
+  result[4 + 2 * r] = used
+  result[5 + 2 * r] = reset
 end
 if start_at > now_ms then result[2] = math.ceil(start_at - now) end
 return result

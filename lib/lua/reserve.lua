@@ -3,7 +3,8 @@
   rule, and books it unless it is further away than MAX_DELAY. See docs/design.md.
 
   KEYS[1]  log   sorted set: member = slot number, score = time the slot stops being in flight (ms)
-  KEYS[2]  meta  hash: seq = last slot number, last = latest booked start (ms)
+  KEYS[2]  meta  hash: seq = last slot number, last = latest booked start (ms),
+                pause = no start before this (ms), set by pause.lua when the vendor says so
 
   ARGV[1]  COST       slots to book (1 .. smallest limit)
   ARGV[2]  MAX_DELAY  ms; book only if the slot starts within it; 'inf' books any slot
@@ -12,7 +13,8 @@
   ARGV[5]  R          number of rules, followed by R pairs: LIMIT, WINDOW (ms)
   ARGV[6 + 2R]        S, number of settlements, followed by S pairs: MEMBER, RELEASE_AT ('' = remove)
 
-  Returns { granted (1|0), wait_ms, start_at, rule_index (0-based, -1 = none), first_member, now_ms }
+  Returns { granted (1|0), wait_ms, start_at, rule_index, first_member, now_ms }
+  rule_index: 0-based index of the rule that pushed the slot later, -2 = vendor pause, -1 = neither.
   first_member is the first of COST consecutive slot numbers (0 when refused).
 ]]
 --- @include "log"
@@ -32,8 +34,14 @@ vt_settle(log, settle_at + 1, tonumber(ARGV[settle_at]))
 redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - retain)
 
 local size = redis.call('ZCARD', log)
-local start_at = math.max(now_ms, tonumber(redis.call('HGET', meta, 'last') or 0))
+local state = redis.call('HMGET', meta, 'last', 'pause')
+local start_at = math.max(now_ms, tonumber(state[1] or 0))
+local pause = tonumber(state[2] or 0)
 local rule_index = -1
+if pause > now_ms and pause >= start_at then
+  start_at = pause
+  rule_index = -2
+end
 for r = 0, rule_count - 1 do
   local limit = tonumber(ARGV[6 + 2 * r])
   local window = tonumber(ARGV[7 + 2 * r])
@@ -63,5 +71,5 @@ for i = 1, cost do
 end
 redis.call('ZADD', log, unpack(args))
 redis.call('HSET', meta, 'last', start_at)
-vt_expire(log, meta, now_ms, retain)
+vt_expire(log, meta, now_ms, retain, pause)
 return { 1, wait, start_at, rule_index, seq - cost + 1, now_ms }

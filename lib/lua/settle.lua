@@ -17,5 +17,5 @@ local now_ms = math.ceil(vt_now())
 
 vt_settle(log, 3, tonumber(ARGV[2]))
 redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - retain)
-vt_expire(log, meta, now_ms, retain)
+vt_expire(log, meta, now_ms, retain, tonumber(redis.call('HGET', meta, 'pause') or 0))
 return redis.call('ZCARD', log)

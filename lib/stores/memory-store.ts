@@ -17,6 +17,8 @@ interface KeyLog {
   members: string[];
   seq: number;
   last: number;
+  /** No start before this (a vendor pause), store clock. */
+  pausedUntil: number;
   expiresAt: number;
 }
 
@@ -51,7 +53,7 @@ export class MemoryStore implements Store {
     applySettlements(log, request.settle);
     trim(log, nowMs - request.retainMs);
     const scoreAt = (i: number) => log.scores[i]!;
-    const { startAt, ruleIndex } = planSlot(log.scores.length, scoreAt, request.rules, request.cost, nowMs, log.last);
+    const { startAt, ruleIndex } = planSlot(log.scores.length, scoreAt, request.rules, request.cost, nowMs, log.last, log.pausedUntil);
     // A slot at `nowMs` starts now (the clock read is rounded up); a later one is waited for in full.
     const waitMs = startAt <= nowMs ? 0 : Math.ceil(startAt - now);
     this.#sweep(nowMs);
@@ -87,16 +89,28 @@ export class MemoryStore implements Store {
     const live = log && log.expiresAt > nowMs ? log : undefined;
     const scores = live ? live.scores : [];
     const scoreAt = (i: number) => scores[i]!;
-    const { startAt } = planSlot(scores.length, scoreAt, rules, 1, nowMs, live?.last ?? 0);
+    const pausedUntil = live?.pausedUntil ?? 0;
+    const { startAt } = planSlot(scores.length, scoreAt, rules, 1, nowMs, live?.last ?? 0, pausedUntil);
     return {
       now: nowMs,
       nextFreeInMs: startAt <= nowMs ? 0 : Math.ceil(startAt - now),
+      pausedForMs: Math.max(0, Math.ceil(pausedUntil - now)),
       rules: rules.map(({ limit, windowMs }) => {
         const used = countInWindow(scores.length, scoreAt, windowMs, nowMs);
         const oldest = scores[scores.length - used];
         return { limit, windowMs, used, resetInMs: oldest === undefined ? 0 : Math.ceil(oldest + windowMs - now) };
       }),
     };
+  }
+
+  async pause(namespace: string, key: string, ms: number, _retainMs: number): Promise<number> {
+    const now = this.#now();
+    const id = `${namespace}\n${key}`;
+    const log = this.#open(id, Math.ceil(now));
+    log.pausedUntil = Math.max(log.pausedUntil, Math.ceil(now + ms));
+    log.expiresAt = Math.max(log.expiresAt, log.pausedUntil);
+    this.#logs.set(id, log);
+    return log.pausedUntil;
   }
 
   async close(): Promise<void> {
@@ -107,7 +121,7 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(id);
     if (log && log.expiresAt > nowMs) return log;
     this.#logs.delete(id);
-    return { scores: [], members: [], seq: 0, last: 0, expiresAt: 0 };
+    return { scores: [], members: [], seq: 0, last: 0, pausedUntil: 0, expiresAt: 0 };
   }
 
   /**

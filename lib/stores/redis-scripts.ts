@@ -26,4 +26,5 @@ export const scripts = {
   reserve: { name: `vtReserve${SCRIPT_VERSION}`, numberOfKeys: 2, lua: load('reserve') },
   settle: { name: `vtSettle${SCRIPT_VERSION}`, numberOfKeys: 2, lua: load('settle') },
   inspect: { name: `vtInspect${SCRIPT_VERSION}`, numberOfKeys: 2, lua: load('inspect') },
+  pause: { name: `vtPause${SCRIPT_VERSION}`, numberOfKeys: 2, lua: load('pause') },
 } as const satisfies Record<string, ScriptDefinition>;

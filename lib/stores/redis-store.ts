@@ -84,13 +84,19 @@ export class RedisStore implements Store {
     return {
       now: reply[0]!,
       nextFreeInMs: reply[1]!,
+      pausedForMs: reply[2]!,
       rules: rules.map(({ limit, windowMs }, r) => ({
         limit,
         windowMs,
-        used: reply[2 + 2 * r]!,
-        resetInMs: reply[3 + 2 * r]!,
+        used: reply[3 + 2 * r]!,
+        resetInMs: reply[4 + 2 * r]!,
       })),
     };
+  }
+
+  async pause(namespace: string, key: string, ms: number, retainMs: number): Promise<number> {
+    const { log, meta } = keyNames(this.prefix, namespace, key);
+    return (await this.#client[scripts.pause.name]!(log, meta, Math.ceil(ms), retainMs)) as number;
   }
 
   async close(): Promise<void> {

@@ -27,11 +27,14 @@ local function vt_settle(log, from, count)
   return latest
 end
 
--- Keeps both keys alive until the latest score in the log is older than the history kept.
-local function vt_expire(log, meta, now_ms, retain)
+-- Keeps both keys alive until the latest score in the log is older than the history kept, and
+-- at least until a vendor pause (meta field `pause`, ms) is over.
+local function vt_expire(log, meta, now_ms, retain, pause)
   local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
-  if top[2] == nil then return end
-  local ttl = math.ceil(tonumber(top[2]) + retain - now_ms)
+  local until_ms = pause or 0
+  if top[2] ~= nil then until_ms = math.max(until_ms, tonumber(top[2]) + retain) end
+  if until_ms == 0 then return end
+  local ttl = math.ceil(until_ms - now_ms)
   if ttl < 1 then ttl = 1 end
   redis.call('PEXPIRE', log, ttl)
   redis.call('PEXPIRE', meta, ttl)
