@@ -1,5 +1,5 @@
 export { Throttle } from './throttle.js';
-export type { KeyUsage, RulesOption, ScheduleOptions, ThrottleMode, ThrottleOptions, ThrottleStats } from './options.js';
+export type { KeyUsage, RulesOption, ScheduleOptions, ThrottleMode, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
 export { formatRule, parseRule, parseRules } from './rules.js';
 export type { Rule, RuleInput } from './rules.js';
 export type { KeyInput } from './keys.js';

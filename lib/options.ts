@@ -105,6 +105,18 @@ export interface KeyUsage {
   readonly waitingHere: number;
 }
 
+/**
+ * Events a throttle emits (`throttle.on(name, listener)`). Listeners run synchronously on the hot
+ * path: keep them cheap. A throwing listener never breaks a call: errors thrown by listeners are
+ * caught and dropped.
+ */
+export interface ThrottleEvents {
+  /** Something worth a look that changed nothing: a malformed vendor header that was ignored, a background write that failed. */
+  debug: [event: { readonly message: string; readonly key?: string; readonly error?: unknown }];
+  /** A key was paused for every process sharing the store (`throttle.pause()`, or a vendor's 429). */
+  paused: [event: { readonly key: string; readonly ms: number; readonly source: string }];
+}
+
 /** What a throttle holds in this process (see `Throttle.stats`). */
 export interface ThrottleStats {
   /** Keys with a local queue (`queue` mode); idle queues are dropped. */

@@ -1,10 +1,10 @@
-import { setMaxListeners } from 'node:events';
+import { EventEmitter, setMaxListeners } from 'node:events';
 import PQueue from 'p-queue';
 import { QueueFullError, RateLimitedError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError, ThrottleError } from './errors.js';
 import { PAUSED } from './decision.js';
 import { HoldEstimator } from './hold.js';
 import { checkNamespace, encodeKey, normalizeKey, type KeyInput } from './keys.js';
-import type { KeyUsage, RulesOption, ScheduleOptions, ThrottleMode, ThrottleOptions, ThrottleStats } from './options.js';
+import type { KeyUsage, RulesOption, ScheduleOptions, ThrottleEvents, ThrottleMode, ThrottleOptions, ThrottleStats } from './options.js';
 import { describe, longestWindow, parseRules, type Rule, type RuleInput } from './rules.js';
 import { sleep } from './sleep.js';
 import { MemoryStore } from './stores/memory-store.js';
@@ -41,7 +41,7 @@ const MODES: readonly ThrottleMode[] = ['delay', 'queue', 'throw'];
  * const user = await throttle.schedule(userId, () => acme.get(`/users/${userId}`));
  * ```
  */
-export class Throttle {
+export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly name: string;
   readonly mode: ThrottleMode;
   readonly store: Store;
@@ -60,6 +60,7 @@ export class Throttle {
   #closed: Promise<void> | undefined;
 
   constructor(options: ThrottleOptions) {
+    super();
     if (options === null || typeof options !== 'object') {
       throw new ThrottleConfigError(`Expected Throttle options to be an object, got ${describe(options)}`);
     }
@@ -137,9 +138,9 @@ export class Throttle {
   /**
    * Starts no call for `key` during the next `ms` milliseconds, in every process sharing the store
    * (the vendor said its limit was hit). Calls already booked keep their slots; a longer pause in
-   * place is kept. Resolves once the store has recorded it.
+   * place is kept. Resolves once the store has recorded it. `source` is reported in the `paused` event.
    */
-  async pause(key: KeyInput, ms: number): Promise<void> {
+  async pause(key: KeyInput, ms: number, source = 'pause()'): Promise<void> {
     const call = await this.#prepare(key, {});
     checkDelay('pause ms', ms);
     if (!Number.isFinite(ms)) throw new ThrottleConfigError(`Expected pause ms to be finite, got ${ms}`);
@@ -147,6 +148,20 @@ export class Throttle {
       await this.store.pause(this.name, call.encoded, ms, call.retainMs);
     } catch (error) {
       throw storeError(error);
+    }
+    this.notify('paused', { key: call.key, ms, source });
+  }
+
+  /**
+   * Emits an event, never letting a listener's error reach the call that caused it.
+   * @internal for the adapters (lib/adapters/) and the throttle itself.
+   */
+  notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void {
+    if (this.listenerCount(event) === 0) return;
+    try {
+      (this.emit as (event: E, ...args: ThrottleEvents[E]) => boolean)(event, ...args);
+    } catch {
+      // A listener's failure is the listener's business.
     }
   }
 
@@ -296,8 +311,9 @@ export class Throttle {
   #settleInBackground(encoded: string, settle: readonly Settlement[], retainMs: number): void {
     const done = this.store
       .settle(this.name, encoded, settle, retainMs)
-      .catch(() => {
+      .catch((error: unknown) => {
         // A lost release or late completion leaves the slot counted as booked: safe, only less full.
+        this.notify('debug', { message: 'background settle failed; the slot stays counted as booked', error });
       })
       .finally(() => this.#background.delete(done));
     this.#background.add(done);
