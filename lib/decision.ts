@@ -20,6 +20,30 @@ export interface SlotPlan {
   readonly startAt: number;
   /** Index of the rule that pushed `startAt` furthest, {@link PAUSED}, or -1 when neither did. */
   readonly ruleIndex: number;
+  /** Index in the sorted log of the slot that set `startAt` when a rule did (else -1). */
+  readonly binding: number;
+}
+
+/**
+ * A slot's member is its number while its call's completion is unknown (the score is then an
+ * estimate, start + hold) and gets this suffix once the completion is settled (the score is then
+ * the completion time). So a decision can tell a known completion from an estimate.
+ */
+export const SETTLED_SUFFIX = '!';
+
+/**
+ * When to ask again about a slot deferred on a call in flight: a quarter of the call's remaining
+ * estimate, or of the wait once the estimate has passed; between 5 and 50 ms (as `vt_retry_ms` in
+ * lua/includes/log.lua).
+ */
+export function retryMs(inFlightMs: number, waitMs: number): number {
+  const base = inFlightMs > 0 ? inFlightMs : waitMs;
+  return Math.min(50, Math.max(5, Math.ceil(base / 4)));
+}
+
+/** Whether a slot's score is still an estimate: its call has not reported its completion. */
+export function isUnsettled(member: string): boolean {
+  return !member.endsWith(SETTLED_SUFFIX);
 }
 
 /** `ruleIndex` of a slot pushed back by a pause the vendor asked for (429 with Retry-After, …). */
@@ -40,6 +64,7 @@ export function planSlot(
 ): SlotPlan {
   let startAt = Math.max(now, last);
   let ruleIndex = -1;
+  let binding = -1;
   if (pausedUntil > now && pausedUntil >= startAt) {
     startAt = pausedUntil;
     ruleIndex = PAUSED;
@@ -52,9 +77,15 @@ export function planSlot(
     if (freeAt > startAt) {
       startAt = freeAt;
       ruleIndex = r;
+      binding = index;
     }
   }
-  return { startAt, ruleIndex };
+  return { startAt, ruleIndex, binding };
+}
+
+/** Whether at least half of some rule's limit counts at `at`: the key is busy (see `ReserveResult.busy`). */
+export function isBusy(size: number, scoreAt: (index: number) => number, rules: readonly Rule[], at: number): boolean {
+  return rules.some(({ limit, windowMs }) => countInWindow(size, scoreAt, windowMs, at) >= Math.ceil(limit / 2));
 }
 
 /** How many scores in the sorted log count against a window of `windowMs` at time `now`. */

@@ -2,12 +2,18 @@
  * The in-flight estimate: how long after its slot starts a call may still be on its way to the
  * vendor. Slots are booked with this hold and corrected to the real completion time once known.
  *
- * Learned as the longest of the last {@link SAMPLES} observed "slot start → response" times of this
- * throttle (timer lag, queueing in the HTTP agent and the network all included), floored at the
- * safety margin and capped at `maxHoldMs`. The longest, not an average: a hold that is too short
- * lets a call count too briefly; one that is too long only books later slots a little later.
+ * A call reaches the vendor after it starts and before its response is back. So the hold is the
+ * longest start → response time among this throttle's last {@link SAMPLES} calls, plus
+ * {@link START_SLACK_MS} for the start itself to be late (a busy event loop fires timers late),
+ * floored at the safety margin and capped at `maxHoldMs`. The longest, not an average: a hold that is
+ * too short lets a call count too briefly; one that is too long only books later slots a little later.
+ *
+ * A call whose start is later than its hold allows (lag + longest response > hold) does not start:
+ * it gives its slot back and books a new one (see `Throttle`), so the hold stays a true bound.
  */
 export const SAMPLES = 64;
+/** Start lag every hold allows on top of the longest observed response time. */
+export const START_SLACK_MS = 20;
 
 export class HoldEstimator {
   readonly #floor: number;
@@ -25,10 +31,16 @@ export class HoldEstimator {
 
   /** The hold to book the next slot with, in whole ms. */
   get holdMs(): number {
-    return Math.ceil(Math.min(this.#cap, Math.max(this.#floor, this.#max)));
+    if (!this.#adaptive || this.#count === 0) return this.#floor;
+    return Math.ceil(Math.min(this.#cap, Math.max(this.#floor, this.#max + START_SLACK_MS)));
   }
 
-  /** Records one call's time from its slot's start to its completion. */
+  /** Longest recent start → response time (0 before any call completed, or when not adaptive). */
+  get responseMs(): number {
+    return this.#adaptive ? this.#max : 0;
+  }
+
+  /** Records one call's time from its start (fn invoked) to its completion. */
   observe(durationMs: number): void {
     if (!this.#adaptive || !(durationMs >= 0)) return;
     const slot = this.#count % SAMPLES;

@@ -1,4 +1,19 @@
 export { Throttle } from './throttle.js';
+export type {
+  AxiosRequestThrottleOptions,
+  AxiosThrottleHandle,
+  AxiosThrottleOptions,
+  CallOptions,
+  FetchLike,
+  FetchResponseLike,
+  FetchThrottleOptions,
+  PerCall,
+  Throttled,
+  VendorSignalOptions,
+  WrapOptions,
+} from './adapters/options.js';
+export { headerValue, parseHttpDate, parseRateLimitHeaders, parseRateLimitReset, parseRetryAfter, readVendorSignal } from './vendor-signals.js';
+export type { HeaderSource, ProblemReporter, RateLimitHeaderOptions, VendorResponseInfo, VendorSignal } from './vendor-signals.js';
 export type { KeyUsage, RulesOption, ScheduleOptions, ThrottleMode, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
 export { formatRule, parseRule, parseRules } from './rules.js';
 export type { Rule, RuleInput } from './rules.js';

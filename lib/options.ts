@@ -69,7 +69,11 @@ export interface ThrottleOptions {
    * @default the longest window of the key's rules
    */
   readonly retainMs?: number;
-  /** `queue` mode: calls per key that may hold a booked slot at once in this process. @default 1 */
+  /**
+   * `queue` mode: calls per key that may be booking a slot (or sleeping until it) at once in this
+   * process. More heads fill a freed window faster; each asks the store again while its slot waits
+   * for a call still in flight. @default 4
+   */
   readonly concurrency?: number;
   /** `queue` mode: calls per key that may wait in this process before `QueueFullError`. @default Infinity */
   readonly maxQueued?: number;

@@ -30,12 +30,22 @@ export interface ReserveRequest {
   readonly holdMs: number;
   /** History to keep, at least the longest window. */
   readonly retainMs: number;
+  /**
+   * Do not book a slot that waits for a call still in flight (its completion unknown): answer
+   * `deferred` instead, so the caller asks again once the completion is likely known and books with
+   * it. Used by `queue` mode, where only the head of a queue books.
+   */
+  readonly defer: boolean;
   /** Earlier slots of this key to update first, in the same atomic step. */
   readonly settle: readonly Settlement[];
 }
 
 export interface ReserveResult {
   readonly granted: boolean;
+  /** Not booked because the slot waits for a call still in flight (`defer`); ask again in `retryMs`. */
+  readonly deferred: boolean;
+  /** When deferred: ms after which asking again is likely to find the completion known. */
+  readonly retryMs: number;
   /**
    * Granted: ms from the decision until the slot starts (0 = start now).
    * Refused: ms until a slot would be free (`retryAfterMs`).
@@ -49,6 +59,12 @@ export interface ReserveResult {
   readonly ruleIndex: number;
   /** Members of the booked slots (`cost` of them), empty when refused. */
   readonly members: readonly string[];
+  /**
+   * After this decision at least half of some rule's limit counts at `startAt`: the key is busy, and
+   * callers are likely to wait for its slots to free. Completion times are then worth writing at
+   * once rather than riding along with the key's next decision.
+   */
+  readonly busy: boolean;
 }
 
 /** Usage of one key, read without booking anything. */

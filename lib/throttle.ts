@@ -1,5 +1,10 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
+import type { AxiosInstance } from 'axios';
 import PQueue from 'p-queue';
+import { throttleAxios } from './adapters/axios.js';
+import { throttleFetch } from './adapters/fetch.js';
+import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
+import { throttleWrap } from './adapters/wrap.js';
 import { QueueFullError, RateLimitedError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError, ThrottleError } from './errors.js';
 import { PAUSED } from './decision.js';
 import { HoldEstimator } from './hold.js';
@@ -23,13 +28,24 @@ interface Call {
   readonly signal: AbortSignal | undefined;
 }
 
-/** A booked slot. `due` is the local time (performance.now) the slot starts at, read conservatively early. */
+/** A booked slot. Local times are `performance.now()` readings. */
 interface Grant {
   readonly members: readonly string[];
+  /** Start, store clock. */
   readonly startAt: number;
   readonly holdMs: number;
+  /** Local time the slot starts at, read up to 1 ms early (for converting completion times). */
   readonly due: number;
+  /** Local time the slot starts at (for measuring how late the call starts). */
+  readonly dueExact: number;
+  /** The key was busy after this booking: others are likely to wait for its slots. */
+  readonly busy: boolean;
+  /** How late the call may start and still reach the vendor within its hold: hold − longest response seen. */
+  readonly lagBudgetMs: number;
 }
+
+/** Times a call that woke too late books again before it starts anyway (and says so in a `debug` event). */
+const MAX_REBOOKS = 3;
 
 const MODES: readonly ThrottleMode[] = ['delay', 'queue', 'throw'];
 
@@ -52,11 +68,14 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #concurrency: number;
   readonly #maxQueued: number;
   readonly #hold: HoldEstimator;
+  readonly #maxHoldMs: number;
   readonly #closing = new AbortController();
   readonly #queues = new Map<string, PQueue>();
   readonly #waiting = new Map<string, number>();
   readonly #settlements = new SettlementBuffer();
   readonly #background = new Set<Promise<void>>();
+  /** Deferred heads per key, woken when this process writes a completion for the key. */
+  readonly #settledWaiters = new Map<string, Set<() => void>>();
   #closed: Promise<void> | undefined;
 
   constructor(options: ThrottleOptions) {
@@ -74,11 +93,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     this.#maxDelayMs = this.mode === 'throw' ? 0 : maxDelayMs;
     const safetyMarginMs = checkWhole('safetyMarginMs', options.safetyMarginMs ?? 100, 0);
     const maxHoldMs = checkWhole('maxHoldMs', options.maxHoldMs ?? 10_000, 0);
+    this.#maxHoldMs = Math.max(maxHoldMs, safetyMarginMs);
     const adaptive = options.adaptiveMargin ?? true;
     if (typeof adaptive !== 'boolean') throw new ThrottleConfigError(`Expected adaptiveMargin to be a boolean, got ${describe(adaptive)}`);
     this.#hold = new HoldEstimator(safetyMarginMs, maxHoldMs, adaptive);
     this.#retainMs = checkWhole('retainMs', options.retainMs ?? 0, 0);
-    this.#concurrency = checkCount('concurrency', options.concurrency ?? 1);
+    this.#concurrency = checkCount('concurrency', options.concurrency ?? 4);
     this.#maxQueued = checkCount('maxQueued', options.maxQueued ?? Infinity, 0);
     if (options.store !== undefined && !isStore(options.store)) {
       throw new ThrottleConfigError(`Expected store to be a MemoryStore, a RedisStore or another Store, got ${describe(options.store)}`);
@@ -133,6 +153,32 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
     const waitingHere = (this.#waiting.get(call.encoded) ?? 0) + (this.#queues.get(call.encoded)?.size ?? 0);
     return { key: call.key, rules: usage.rules, nextFreeInMs: usage.nextFreeInMs, pausedForMs: usage.pausedForMs, waitingHere };
+  }
+
+  /**
+   * Sends every request of an axios instance (one from `axios.create()`, or `axios` itself) through
+   * this throttle, keyed by `options.key(config)`; per request, `config.throttle` overrides key, cost,
+   * `maxDelayMs`, priority and retries. The slot is taken in the adapter, after every request
+   * interceptor. A vendor's 429 pauses the key in the store and is retried through the throttle.
+   * `eject()` on the result restores the instance. See docs/adapters.md.
+   */
+  axios<I extends AxiosInstance>(instance: I, options: AxiosThrottleOptions): AxiosThrottleHandle<I> {
+    return throttleAxios(this, instance, options);
+  }
+
+  /**
+   * A function with the signature of `fetch` (the global one, or `options.fetch`, such as undici's)
+   * that sends every request through this throttle, keyed by `options.key(input, init)`, and listens
+   * to the vendor's rate-limit answers like `axios()`. See docs/adapters.md.
+   */
+  fetch<F extends FetchLike = typeof globalThis.fetch>(options: FetchThrottleOptions<F>): F {
+    return throttleFetch(this, options);
+  }
+
+  /** `fn` with every call sent through `schedule()`, keyed by `options.key(...args)`: same parameters, its result as a promise. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any function
+  wrap<F extends (...args: any[]) => unknown>(fn: F, options: WrapOptions<Parameters<F>>): Throttled<F> {
+    return throttleWrap(this, fn, options);
   }
 
   /**
@@ -210,42 +256,82 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     return { key: userKey, encoded: encodeKey(userKey), rules, retainMs, cost, maxDelayMs, priority, signal };
   }
 
-  /** Books a slot for `call` and sleeps until it starts. */
+  /**
+   * Books a slot for `call` and sleeps until it starts. A call that wakes too late to start within
+   * the hold it was booked with (a busy event loop fires timers late) gives its slot back and books
+   * a new one in the same round trip, at most {@link MAX_REBOOKS} times: later bookings count on
+   * every call reaching the vendor within its hold (docs/design.md §4).
+   */
   async #acquire(call: Call): Promise<Grant> {
+    let giveBack: Settlement[] = [];
+    for (let rebooks = 0; ; rebooks++) {
+      const grant = await this.#book(call, giveBack);
+      const lateBy = performance.now() - grant.dueExact;
+      if (rebooks >= MAX_REBOOKS || lateBy <= grant.lagBudgetMs) return grant;
+      giveBack = grant.members.map((member) => ({ member, releaseAt: null }));
+      this.notify('debug', { message: `woke ${Math.round(lateBy)} ms after its slot, beyond its ${grant.holdMs} ms hold: booking again`, key: call.key });
+    }
+  }
+
+  /** One decision and the sleep until its slot. `giveBack` (slots of an earlier try) rides along. */
+  async #book(call: Call, giveBack: readonly Settlement[]): Promise<Grant> {
     const signals = [call.signal, this.#closing.signal];
-    for (const signal of signals) signal?.throwIfAborted();
-    const settle = this.#settlements.take(call.encoded);
-    const holdMs = this.#hold.holdMs;
-    const sentAt = performance.now();
+    const aborted = signals.find((signal) => signal?.aborted);
+    if (aborted) {
+      if (giveBack.length > 0) this.#settleInBackground(call.encoded, giveBack, call.retainMs);
+      throw aborted.reason;
+    }
+    let settle: Settlement[] = this.#settlements.take(call.encoded);
+    if (giveBack.length > 0) settle = [...settle, ...giveBack];
+    // `queue` mode books on known completions only (`defer`), so its own slots may stay counted as
+    // in flight until settled: they are booked with the longest hold, and settled at once.
+    const deferring = this.mode === 'queue';
+    const holdMs = deferring ? this.#maxHoldMs : this.#hold.holdMs;
+    const lagBudgetMs = holdMs - this.#hold.responseMs;
+    let sentAt: number;
     let result;
-    try {
-      result = await this.store.reserve({
-        namespace: this.name,
-        key: call.encoded,
-        rules: call.rules,
-        cost: call.cost,
-        maxDelayMs: call.maxDelayMs,
-        holdMs,
-        retainMs: call.retainMs,
-        settle,
-      });
-    } catch (error) {
-      this.#settlements.add(call.encoded, settle, call.retainMs);
-      throw storeError(error);
+    for (;;) {
+      sentAt = performance.now();
+      try {
+        result = await this.store.reserve({
+          namespace: this.name,
+          key: call.encoded,
+          rules: call.rules,
+          cost: call.cost,
+          maxDelayMs: call.maxDelayMs,
+          holdMs,
+          retainMs: call.retainMs,
+          defer: deferring,
+          settle,
+        });
+      } catch (error) {
+        this.#settlements.add(call.encoded, settle, call.retainMs);
+        throw storeError(error);
+      }
+      settle = [];
+      if (!result.deferred) break;
+      // The slot waits for a call still in flight: ask again once its completion is likely known,
+      // so the booking uses the real completion time rather than the estimate. A sixteenth of the
+      // longest response seen keeps the extra wait, and the number of asks per call, small.
+      const response = this.#hold.responseMs;
+      const retry = response > 0 ? Math.min(result.retryMs, Math.max(2, Math.ceil(response / 16))) : result.retryMs;
+      await this.#sleepUnlessSettled(call.encoded, Math.min(retry, result.waitMs), signals);
     }
     if (!result.granted) {
       const reason = result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex >= 0 ? call.rules[result.ruleIndex]! : 'booked';
       throw new RateLimitedError(call.key, reason, result.waitMs);
     }
-    // Where the slot starts on the local clock, read early so that completion times converted to the
-    // store clock can only come out late: the script ran after `sentAt`, and a wait is rounded up by
-    // less than 1 ms (a slot at once starts at the decision's clock reading, rounded up: no correction).
-    const due = sentAt + (result.waitMs > 0 ? result.waitMs - 1 : 0);
-    const grant: Grant = { members: result.members, startAt: result.startAt, holdMs, due };
-    const aborted = signals.find((signal) => signal?.aborted);
-    if (aborted) {
+    // Where the slot starts on the local clock. `due` is read early so that completion times
+    // converted to the store clock can only come out late: the script ran after `sentAt`, and a
+    // wait is rounded up by less than 1 ms (a slot at once starts at the decision's own clock
+    // reading, rounded up: no correction).
+    const dueExact = sentAt + result.waitMs;
+    const due = result.waitMs > 0 ? dueExact - 1 : dueExact;
+    const grant: Grant = { members: result.members, startAt: result.startAt, holdMs, due, dueExact, busy: result.busy, lagBudgetMs };
+    const abortedNow = signals.find((signal) => signal?.aborted);
+    if (abortedNow) {
       this.#release(call, grant);
-      throw aborted.reason;
+      throw abortedNow.reason;
     }
     if (result.waitMs > 0) {
       this.#waiting.set(call.encoded, (this.#waiting.get(call.encoded) ?? 0) + 1);
@@ -261,6 +347,26 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
     }
     return grant;
+  }
+
+  /**
+   * Sleeps like `sleep`, but wakes early when this process writes a completion for the key: a
+   * deferred head then asks again at once instead of at its next turn.
+   */
+  async #sleepUnlessSettled(key: string, ms: number, signals: ReadonlyArray<AbortSignal | undefined>): Promise<void> {
+    const kick = new AbortController();
+    let waiters = this.#settledWaiters.get(key);
+    if (!waiters) this.#settledWaiters.set(key, (waiters = new Set()));
+    const wake = () => kick.abort();
+    waiters.add(wake);
+    try {
+      await sleep(ms, [...signals, kick.signal]);
+    } catch (reason) {
+      if (!kick.signal.aborted || signals.some((signal) => signal?.aborted)) throw reason;
+    } finally {
+      waiters.delete(wake);
+      if (waiters.size === 0) this.#settledWaiters.delete(key);
+    }
   }
 
   /** `queue` mode: waits in the key's local queue; the head books its slot and sleeps until it. */
@@ -282,26 +388,29 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   async #run<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>): Promise<Awaited<T>> {
+    const startedAt = performance.now();
     try {
       return await fn();
     } finally {
-      this.#complete(call, grant);
+      this.#complete(call, grant, startedAt);
     }
   }
 
   /** Records the call's completion: its slot counts until `windowMs` after it (see docs/design.md). */
-  #complete(call: Call, grant: Grant): void {
-    const elapsed = performance.now() - grant.due;
-    this.#hold.observe(elapsed);
-    const releaseAt = Math.ceil(grant.startAt + elapsed);
+  #complete(call: Call, grant: Grant, startedAt: number): void {
+    const completedAt = performance.now();
+    this.#hold.observe(completedAt - startedAt);
+    const releaseAt = Math.ceil(grant.startAt + (completedAt - grant.due));
     const booked = grant.startAt + grant.holdMs;
     if (releaseAt === booked) return;
     const settle = grant.members.map((member) => ({ member, releaseAt }));
-    // Later than booked: the slot must count longer, now. Earlier: it frees capacity, which can wait
-    // for this key's next decision and ride along with it.
-    if (releaseAt > booked) this.#settleInBackground(call.encoded, settle, call.retainMs);
+    // Later than booked: the slot must count longer, now. Earlier: it frees room sooner; when the key
+    // is busy others are likely waiting for exactly that, so it is written now too. Otherwise it
+    // waits for this key's next decision and rides along with it, at no extra round trip.
+    if (releaseAt > booked || grant.busy || this.mode === 'queue') this.#settleInBackground(call.encoded, settle, call.retainMs);
     else this.#settlements.add(call.encoded, settle, call.retainMs);
   }
+
 
   /** Gives back a slot whose call will never start. */
   #release(call: Call, grant: Grant): void {
@@ -311,10 +420,15 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   #settleInBackground(encoded: string, settle: readonly Settlement[], retainMs: number): void {
     const done = this.store
       .settle(this.name, encoded, settle, retainMs)
-      .catch((error: unknown) => {
-        // A lost release or late completion leaves the slot counted as booked: safe, only less full.
-        this.notify('debug', { message: 'background settle failed; the slot stays counted as booked', error });
-      })
+      .then(
+        () => {
+          for (const wake of this.#settledWaiters.get(encoded) ?? []) wake();
+        },
+        (error: unknown) => {
+          // A lost release or late completion leaves the slot counted as booked: safe, only less full.
+          this.notify('debug', { message: 'background settle failed; the slot stays counted as booked', error });
+        },
+      )
       .finally(() => this.#background.delete(done));
     this.#background.add(done);
   }

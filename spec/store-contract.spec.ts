@@ -41,7 +41,7 @@ const subjects: Array<{ name: string; make: () => Subject }> = [
 ];
 
 function request(overrides: Partial<ReserveRequest> & { rules: readonly Rule[] }): ReserveRequest {
-  return { namespace: 'ns', key: 'k', cost: 1, maxDelayMs: Infinity, holdMs: 0, retainMs: longest(overrides.rules), settle: [], ...overrides };
+  return { namespace: 'ns', key: 'k', cost: 1, maxDelayMs: Infinity, holdMs: 0, retainMs: longest(overrides.rules), defer: false, settle: [], ...overrides };
 }
 
 function longest(rules: readonly Rule[]): number {
@@ -161,6 +161,23 @@ for (const { name, make } of subjects) {
       expect(usage.rules[0]!.resetInMs).to.be.within(1, 180);
       expect(usage.nextFreeInMs).to.equal(usage.rules[0]!.resetInMs);
       expect((await store.inspect('ns', 'k', rules)).rules[0]!.used).to.equal(2);
+    });
+
+    it('defers a booking that waits for a call still in flight, and books on its completion once known', async () => {
+      const { store } = make();
+      const rules = [{ limit: 1, windowMs: 60_000 }];
+      const first = await store.reserve(request({ rules, holdMs: 5_000 }));
+      const deferred = await store.reserve(request({ rules, holdMs: 5_000, defer: true }));
+      expect(deferred).to.deep.include({ granted: false, deferred: true, members: [] });
+      expect(deferred.retryMs).to.equal(50);
+      expect(deferred.startAt).to.equal(first.startAt + 5_000 + 60_000);
+      const settle = [{ member: first.members[0]!, releaseAt: first.startAt + 30 }];
+      const booked = await store.reserve(request({ rules, holdMs: 5_000, defer: true, settle }));
+      expect(booked).to.deep.include({ granted: true, deferred: false, startAt: first.startAt + 30 + 60_000 });
+      // Without defer the same situation books at once, on the estimate.
+      const plain = await store.reserve(request({ rules, holdMs: 5_000 }));
+      expect(plain.granted).to.equal(true);
+      expect(plain.startAt).to.equal(booked.startAt + 5_000 + 60_000);
     });
 
     it('starts nothing during a vendor pause, keeps the longer pause, and reports it', async () => {

@@ -3,6 +3,7 @@ import { RateLimitedError, ThrottleClosedError, ThrottleConfigError } from '../l
 import { Throttle } from '../lib/throttle.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import type { ThrottleOptions } from '../lib/options.js';
+import type { Store } from '../lib/store.js';
 import { useFakeClock } from './support/fake-clock.js';
 
 const exact = { safetyMarginMs: 0, adaptiveMargin: false } as const;
@@ -162,7 +163,8 @@ describe('Throttle: delay mode', () => {
     const call = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 120)));
     await fake.clock.tickAsync(120);
     await call;
-    expect(throttle.holdMs).to.equal(120);
+    // The longest response seen, plus 20 ms allowed for the start itself to be late.
+    expect(throttle.holdMs).to.equal(140);
     await throttle.close();
   });
 
@@ -199,6 +201,36 @@ describe('Throttle: delay mode', () => {
     await waiting;
     expect(starts).to.deep.equal([2_000]);
     await Promise.all([throttle.close(), strict.close()]);
+  });
+
+  it('books again when a call wakes too late to start within its hold, giving the old slot back', async () => {
+    const memory = new MemoryStore();
+    let reserves = 0;
+    // A store whose answers take 150 ms to arrive: the call is 150 ms late for a 100 ms hold.
+    const slow: Store = {
+      reserve: async (request) => {
+        reserves += 1;
+        const result = await memory.reserve(request);
+        await new Promise((resolve) => setTimeout(resolve, reserves <= 2 ? 150 : 0));
+        return result;
+      },
+      settle: (...args) => memory.settle(...args),
+      inspect: (...args) => memory.inspect(...args),
+      pause: (...args) => memory.pause(...args),
+      close: () => memory.close(),
+    };
+    const throttle = new Throttle({ rules: ['5/s'], store: slow, safetyMarginMs: 100, adaptiveMargin: false });
+    const debug: string[] = [];
+    throttle.on('debug', (event) => debug.push(event.message));
+    const call = throttle.schedule('u', () => 'ran');
+    await fake.clock.tickAsync(400);
+    expect(await call).to.equal('ran');
+    expect(reserves).to.equal(3);
+    expect(debug).to.have.length(2);
+    expect(debug[0]).to.match(/woke 150 ms after its slot, beyond its 100 ms hold/);
+    // The two abandoned slots were given back: only the slot the call ran in counts.
+    expect((await throttle.inspect('u')).rules[0]!.used).to.equal(1);
+    await throttle.close();
   });
 
   it('rejects waiting calls on close, gives their slots back, and leaves no timer', async () => {

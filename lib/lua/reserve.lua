@@ -2,7 +2,9 @@
   reserve: one decision for one key. Finds the earliest start at which COST more calls keep every
   rule, and books it unless it is further away than MAX_DELAY. See docs/design.md.
 
-  KEYS[1]  log   sorted set: member = slot number, score = time the slot stops being in flight (ms)
+  KEYS[1]  log   sorted set, one member per slot: while the call's completion is unknown the member
+                is the slot number and the score start + HOLD (an estimate); once settled the
+                member is the number followed by '!' and the score the completion time (ms)
   KEYS[2]  meta  hash: seq = last slot number, last = latest booked start (ms),
                 pause = no start before this (ms), set by pause.lua when the vendor says so
 
@@ -10,12 +12,16 @@
   ARGV[2]  MAX_DELAY  ms; book only if the slot starts within it; 'inf' books any slot
   ARGV[3]  HOLD       ms a booked slot counts as in flight after its start, until settled
   ARGV[4]  RETAIN     ms of history to keep (at least the longest window)
-  ARGV[5]  R          number of rules, followed by R pairs: LIMIT, WINDOW (ms)
-  ARGV[6 + 2R]        S, number of settlements, followed by S pairs: MEMBER, RELEASE_AT ('' = remove)
+  ARGV[5]  DEFER      1: do not book a slot that waits for a call whose completion is not known
+                      (its member unsettled); answer 'deferred' with a time to ask again
+  ARGV[6]  R          number of rules, followed by R pairs: LIMIT, WINDOW (ms)
+  ARGV[7 + 2R]        S, number of settlements, followed by S pairs: MEMBER, RELEASE_AT ('' = remove)
 
-  Returns { granted (1|0), wait_ms, start_at, rule_index, first_member, now_ms }
+  Returns { status, wait_ms, start_at, rule_index, first_member, now_ms, busy (1|0), retry_ms }
+  status: 1 booked, 0 refused (wait_ms > MAX_DELAY), 2 deferred (ask again in retry_ms).
   rule_index: 0-based index of the rule that pushed the slot later, -2 = vendor pause, -1 = neither.
-  first_member is the first of COST consecutive slot numbers (0 when refused).
+  busy: after this decision at least half of some rule's limit counts at start_at.
+  first_member is the first of COST consecutive slot numbers (0 unless booked).
 ]]
 --- @include "log"
 
@@ -24,8 +30,9 @@ local cost = tonumber(ARGV[1])
 local max_delay = ARGV[2]
 local hold = tonumber(ARGV[3])
 local retain = tonumber(ARGV[4])
-local rule_count = tonumber(ARGV[5])
-local settle_at = 6 + 2 * rule_count
+local defer = ARGV[5] == '1'
+local rule_count = tonumber(ARGV[6])
+local settle_at = 7 + 2 * rule_count
 
 local now = vt_now()
 local now_ms = math.ceil(now)
@@ -42,15 +49,18 @@ if pause > now_ms and pause >= start_at then
   start_at = pause
   rule_index = -2
 end
+local binding = nil
 for r = 0, rule_count - 1 do
-  local limit = tonumber(ARGV[6 + 2 * r])
-  local window = tonumber(ARGV[7 + 2 * r])
+  local limit = tonumber(ARGV[7 + 2 * r])
+  local window = tonumber(ARGV[8 + 2 * r])
   local index = size - limit + cost - 1
   if index >= 0 then
-    local free_at = tonumber(redis.call('ZRANGE', log, index, index, 'WITHSCORES')[2]) + window
-    if free_at > start_at then
-      start_at = free_at
+    local entry = redis.call('ZRANGE', log, index, index, 'WITHSCORES')
+    local score = tonumber(entry[2])
+    if score + window > start_at then
+      start_at = score + window
       rule_index = r
+      binding = entry
     end
   end
 end
@@ -59,7 +69,11 @@ end
 local wait = 0
 if start_at > now_ms then wait = math.ceil(start_at - now) end
 if max_delay ~= 'inf' and wait > tonumber(max_delay) then
-  return { 0, wait, start_at, rule_index, 0, now_ms }
+  return { 0, wait, start_at, rule_index, 0, now_ms, 1, 0 }
+end
+-- The slot waits for a call whose completion is not known yet: ask again once it likely is.
+if defer and binding ~= nil and string.sub(binding[1], -1) ~= '!' then
+  return { 2, wait, start_at, rule_index, 0, now_ms, 1, vt_retry_ms(tonumber(binding[2]) - now, wait) }
 end
 
 local seq = redis.call('HINCRBY', meta, 'seq', cost)
@@ -72,4 +86,12 @@ end
 redis.call('ZADD', log, unpack(args))
 redis.call('HSET', meta, 'last', start_at)
 vt_expire(log, meta, now_ms, retain, pause)
-return { 1, wait, start_at, rule_index, seq - cost + 1, now_ms }
+
+local busy = 0
+for r = 0, rule_count - 1 do
+  local limit = tonumber(ARGV[7 + 2 * r])
+  if busy == 0 and redis.call('ZCOUNT', log, '(' .. (start_at - tonumber(ARGV[8 + 2 * r])), '+inf') >= math.ceil(limit / 2) then
+    busy = 1
+  end
+end
+return { 1, wait, start_at, rule_index, seq - cost + 1, now_ms, busy, 0 }

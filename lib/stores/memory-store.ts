@@ -1,4 +1,4 @@
-import { countInWindow, planSlot } from '../decision.js';
+import { countInWindow, isBusy, isUnsettled, planSlot, retryMs, SETTLED_SUFFIX } from '../decision.js';
 import type { Rule } from '../rules.js';
 import type { InspectResult, ReserveRequest, ReserveResult, Settlement, Store } from '../store.js';
 
@@ -53,13 +53,18 @@ export class MemoryStore implements Store {
     applySettlements(log, request.settle);
     trim(log, nowMs - request.retainMs);
     const scoreAt = (i: number) => log.scores[i]!;
-    const { startAt, ruleIndex } = planSlot(log.scores.length, scoreAt, request.rules, request.cost, nowMs, log.last, log.pausedUntil);
+    const { startAt, ruleIndex, binding } = planSlot(log.scores.length, scoreAt, request.rules, request.cost, nowMs, log.last, log.pausedUntil);
     // A slot at `nowMs` starts now (the clock read is rounded up); a later one is waited for in full.
     const waitMs = startAt <= nowMs ? 0 : Math.ceil(startAt - now);
     this.#sweep(nowMs);
     if (waitMs > request.maxDelayMs) {
       if (log.seq > 0) this.#logs.set(id, log);
-      return { granted: false, waitMs, startAt, now: nowMs, ruleIndex, members: [] };
+      return { granted: false, deferred: false, retryMs: 0, waitMs, startAt, now: nowMs, ruleIndex, members: [], busy: true };
+    }
+    if (request.defer && binding >= 0 && isUnsettled(log.members[binding]!)) {
+      if (log.seq > 0) this.#logs.set(id, log);
+      const retry = retryMs(log.scores[binding]! - now, waitMs);
+      return { granted: false, deferred: true, retryMs: retry, waitMs, startAt, now: nowMs, ruleIndex, members: [], busy: true };
     }
     const members: string[] = [];
     for (let i = 0; i < request.cost; i++) {
@@ -70,7 +75,8 @@ export class MemoryStore implements Store {
     log.last = startAt;
     log.expiresAt = Math.max(log.expiresAt, startAt + request.holdMs + request.retainMs);
     this.#logs.set(id, log);
-    return { granted: true, waitMs, startAt, now: nowMs, ruleIndex, members };
+    const busy = isBusy(log.scores.length, scoreAt, request.rules, startAt);
+    return { granted: true, deferred: false, retryMs: 0, waitMs, startAt, now: nowMs, ruleIndex, members, busy };
   }
 
   async settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void> {
@@ -145,11 +151,12 @@ export class MemoryStore implements Store {
 
 function applySettlements(log: KeyLog, settle: readonly Settlement[]): void {
   for (const { member, releaseAt } of settle) {
-    const index = log.members.lastIndexOf(member);
+    let index = log.members.lastIndexOf(member);
+    if (index < 0) index = log.members.lastIndexOf(member + SETTLED_SUFFIX);
     if (index < 0) continue;
     log.scores.splice(index, 1);
     log.members.splice(index, 1);
-    if (releaseAt !== null) insert(log, releaseAt, member);
+    if (releaseAt !== null) insert(log, releaseAt, member + SETTLED_SUFFIX);
   }
 }
 

@@ -62,14 +62,15 @@ export class RedisStore implements Store {
       Number.isFinite(request.maxDelayMs) ? request.maxDelayMs : 'inf',
       request.holdMs,
       request.retainMs,
+      request.defer ? 1 : 0,
       ...ruleArgs(request.rules),
       ...settleArgs(request.settle),
     ];
     const reply = (await this.#client[scripts.reserve.name]!(...args)) as number[];
-    const [granted, waitMs, startAt, ruleIndex, first, now] = reply as [number, number, number, number, number, number];
+    const [status, waitMs, startAt, ruleIndex, first, now, busy, retryMs] = reply as number[] as [number, number, number, number, number, number, number, number];
     const members: string[] = [];
-    if (granted === 1) for (let i = 0; i < request.cost; i++) members.push(String(first + i));
-    return { granted: granted === 1, waitMs, startAt, now, ruleIndex, members };
+    if (status === 1) for (let i = 0; i < request.cost; i++) members.push(String(first + i));
+    return { granted: status === 1, deferred: status === 2, retryMs, waitMs, startAt, now, ruleIndex, members, busy: busy === 1 };
   }
 
   async settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void> {

@@ -9,22 +9,30 @@ end
 
 -- Applies settlements ARGV[from], ARGV[from+1], ... (count pairs of member, releaseAt).
 -- An empty releaseAt removes the slot (the call never started); a number moves the slot's score
--- to the call's completion time. Slots that already expired are left alone (ZADD XX).
--- Returns the largest releaseAt applied, or 0.
+-- to the call's completion time and renames the member to <number>! (settled: the score is no
+-- longer an estimate). Slots that already expired are left alone.
 local function vt_settle(log, from, count)
-  local latest = 0
   for i = 0, count - 1 do
     local member = ARGV[from + 2 * i]
     local release = ARGV[from + 2 * i + 1]
+    local was_booked = redis.call('ZREM', log, member) == 1
     if release == '' then
-      redis.call('ZREM', log, member)
+      redis.call('ZREM', log, member .. '!')
+    elseif was_booked then
+      redis.call('ZADD', log, release, member .. '!')
     else
-      redis.call('ZADD', log, 'XX', release, member)
-      local at = tonumber(release)
-      if at > latest then latest = at end
+      redis.call('ZADD', log, 'XX', release, member .. '!')
     end
   end
-  return latest
+end
+
+-- When to ask again about a slot deferred on a call in flight: a quarter of the call's remaining
+-- estimate, or of the wait once the estimate has passed; between 5 ms and 50 ms. Must match
+-- retryMs() in lib/decision.ts.
+local function vt_retry_ms(in_flight_ms, wait)
+  local base = in_flight_ms
+  if base <= 0 then base = wait end
+  return math.min(50, math.max(5, math.ceil(base / 4)))
 end
 
 -- Keeps both keys alive until the latest score in the log is older than the history kept, and
