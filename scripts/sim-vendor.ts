@@ -31,6 +31,7 @@
  *
  * prints the URL, logs a summary every few seconds while calls come in, and prints the final
  * figures on Ctrl-C. Call it with `curl 'http://127.0.0.1:PORT/?user=alice'` or an `x-user` header.
+ * `GET /healthz` is answered at once and not counted (clients use it to warm up a connection).
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -164,6 +165,11 @@ export async function startVendor(options: VendorOptions): Promise<Vendor> {
 
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const r = clock();
+    if (req.url?.startsWith('/healthz')) {
+      req.resume();
+      res.end('ok');
+      return;
+    }
     received += 1;
     let user: string;
     try {
@@ -178,12 +184,23 @@ export async function startVendor(options: VendorOptions): Promise<Vendor> {
     list.push(arrival);
     // Drain the request body (if any) so the connection can be reused.
     req.resume();
-    const timer = setTimeout(() => {
-      pending.delete(timer);
+    // Timers run on libuv's cached whole-ms loop time and can fire up to ~1 ms early: re-arm until
+    // r + L has really passed, so that a response never leaves before its call's arrival.
+    const respondAt = r + latency;
+    const respond = (): void => {
+      const left = respondAt - clock();
+      if (left > 0) {
+        const timer = setTimeout(() => {
+          pending.delete(timer);
+          respond();
+        }, Math.ceil(left));
+        pending.add(timer);
+        return;
+      }
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ ok: true, user }));
-    }, Math.max(0, r + latency - clock()));
-    pending.add(timer);
+    };
+    respond();
   });
   server.keepAliveTimeout = 1000;
 
@@ -278,6 +295,10 @@ async function main(): Promise<void> {
   });
 }
 
+// No top-level await: specs import this module, and mocha loads specs through require() when it can.
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  await main();
+  main().catch((error: unknown) => {
+    console.error(error);
+    process.exitCode = 1;
+  });
 }

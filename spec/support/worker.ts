@@ -12,13 +12,17 @@
  * `{"ready":true}` and waits for a line on stdin before releasing its calls, so that a parent can
  * release several workers at the same moment.
  *
+ * `spawnWorkers()` (exported) runs several of them from a parent and collects their results.
+ *
  * `clockSkewMs` shifts this process's wall clock: `Date.now()` and `performance.timeOrigin` read
  * that much off (monotonic `performance.now()` is untouched, as it is with a real skewed clock).
  * Decisions must not change: the Redis store reads the time with `TIME`. Times in the result are
  * read from the unshifted clock, so the parent can compare them with the vendor's.
  */
 import { Redis } from 'ioredis';
+import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { RedisStore, Throttle, type RuleInput, type ThrottleMode } from '../../lib/index.js';
 
 export interface WorkerConfig {
@@ -79,12 +83,15 @@ function applySkew(skewMs: number): void {
 function waitForLine(): Promise<void> {
   return new Promise((resolve, reject) => {
     const lines = createInterface({ input: process.stdin });
+    const closed = (): void => reject(new Error('stdin closed before the go signal'));
+    lines.once('close', closed);
     lines.once('line', () => {
+      lines.off('close', closed);
       lines.close();
-      process.stdin.pause();
+      // A paused pipe still keeps the event loop alive: let go of stdin entirely.
+      process.stdin.destroy();
       resolve();
     });
-    lines.once('close', () => reject(new Error('stdin closed before the go signal')));
   });
 }
 
@@ -152,11 +159,90 @@ async function runWorker(config: WorkerConfig, report: (result: WorkerResult) =>
   }
 }
 
-const configText = process.argv[2];
-if (configText === undefined) {
-  process.stderr.write("usage: node --import tsx spec/support/worker.ts '<json config>'\n");
-  process.exitCode = 2;
-} else {
+/** A worker process started by {@link spawnWorkers}. */
+export interface SpawnOptions {
+  /** Called with each line the workers write on stderr (default: kept, shown if a worker fails). */
+  readonly onStderr?: (line: string, index: number) => void;
+  /** Kill every worker and reject if they are not all done after this long. @default 120_000 */
+  readonly timeoutMs?: number;
+}
+
+/** Path of this file, to run with `node --import tsx`. */
+export const WORKER_PATH = fileURLToPath(import.meta.url);
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+/**
+ * Starts one worker per config, waits until all are ready, releases them at the same moment (one
+ * line on each stdin) and resolves with their results, in config order, once every worker has
+ * exited by itself. Rejects (and kills the workers it started, by pid) if one fails or hangs.
+ */
+export async function spawnWorkers(configs: readonly WorkerConfig[], options: SpawnOptions = {}): Promise<WorkerResult[]> {
+  const children = configs.map((config, index) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', WORKER_PATH, JSON.stringify({ ...config, waitForGo: true })], {
+      cwd: ROOT,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const stderr: string[] = [];
+    createInterface({ input: child.stderr! }).on('line', (line) => {
+      stderr.push(line);
+      options.onStderr?.(line, index);
+    });
+    const lines: string[] = [];
+    let onLine: (() => void) | undefined;
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      lines.push(line);
+      onLine?.();
+    });
+    const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+    const fail = (what: string): Error =>
+      new Error(`worker ${index} (pid ${child.pid}) ${what}${stderr.length > 0 ? `:\n${stderr.join('\n')}` : ''}`);
+    const line = (n: number): Promise<string> =>
+      new Promise((resolve, reject) => {
+        const check = (): void => {
+          if (lines.length > n) resolve(lines[n]!);
+        };
+        onLine = check;
+        check();
+        void exited.then((code) => {
+          // Let the last stdout lines be read before deciding the worker said nothing.
+          setImmediate(() => (lines.length > n ? resolve(lines[n]!) : reject(fail(`exited (${code}) without output line ${n + 1}`))));
+        });
+      });
+    return { child, exited, line, fail };
+  });
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_resolve, reject) => {
+    timer = setTimeout(() => reject(new Error(`workers not done after ${options.timeoutMs ?? 120_000} ms`)), options.timeoutMs ?? 120_000);
+  });
+  try {
+    return await Promise.race([
+      timeout,
+      (async () => {
+        await Promise.all(children.map((worker) => worker.line(0)));
+        for (const { child } of children) child.stdin!.end('go\n');
+        const results = await Promise.all(children.map(async (worker) => JSON.parse(await worker.line(1)) as WorkerResult));
+        const codes = await Promise.all(children.map((worker) => worker.exited));
+        codes.forEach((code, index) => {
+          if (code !== 0) throw children[index]!.fail(`exited with ${code}`);
+        });
+        return results;
+      })(),
+    ]);
+  } finally {
+    clearTimeout(timer);
+    for (const { child } of children) {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  }
+}
+
+async function main(): Promise<void> {
+  const configText = process.argv[2];
+  if (configText === undefined) {
+    process.stderr.write("usage: node --import tsx spec/support/worker.ts '<json config>'\n");
+    process.exitCode = 2;
+    return;
+  }
   try {
     await runWorker(JSON.parse(configText) as WorkerConfig, (result) => process.stdout.write(`${JSON.stringify(result)}\n`));
   } catch (error) {
@@ -164,3 +250,7 @@ if (configText === undefined) {
     process.exitCode = 1;
   }
 }
+
+// No top-level await: mocha loads spec files (and what they import) through require() when it can,
+// and a module graph with top-level await would be loaded as a second, ESM instance of spec/support/hooks.ts.
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) void main();
