@@ -69,7 +69,8 @@ function row(label: string, vendor: Vendor): Row {
 }
 
 async function throttledInProcess(vendor: Vendor): Promise<void> {
-  const throttle = new Throttle({ name: 'demo', rules: [{ limit: LIMIT, windowMs: WINDOW_MS }], store: new MemoryStore() });
+  // A batch job: 'queue' mode books each slot on known completion times (docs/design.md §4).
+  const throttle = new Throttle({ name: 'demo', rules: [{ limit: LIMIT, windowMs: WINDOW_MS }], mode: 'queue', store: new MemoryStore() });
   try {
     await Promise.all(batch(USERS, CALLS_PER_USER).map((user) => throttle.schedule(user, () => call(vendor, user))));
   } finally {
@@ -87,6 +88,7 @@ async function throttledInWorkers(vendor: Vendor, redisUrl: string): Promise<voi
       name: 'demo',
       rules: [{ limit: LIMIT, windowMs: WINDOW_MS }],
       keys: USERS,
+      mode: 'queue',
       // 60 calls per user split over 3 workers.
       calls: Math.floor(CALLS_PER_USER / WORKERS) + (w < CALLS_PER_USER % WORKERS ? 1 : 0),
     })),
@@ -130,8 +132,8 @@ function report(throttled: Row, plain: Row, setup: string): void {
 async function main(): Promise<void> {
   const redisUrl = process.env.REDIS_URL;
   const setup = redisUrl
-    ? `Throttle: RedisStore at ${redisUrl}, ${WORKERS} worker processes, default options.`
-    : `Throttle: MemoryStore, one process, default options (set REDIS_URL to use Redis and ${WORKERS} processes).`;
+    ? `Throttle: RedisStore at ${redisUrl}, ${WORKERS} worker processes, queue mode.`
+    : `Throttle: MemoryStore, one process, queue mode (set REDIS_URL to use Redis and ${WORKERS} processes).`;
 
   const vendor = await startVendor({ limit: LIMIT, windowMs: WINDOW_MS, latencyMs: LATENCY });
   let throttled: Row;
