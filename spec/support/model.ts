@@ -66,15 +66,3 @@ export class ReferenceModel {
     return state;
   }
 }
-
-/** The plain sliding-window check on start times: no interval of `windowMs` holds more than `limit` starts. */
-export function maxStartsInWindow(starts: readonly number[], windowMs: number): number {
-  const sorted = [...starts].sort((a, b) => a - b);
-  let max = 0;
-  let lo = 0;
-  for (let hi = 0; hi < sorted.length; hi++) {
-    while (sorted[hi]! - sorted[lo]! >= windowMs) lo++;
-    max = Math.max(max, hi - lo + 1);
-  }
-  return max;
-}
