@@ -212,9 +212,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /**
-   * Stops the throttle: rejects every call still waiting with `ThrottleClosedError` and gives its slot
-   * back, and leaves no timer running. Calls whose `fn` has
-   * started finish normally. A store passed in by the user (and its Redis client) stays open.
+   * Stops the throttle: rejects every call still waiting with `ThrottleClosedError`, gives its slot
+   * back, and leaves no timer running. Calls whose `fn` has started finish normally. A store passed
+   * in by the user (and its Redis client) stays open.
    */
   close(): Promise<void> {
     this.#closed ??= this.#shutdown();
@@ -402,7 +402,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     this.#hold.observe(completedAt - startedAt);
     const releaseAt = Math.ceil(grant.startAt + (completedAt - grant.due));
     const booked = grant.startAt + grant.holdMs;
-    if (releaseAt === booked) return;
     const settle = grant.members.map((member) => ({ member, releaseAt }));
     // Later than booked: the slot must count longer, now. Earlier: it frees room sooner; when the key
     // is busy others are likely waiting for exactly that, so it is written now too. Otherwise it
@@ -410,7 +409,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (releaseAt > booked || grant.busy || this.mode === 'queue') this.#settleInBackground(call.encoded, settle, call.retainMs);
     else this.#settlements.add(call.encoded, settle, call.retainMs);
   }
-
 
   /** Gives back a slot whose call will never start. */
   #release(call: Call, grant: Grant): void {
