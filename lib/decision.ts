@@ -46,6 +46,27 @@ export function isUnsettled(member: string): boolean {
   return !member.endsWith(SETTLED_SUFFIX);
 }
 
+/**
+ * `confirm.lua` in TypeScript: whether a slot starting at `startAt`, numbered from `first`, still
+ * leaves room under every rule among the slots numbered before it.
+ */
+export function stillFits(
+  members: readonly string[],
+  scores: readonly number[],
+  startAt: number,
+  first: number,
+  cost: number,
+  rules: readonly Rule[],
+): boolean {
+  return rules.every(({ limit, windowMs }) => {
+    let counted = 0;
+    members.forEach((member, i) => {
+      if (Number.parseInt(member, 10) < first && scores[i]! + windowMs > startAt) counted++;
+    });
+    return counted <= limit - cost;
+  });
+}
+
 /** `ruleIndex` of a slot pushed back by a pause the vendor asked for (429 with Retry-After, …). */
 export const PAUSED = -2;
 
@@ -81,11 +102,6 @@ export function planSlot(
     }
   }
   return { startAt, ruleIndex, binding };
-}
-
-/** Whether at least half of some rule's limit counts at `at`: the key is busy (see `ReserveResult.busy`). */
-export function isBusy(size: number, scoreAt: (index: number) => number, rules: readonly Rule[], at: number): boolean {
-  return rules.some(({ limit, windowMs }) => countInWindow(size, scoreAt, windowMs, at) >= Math.ceil(limit / 2));
 }
 
 /** How many scores in the sorted log count against a window of `windowMs` at time `now`. */

@@ -43,8 +43,10 @@ function utf16Hex(text: string): string {
 export interface KeyNames {
   /** Sorted set: one member per reserved slot, scored by the time the slot stops counting. */
   readonly log: string;
-  /** Hash: `seq` (last member number) and `last` (latest reserved start). */
+  /** Hash: `seq` (last member number), `last` (latest reserved start), `pause` (no start before). */
   readonly meta: string;
+  /** Sorted set: the slots whose call has not reported its completion, scored by their estimate. */
+  readonly flight: string;
 }
 
 const NAME = /^[A-Za-z0-9._\-/]{1,100}$/;
@@ -65,5 +67,5 @@ export function checkNamespace(what: string, value: unknown): string {
  */
 export function keyNames(prefix: string, name: string, encodedKey: string): KeyNames {
   const base = `${prefix}:${name}:{${encodedKey}}`;
-  return { log: `${base}:log`, meta: `${base}:meta` };
+  return { log: `${base}:log`, meta: `${base}:meta`, flight: `${base}:flight` };
 }

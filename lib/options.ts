@@ -129,6 +129,4 @@ export interface ThrottleStats {
   readonly queued: number;
   /** Calls with a booked slot, sleeping until it starts. */
   readonly sleeping: number;
-  /** Keys whose early completion times wait to ride along with the key's next decision (bounded). */
-  readonly bufferedKeys: number;
 }

@@ -31,6 +31,11 @@ export interface ReserveRequest {
   /** History to keep, at least the longest window. */
   readonly retainMs: number;
   /**
+   * How long after its estimate a call that has not reported its completion may still be on its
+   * way: until then it counts from the time of each decision, as in flight.
+   */
+  readonly maxHoldMs: number;
+  /**
    * Do not book a slot that waits for a call still in flight (its completion unknown): answer
    * `deferred` instead, so the caller asks again once the completion is likely known and books with
    * it. Used by `queue` mode, where only the head of a queue books.
@@ -60,11 +65,10 @@ export interface ReserveResult {
   /** Members of the booked slots (`cost` of them), empty when refused. */
   readonly members: readonly string[];
   /**
-   * After this decision at least half of some rule's limit counts at `startAt`: the key is busy, and
-   * callers are likely to wait for its slots to free. Completion times are then worth writing at
-   * once rather than riding along with the key's next decision.
+   * Booked, and the start was set by an estimate: a slot whose call's completion was not known yet.
+   * The caller checks the slot again with `confirm()` when it is due.
    */
-  readonly busy: boolean;
+  readonly tentative: boolean;
 }
 
 /** Usage of one key, read without booking anything. */
@@ -91,9 +95,15 @@ export interface InspectResult {
  */
 export interface Store {
   reserve(request: ReserveRequest): Promise<ReserveResult>;
-  /** Applies settlements without deciding anything (a release, or a completion later than its hold). */
+  /** Applies settlements without deciding anything: completions and releases. */
   settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void>;
   inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult>;
+  /**
+   * Checks a tentative slot when it is due: do the slots booked before it (lower member numbers)
+   * still leave room at `startAt` under every rule, counting a call past its estimate without a
+   * completion as still in flight (for up to `maxHoldMs` after its estimate)? Books nothing.
+   */
+  confirm(namespace: string, key: string, startAt: number, members: readonly string[], rules: readonly Rule[], maxHoldMs: number): Promise<boolean>;
   /**
    * Starts no call of the key before `ms` from now (store clock), for every process: the vendor said
    * its limit was hit. A longer pause already in place is kept. Resolves to the pause's end (store clock).

@@ -13,7 +13,6 @@ import type { KeyUsage, RulesOption, ScheduleOptions, ThrottleEvents, ThrottleMo
 import { describe, longestWindow, parseRules, type Rule, type RuleInput } from './rules.js';
 import { sleep } from './sleep.js';
 import { MemoryStore } from './stores/memory-store.js';
-import { SettlementBuffer } from './settlement-buffer.js';
 import type { Settlement, Store } from './store.js';
 
 /** One call, validated, with everything a decision needs. */
@@ -38,8 +37,8 @@ interface Grant {
   readonly due: number;
   /** Local time the slot starts at (for measuring how late the call starts). */
   readonly dueExact: number;
-  /** The key was busy after this booking: others are likely to wait for its slots. */
-  readonly busy: boolean;
+  /** The start was set by an estimate: confirm the slot when it is due. */
+  readonly tentative: boolean;
   /** How late the call may start and still reach the vendor within its hold: hold − longest response seen. */
   readonly lagBudgetMs: number;
 }
@@ -72,7 +71,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #closing = new AbortController();
   readonly #queues = new Map<string, PQueue>();
   readonly #waiting = new Map<string, number>();
-  readonly #settlements = new SettlementBuffer();
   readonly #background = new Set<Promise<void>>();
   /** Deferred heads per key, woken when this process writes a completion for the key. */
   readonly #settledWaiters = new Map<string, Set<() => void>>();
@@ -115,16 +113,15 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /**
-   * What this process holds locally: keys with a queue, calls waiting (queued or sleeping for their
-   * slot), and keys with completion times not yet written to the store. Queues and waiting calls
-   * drop to 0 when idle; buffered keys are bounded and wait for their key's next decision.
+   * What this process holds locally: keys with a queue, and calls waiting (queued, or sleeping for
+   * their slot). All drop to 0 when idle.
    */
   get stats(): ThrottleStats {
     let queued = 0;
     for (const queue of this.#queues.values()) queued += queue.size;
     let sleeping = 0;
     for (const count of this.#waiting.values()) sleeping += count;
-    return { queues: this.#queues.size, queued, sleeping, bufferedKeys: this.#settlements.size };
+    return { queues: this.#queues.size, queued, sleeping };
   }
 
   /**
@@ -225,8 +222,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     this.#closing.abort(new ThrottleClosedError());
     for (const queue of this.#queues.values()) queue.clear();
     this.#queues.clear();
-    // Buffered early completions are dropped: each would free its slot at most one hold sooner.
-    this.#settlements.clear();
     await Promise.allSettled([...this.#background]);
     if (this.#ownsStore) await this.store.close();
   }
@@ -257,19 +252,41 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /**
-   * Books a slot for `call` and sleeps until it starts. A call that wakes too late to start within
-   * the hold it was booked with (a busy event loop fires timers late) gives its slot back and books
-   * a new one in the same round trip, at most {@link MAX_REBOOKS} times: later bookings count on
-   * every call reaching the vendor within its hold (docs/design.md §4).
+   * Books a slot for `call` and sleeps until it starts. Two checks when it wakes, each of which
+   * gives the slot back and books again in the same round trip (docs/design.md §4):
+   * - a slot set by an estimate (another call's completion was not known) is confirmed with what
+   *   is known now: a call still on its way past its estimate keeps counting;
+   * - a call that wakes too late to start within the hold it was booked with (a busy event loop
+   *   fires timers late) does not start: later bookings count on it reaching the vendor within its
+   *   hold. At most {@link MAX_REBOOKS} times, then it starts and says so in a `debug` event.
    */
   async #acquire(call: Call): Promise<Grant> {
     let giveBack: Settlement[] = [];
-    for (let rebooks = 0; ; rebooks++) {
+    for (let late = 0; ; ) {
       const grant = await this.#book(call, giveBack);
-      const lateBy = performance.now() - grant.dueExact;
-      if (rebooks >= MAX_REBOOKS || lateBy <= grant.lagBudgetMs) return grant;
       giveBack = grant.members.map((member) => ({ member, releaseAt: null }));
-      this.notify('debug', { message: `woke ${Math.round(lateBy)} ms after its slot, beyond its ${grant.holdMs} ms hold: booking again`, key: call.key });
+      if (grant.tentative && !(await this.#confirm(call, grant))) {
+        this.notify('debug', { message: 'a call it was booked behind is still on its way: booking again', key: call.key });
+        continue;
+      }
+      const lateBy = performance.now() - grant.dueExact;
+      if (lateBy <= grant.lagBudgetMs) return grant;
+      const message = `woke ${Math.round(lateBy)} ms after its slot, beyond its ${grant.holdMs} ms hold`;
+      if (++late > MAX_REBOOKS) {
+        this.notify('debug', { message: `${message}: starting anyway after ${MAX_REBOOKS} new bookings`, key: call.key });
+        return grant;
+      }
+      this.notify('debug', { message: `${message}: booking again`, key: call.key });
+    }
+  }
+
+  /** Checks a tentative slot with the store; a failure to ask gives the slot back and rejects. */
+  async #confirm(call: Call, grant: Grant): Promise<boolean> {
+    try {
+      return await this.store.confirm(this.name, call.encoded, grant.startAt, grant.members, call.rules, this.#maxHoldMs);
+    } catch (error) {
+      this.#release(call, grant);
+      throw storeError(error);
     }
   }
 
@@ -281,8 +298,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       if (giveBack.length > 0) this.#settleInBackground(call.encoded, giveBack, call.retainMs);
       throw aborted.reason;
     }
-    let settle: Settlement[] = this.#settlements.take(call.encoded);
-    if (giveBack.length > 0) settle = [...settle, ...giveBack];
+    let settle: readonly Settlement[] = giveBack;
     // `queue` mode books on known completions only (`defer`), so its own slots may stay counted as
     // in flight until settled: they are booked with the longest hold, and settled at once.
     const deferring = this.mode === 'queue';
@@ -302,10 +318,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
           holdMs,
           retainMs: call.retainMs,
           defer: deferring,
+          maxHoldMs: this.#maxHoldMs,
           settle,
         });
       } catch (error) {
-        this.#settlements.add(call.encoded, settle, call.retainMs);
+        if (settle.length > 0) this.#settleInBackground(call.encoded, settle, call.retainMs);
         throw storeError(error);
       }
       settle = [];
@@ -327,7 +344,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     // reading, rounded up: no correction).
     const dueExact = sentAt + result.waitMs;
     const due = result.waitMs > 0 ? dueExact - 1 : dueExact;
-    const grant: Grant = { members: result.members, startAt: result.startAt, holdMs, due, dueExact, busy: result.busy, lagBudgetMs };
+    const grant: Grant = { members: result.members, startAt: result.startAt, holdMs, due, dueExact, tentative: result.tentative, lagBudgetMs };
     const abortedNow = signals.find((signal) => signal?.aborted);
     if (abortedNow) {
       this.#release(call, grant);
@@ -401,13 +418,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     const completedAt = performance.now();
     this.#hold.observe(completedAt - startedAt);
     const releaseAt = Math.ceil(grant.startAt + (completedAt - grant.due));
-    const booked = grant.startAt + grant.holdMs;
-    const settle = grant.members.map((member) => ({ member, releaseAt }));
-    // Later than booked: the slot must count longer, now. Earlier: it frees room sooner; when the key
-    // is busy others are likely waiting for exactly that, so it is written now too. Otherwise it
-    // waits for this key's next decision and rides along with it, at no extra round trip.
-    if (releaseAt > booked || grant.busy || this.mode === 'queue') this.#settleInBackground(call.encoded, settle, call.retainMs);
-    else this.#settlements.add(call.encoded, settle, call.retainMs);
+    // Written at once, whether earlier than booked (the room frees sooner) or later (the slot must
+    // count longer): a slot past its estimate and not settled is taken for a call still on its way.
+    this.#settleInBackground(call.encoded, grant.members.map((member) => ({ member, releaseAt })), call.retainMs);
   }
 
   /** Gives back a slot whose call will never start. */

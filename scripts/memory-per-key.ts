@@ -16,7 +16,7 @@ console.log('rule        calls in log   bytes (log + meta)   bytes per call');
 for (const text of ['30/min', '100/min', '1000/h', '10000/day']) {
   const rule = parseRule(text);
   const key = encodeKey(`user-${text}`);
-  const request = { namespace: 'acme', key, rules: [rule], cost: 1, maxDelayMs: Infinity, holdMs: 100, retainMs: rule.windowMs, defer: false, settle: [] };
+  const request = { namespace: 'acme', key, rules: [rule], cost: 1, maxDelayMs: Infinity, holdMs: 100, retainMs: rule.windowMs, defer: false, maxHoldMs: 10_000, settle: [] };
   const batch = 500;
   for (let done = 0; done < rule.limit; done += batch) {
     await Promise.all(Array.from({ length: Math.min(batch, rule.limit - done) }, () => store.reserve(request)));

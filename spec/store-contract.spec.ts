@@ -42,7 +42,7 @@ const subjects: Array<{ name: string; make: () => Subject }> = [
 ];
 
 function request(overrides: Partial<ReserveRequest> & { rules: readonly Rule[] }): ReserveRequest {
-  return { namespace: 'ns', key: 'k', cost: 1, maxDelayMs: Infinity, holdMs: 0, retainMs: longest(overrides.rules), defer: false, settle: [], ...overrides };
+  return { namespace: 'ns', key: 'k', cost: 1, maxDelayMs: Infinity, holdMs: 0, retainMs: longest(overrides.rules), defer: false, maxHoldMs: 0, settle: [], ...overrides };
 }
 
 function longest(rules: readonly Rule[]): number {
@@ -181,6 +181,42 @@ for (const { name, make } of subjects) {
       expect(plain.startAt).to.equal(booked.startAt + 5_000 + 60_000);
     });
 
+    it('counts a call past its estimate without a completion as still in flight, for up to maxHoldMs', async () => {
+      const { store, advance } = make();
+      const rules = [{ limit: 1, windowMs: 100 }];
+      const first = await store.reserve(request({ rules, holdMs: 10, maxHoldMs: 60_000 }));
+      await advance(30);
+      // Its estimate (start + 10 ms) has passed and it never reported: it counts from now.
+      const second = await store.reserve(request({ rules, holdMs: 10, maxHoldMs: 60_000 }));
+      expect(second.startAt - second.now).to.be.within(99, 101);
+      expect(second.startAt).to.be.above(first.startAt + 10 + 100);
+      // Once it reports its completion, it counts from that time only: nothing but booking order
+      // (first asked, first served) holds the next call back.
+      await store.settle('ns', 'k', [{ member: first.members[0]!, releaseAt: first.startAt + 5 }], 100);
+      await store.settle('ns', 'k', [{ member: second.members[0]!, releaseAt: null }], 100);
+      const third = await store.reserve(request({ rules, holdMs: 10, maxHoldMs: 60_000 }));
+      expect(third.ruleIndex).to.equal(-1);
+      expect(third.startAt).to.equal(second.startAt);
+    });
+
+    it('confirms a tentative slot only while the calls booked before it keep to their estimates', async () => {
+      const { store, advance } = make();
+      const rules = [{ limit: 1, windowMs: 50 }];
+      const first = await store.reserve(request({ rules, holdMs: 10, maxHoldMs: 60_000 }));
+      const second = await store.reserve(request({ rules, holdMs: 10, maxHoldMs: 60_000 }));
+      expect(second.tentative).to.equal(true);
+      expect(second.startAt).to.equal(first.startAt + 10 + 50);
+      // The first call is still on its way at the second's start: the slot no longer fits.
+      await advance(65);
+      expect(await store.confirm('ns', 'k', second.startAt, second.members, rules, 60_000)).to.equal(false);
+      // Had it reported a completion within its estimate, the slot would still fit.
+      await store.settle('ns', 'k', [{ member: first.members[0]!, releaseAt: first.startAt + 8 }], 50);
+      expect(await store.confirm('ns', 'k', second.startAt, second.members, rules, 60_000)).to.equal(true);
+      // A booking set by a known completion is not tentative.
+      const third = await store.reserve(request({ rules, holdMs: 10, maxHoldMs: 60_000, settle: [{ member: second.members[0]!, releaseAt: second.startAt + 3 }] }));
+      expect(third.tentative).to.equal(false);
+    });
+
     it('starts nothing during a vendor pause, keeps the longer pause, and reports it', async () => {
       const { store } = make();
       const rules = [{ limit: 5, windowMs: 1_000 }];
@@ -294,8 +330,8 @@ describe('RedisStore specifics', () => {
     const prefix = uniquePrefix();
     const store = new RedisStore(client, { prefix });
     await store.reserve(request({ rules: [{ limit: 5, windowMs: 2_000 }], holdMs: 100 }));
-    const { log, meta } = keyNames(prefix, 'ns', 'k');
-    for (const key of [log, meta]) expect(await client.pttl(key)).to.be.within(1_900, 2_100);
+    const { log, meta, flight } = keyNames(prefix, 'ns', 'k');
+    for (const key of [log, meta, flight]) expect(await client.pttl(key)).to.be.within(1_900, 2_100);
   });
 
   it('never leaves the prefix, and keeps the client open on close', async () => {
@@ -305,7 +341,7 @@ describe('RedisStore specifics', () => {
     await store.reserve(request({ rules: [{ limit: 5, windowMs: 1_000 }], key: 'x' }));
     await store.close();
     const keys = await client.keys(`${prefix}:*`);
-    expect(keys).to.have.length(2);
+    expect(keys.sort()).to.deep.equal([`${prefix}:ns:{x}:flight`, `${prefix}:ns:{x}:log`, `${prefix}:ns:{x}:meta`]);
     expect(await client.ping()).to.equal('PONG');
   });
 });

@@ -4,6 +4,7 @@
 
   KEYS[1]  log   sorted set of slots (see reserve.lua)
   KEYS[2]  meta  hash of the key; field `pause` = no start before this (ms, store clock)
+  KEYS[3]  flight  sorted set of the slots not settled yet (see reserve.lua)
   ARGV[1]  MS      pause length from now, ms
   ARGV[2]  RETAIN  ms of history to keep
 
@@ -11,10 +12,10 @@
 ]]
 --- @include "log"
 
-local log, meta = KEYS[1], KEYS[2]
+local log, meta, flight = KEYS[1], KEYS[2], KEYS[3]
 local now = vt_now()
 local now_ms = math.ceil(now)
 local pause = math.max(math.ceil(now + tonumber(ARGV[1])), tonumber(redis.call('HGET', meta, 'pause') or 0))
 redis.call('HSET', meta, 'pause', pause)
-vt_expire(log, meta, now_ms, tonumber(ARGV[2]), pause)
+vt_expire(log, meta, flight, now_ms, tonumber(ARGV[2]), pause)
 return pause

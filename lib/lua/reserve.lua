@@ -7,6 +7,7 @@
                 member is the number followed by '!' and the score the completion time (ms)
   KEYS[2]  meta  hash: seq = last slot number, last = latest booked start (ms),
                 pause = no start before this (ms), set by pause.lua when the vendor says so
+  KEYS[3]  flight  sorted set: the slots not settled yet, scored by their estimate (start + HOLD)
 
   ARGV[1]  COST       slots to book (1 .. smallest limit)
   ARGV[2]  MAX_DELAY  ms; book only if the slot starts within it; 'inf' books any slot
@@ -14,30 +15,34 @@
   ARGV[4]  RETAIN     ms of history to keep (at least the longest window)
   ARGV[5]  DEFER      1: do not book a slot that waits for a call whose completion is not known
                       (its member unsettled); answer 'deferred' with a time to ask again
-  ARGV[6]  R          number of rules, followed by R pairs: LIMIT, WINDOW (ms)
-  ARGV[7 + 2R]        S, number of settlements, followed by S pairs: MEMBER, RELEASE_AT ('' = remove)
+  ARGV[6]  MAX_HOLD   ms after its estimate an unsettled call may still be in flight
+  ARGV[7]  R          number of rules, followed by R pairs: LIMIT, WINDOW (ms)
+  ARGV[8 + 2R]        S, number of settlements, followed by S pairs: MEMBER, RELEASE_AT ('' = remove)
 
-  Returns { status, wait_ms, start_at, rule_index, first_member, now_ms, busy (1|0), retry_ms }
+  Returns { status, wait_ms, start_at, rule_index, first_member, now_ms, tentative (1|0), retry_ms }
   status: 1 booked, 0 refused (wait_ms > MAX_DELAY), 2 deferred (ask again in retry_ms).
   rule_index: 0-based index of the rule that pushed the slot later, -2 = vendor pause, -1 = neither.
-  busy: after this decision at least half of some rule's limit counts at start_at.
+  tentative: the slot was set by an estimate (a call whose completion is not known): confirm.lua
+  checks it again when it is due.
   first_member is the first of COST consecutive slot numbers (0 unless booked).
 ]]
 --- @include "log"
 
-local log, meta = KEYS[1], KEYS[2]
+local log, meta, flight = KEYS[1], KEYS[2], KEYS[3]
 local cost = tonumber(ARGV[1])
 local max_delay = ARGV[2]
 local hold = tonumber(ARGV[3])
 local retain = tonumber(ARGV[4])
 local defer = ARGV[5] == '1'
-local rule_count = tonumber(ARGV[6])
-local settle_at = 7 + 2 * rule_count
+local max_hold = tonumber(ARGV[6])
+local rule_count = tonumber(ARGV[7])
+local settle_at = 8 + 2 * rule_count
 
 local now = vt_now()
 local now_ms = math.ceil(now)
 
-vt_settle(log, settle_at + 1, tonumber(ARGV[settle_at]))
+vt_settle(log, flight, settle_at + 1, tonumber(ARGV[settle_at]))
+vt_overdue(log, flight, now, max_hold)
 redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - retain)
 
 local size = redis.call('ZCARD', log)
@@ -51,8 +56,8 @@ if pause > now_ms and pause >= start_at then
 end
 local binding = nil
 for r = 0, rule_count - 1 do
-  local limit = tonumber(ARGV[7 + 2 * r])
-  local window = tonumber(ARGV[8 + 2 * r])
+  local limit = tonumber(ARGV[8 + 2 * r])
+  local window = tonumber(ARGV[9 + 2 * r])
   local index = size - limit + cost - 1
   if index >= 0 then
     local entry = redis.call('ZRANGE', log, index, index, 'WITHSCORES')
@@ -69,7 +74,7 @@ end
 local wait = 0
 if start_at > now_ms then wait = math.ceil(start_at - now) end
 if max_delay ~= 'inf' and wait > tonumber(max_delay) then
-  return { 0, wait, start_at, rule_index, 0, now_ms, 1, 0 }
+  return { 0, wait, start_at, rule_index, 0, now_ms, 0, 0 }
 end
 -- The slot waits for a call whose completion is not known yet: ask again once it likely is.
 if defer and binding ~= nil and string.sub(binding[1], -1) ~= '!' then
@@ -84,14 +89,10 @@ for i = 1, cost do
   args[2 * i] = seq - cost + i
 end
 redis.call('ZADD', log, unpack(args))
+redis.call('ZADD', flight, unpack(args))
 redis.call('HSET', meta, 'last', start_at)
-vt_expire(log, meta, now_ms, retain, pause)
+vt_expire(log, meta, flight, now_ms, retain, pause)
 
-local busy = 0
-for r = 0, rule_count - 1 do
-  local limit = tonumber(ARGV[7 + 2 * r])
-  if busy == 0 and redis.call('ZCOUNT', log, '(' .. (start_at - tonumber(ARGV[8 + 2 * r])), '+inf') >= math.ceil(limit / 2) then
-    busy = 1
-  end
-end
-return { 1, wait, start_at, rule_index, seq - cost + 1, now_ms, busy, 0 }
+local tentative = 0
+if binding ~= nil and string.sub(binding[1], -1) ~= '!' then tentative = 1 end
+return { 1, wait, start_at, rule_index, seq - cost + 1, now_ms, tentative, 0 }

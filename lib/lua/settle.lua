@@ -4,6 +4,7 @@
 
   KEYS[1]  log   sorted set of slots (see reserve.lua)
   KEYS[2]  meta  hash of the key
+  KEYS[3]  flight  sorted set of the slots not settled yet (see reserve.lua)
   ARGV[1]  RETAIN  ms of history to keep
   ARGV[2]  S, followed by S pairs: MEMBER, RELEASE_AT ('' = remove)
 
@@ -11,11 +12,11 @@
 ]]
 --- @include "log"
 
-local log, meta = KEYS[1], KEYS[2]
+local log, meta, flight = KEYS[1], KEYS[2], KEYS[3]
 local retain = tonumber(ARGV[1])
 local now_ms = math.ceil(vt_now())
 
-vt_settle(log, 3, tonumber(ARGV[2]))
+vt_settle(log, flight, 3, tonumber(ARGV[2]))
 redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - retain)
-vt_expire(log, meta, now_ms, retain, tonumber(redis.call('HGET', meta, 'pause') or 0))
+vt_expire(log, meta, flight, now_ms, retain, tonumber(redis.call('HGET', meta, 'pause') or 0))
 return redis.call('ZCARD', log)

@@ -1,4 +1,4 @@
-import { countInWindow, isBusy, isUnsettled, planSlot, retryMs, SETTLED_SUFFIX } from '../decision.js';
+import { countInWindow, isUnsettled, planSlot, retryMs, SETTLED_SUFFIX, stillFits } from '../decision.js';
 import type { Rule } from '../rules.js';
 import type { InspectResult, ReserveRequest, ReserveResult, Settlement, Store } from '../store.js';
 
@@ -19,6 +19,8 @@ interface KeyLog {
   last: number;
   /** No start before this (a vendor pause), store clock. */
   pausedUntil: number;
+  /** Slots whose call has not reported its completion, with their estimate. */
+  flight: Map<string, number>;
   expiresAt: number;
 }
 
@@ -51,6 +53,7 @@ export class MemoryStore implements Store {
     const id = `${request.namespace}\n${request.key}`;
     const log = this.#open(id, nowMs);
     applySettlements(log, request.settle);
+    applyOverdue(log, now, request.maxHoldMs);
     trim(log, nowMs - request.retainMs);
     const scoreAt = (i: number) => log.scores[i]!;
     const { startAt, ruleIndex, binding } = planSlot(log.scores.length, scoreAt, request.rules, request.cost, nowMs, log.last, log.pausedUntil);
@@ -59,24 +62,26 @@ export class MemoryStore implements Store {
     this.#sweep(nowMs);
     if (waitMs > request.maxDelayMs) {
       if (log.seq > 0) this.#logs.set(id, log);
-      return { granted: false, deferred: false, retryMs: 0, waitMs, startAt, now: nowMs, ruleIndex, members: [], busy: true };
+      return { granted: false, deferred: false, retryMs: 0, waitMs, startAt, now: nowMs, ruleIndex, members: [], tentative: false };
     }
     if (request.defer && binding >= 0 && isUnsettled(log.members[binding]!)) {
       if (log.seq > 0) this.#logs.set(id, log);
       const retry = retryMs(log.scores[binding]! - now, waitMs);
-      return { granted: false, deferred: true, retryMs: retry, waitMs, startAt, now: nowMs, ruleIndex, members: [], busy: true };
+      return { granted: false, deferred: true, retryMs: retry, waitMs, startAt, now: nowMs, ruleIndex, members: [], tentative: true };
     }
+    const bindingMember = binding >= 0 ? log.members[binding] : undefined;
     const members: string[] = [];
     for (let i = 0; i < request.cost; i++) {
       log.seq += 1;
       members.push(String(log.seq));
       insert(log, startAt + request.holdMs, String(log.seq));
+      log.flight.set(String(log.seq), startAt + request.holdMs);
     }
     log.last = startAt;
     log.expiresAt = Math.max(log.expiresAt, startAt + request.holdMs + request.retainMs);
     this.#logs.set(id, log);
-    const busy = isBusy(log.scores.length, scoreAt, request.rules, startAt);
-    return { granted: true, deferred: false, retryMs: 0, waitMs, startAt, now: nowMs, ruleIndex, members, busy };
+    const tentative = binding >= 0 && isUnsettled(bindingMember!);
+    return { granted: true, deferred: false, retryMs: 0, waitMs, startAt, now: nowMs, ruleIndex, members, tentative };
   }
 
   async settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void> {
@@ -109,6 +114,14 @@ export class MemoryStore implements Store {
     };
   }
 
+  async confirm(namespace: string, key: string, startAt: number, members: readonly string[], rules: readonly Rule[], maxHoldMs: number): Promise<boolean> {
+    const now = this.#now();
+    const log = this.#logs.get(`${namespace}\n${key}`);
+    if (!log || log.expiresAt <= Math.ceil(now)) return true;
+    applyOverdue(log, now, maxHoldMs);
+    return stillFits(log.members, log.scores, startAt, Number.parseInt(members[0]!, 10), members.length, rules);
+  }
+
   async pause(namespace: string, key: string, ms: number, _retainMs: number): Promise<number> {
     const now = this.#now();
     const id = `${namespace}\n${key}`;
@@ -127,7 +140,7 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(id);
     if (log && log.expiresAt > nowMs) return log;
     this.#logs.delete(id);
-    return { scores: [], members: [], seq: 0, last: 0, pausedUntil: 0, expiresAt: 0 };
+    return { scores: [], members: [], seq: 0, last: 0, pausedUntil: 0, flight: new Map(), expiresAt: 0 };
   }
 
   /**
@@ -149,8 +162,26 @@ export class MemoryStore implements Store {
   }
 }
 
+/** `vt_overdue` in lua/includes/log.lua: a call past its estimate without a completion counts from now. */
+function applyOverdue(log: KeyLog, now: number, maxHoldMs: number): void {
+  for (const [member, estimate] of log.flight) {
+    if (estimate > now) continue;
+    if (estimate + maxHoldMs <= now) {
+      log.flight.delete(member);
+      continue;
+    }
+    const index = log.members.lastIndexOf(member);
+    if (index >= 0 && log.scores[index]! < Math.ceil(now)) {
+      log.scores.splice(index, 1);
+      log.members.splice(index, 1);
+      insert(log, Math.ceil(now), member);
+    }
+  }
+}
+
 function applySettlements(log: KeyLog, settle: readonly Settlement[]): void {
   for (const { member, releaseAt } of settle) {
+    log.flight.delete(member);
     let index = log.members.lastIndexOf(member);
     if (index < 0) index = log.members.lastIndexOf(member + SETTLED_SUFFIX);
     if (index < 0) continue;

@@ -23,8 +23,9 @@ function load(file: string): string {
 }
 
 export const scripts = {
-  reserve: { name: `vtReserve${SCRIPT_VERSION}`, numberOfKeys: 2, lua: load('reserve') },
-  settle: { name: `vtSettle${SCRIPT_VERSION}`, numberOfKeys: 2, lua: load('settle') },
+  reserve: { name: `vtReserve${SCRIPT_VERSION}`, numberOfKeys: 3, lua: load('reserve') },
+  settle: { name: `vtSettle${SCRIPT_VERSION}`, numberOfKeys: 3, lua: load('settle') },
   inspect: { name: `vtInspect${SCRIPT_VERSION}`, numberOfKeys: 2, lua: load('inspect') },
-  pause: { name: `vtPause${SCRIPT_VERSION}`, numberOfKeys: 2, lua: load('pause') },
+  pause: { name: `vtPause${SCRIPT_VERSION}`, numberOfKeys: 3, lua: load('pause') },
+  confirm: { name: `vtConfirm${SCRIPT_VERSION}`, numberOfKeys: 3, lua: load('confirm') },
 } as const satisfies Record<string, ScriptDefinition>;

@@ -54,29 +54,31 @@ export class RedisStore implements Store {
   }
 
   async reserve(request: ReserveRequest): Promise<ReserveResult> {
-    const { log, meta } = keyNames(this.prefix, request.namespace, request.key);
+    const { log, meta, flight } = keyNames(this.prefix, request.namespace, request.key);
     const args: Array<string | number> = [
       log,
       meta,
+      flight,
       request.cost,
       Number.isFinite(request.maxDelayMs) ? request.maxDelayMs : 'inf',
       request.holdMs,
       request.retainMs,
       request.defer ? 1 : 0,
+      request.maxHoldMs,
       ...ruleArgs(request.rules),
       ...settleArgs(request.settle),
     ];
     const reply = (await this.#client[scripts.reserve.name]!(...args)) as number[];
-    const [status, waitMs, startAt, ruleIndex, first, now, busy, retryMs] = reply as number[] as [number, number, number, number, number, number, number, number];
+    const [status, waitMs, startAt, ruleIndex, first, now, tentative, retryMs] = reply as number[] as [number, number, number, number, number, number, number, number];
     const members: string[] = [];
     if (status === 1) for (let i = 0; i < request.cost; i++) members.push(String(first + i));
-    return { granted: status === 1, deferred: status === 2, retryMs, waitMs, startAt, now, ruleIndex, members, busy: busy === 1 };
+    return { granted: status === 1, deferred: status === 2, retryMs, waitMs, startAt, now, ruleIndex, members, tentative: tentative === 1 };
   }
 
   async settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void> {
     if (settle.length === 0) return;
-    const { log, meta } = keyNames(this.prefix, namespace, key);
-    await this.#client[scripts.settle.name]!(log, meta, retainMs, ...settleArgs(settle));
+    const { log, meta, flight } = keyNames(this.prefix, namespace, key);
+    await this.#client[scripts.settle.name]!(log, meta, flight, retainMs, ...settleArgs(settle));
   }
 
   async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
@@ -95,9 +97,15 @@ export class RedisStore implements Store {
     };
   }
 
+  async confirm(namespace: string, key: string, startAt: number, members: readonly string[], rules: readonly Rule[], maxHoldMs: number): Promise<boolean> {
+    const { log, meta, flight } = keyNames(this.prefix, namespace, key);
+    const reply = await this.#client[scripts.confirm.name]!(log, meta, flight, startAt, members[0]!, members.length, maxHoldMs, ...ruleArgs(rules));
+    return reply === 1;
+  }
+
   async pause(namespace: string, key: string, ms: number, retainMs: number): Promise<number> {
-    const { log, meta } = keyNames(this.prefix, namespace, key);
-    return (await this.#client[scripts.pause.name]!(log, meta, Math.ceil(ms), retainMs)) as number;
+    const { log, meta, flight } = keyNames(this.prefix, namespace, key);
+    return (await this.#client[scripts.pause.name]!(log, meta, flight, Math.ceil(ms), retainMs)) as number;
   }
 
   async close(): Promise<void> {

@@ -11,10 +11,11 @@ end
 -- An empty releaseAt removes the slot (the call never started); a number moves the slot's score
 -- to the call's completion time and renames the member to <number>! (settled: the score is no
 -- longer an estimate). Slots that already expired are left alone.
-local function vt_settle(log, from, count)
+local function vt_settle(log, flight, from, count)
   for i = 0, count - 1 do
     local member = ARGV[from + 2 * i]
     local release = ARGV[from + 2 * i + 1]
+    redis.call('ZREM', flight, member)
     local was_booked = redis.call('ZREM', log, member) == 1
     if release == '' then
       redis.call('ZREM', log, member .. '!')
@@ -22,6 +23,21 @@ local function vt_settle(log, from, count)
       redis.call('ZADD', log, release, member .. '!')
     else
       redis.call('ZADD', log, 'XX', release, member .. '!')
+    end
+  end
+end
+
+-- A call that has not reported its completion by its estimate is still on its way (completions
+-- are written as soon as they happen): its slot counts from now, until it completes or MAX_HOLD
+-- after its estimate has passed, when it is taken to have reached the vendor long ago.
+local function vt_overdue(log, flight, now, max_hold)
+  local now_ms = math.ceil(now)
+  local overdue = redis.call('ZRANGEBYSCORE', flight, '-inf', now, 'WITHSCORES')
+  for i = 1, #overdue, 2 do
+    if tonumber(overdue[i + 1]) + max_hold > now then
+      redis.call('ZADD', log, 'XX', 'GT', now_ms, overdue[i])
+    else
+      redis.call('ZREM', flight, overdue[i])
     end
   end
 end
@@ -37,7 +53,7 @@ end
 
 -- Keeps both keys alive until the latest score in the log is older than the history kept, and
 -- at least until a vendor pause (meta field `pause`, ms) is over.
-local function vt_expire(log, meta, now_ms, retain, pause)
+local function vt_expire(log, meta, flight, now_ms, retain, pause)
   local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
   local until_ms = pause or 0
   if top[2] ~= nil then until_ms = math.max(until_ms, tonumber(top[2]) + retain) end
@@ -46,4 +62,5 @@ local function vt_expire(log, meta, now_ms, retain, pause)
   if ttl < 1 then ttl = 1 end
   redis.call('PEXPIRE', log, ttl)
   redis.call('PEXPIRE', meta, ttl)
+  redis.call('PEXPIRE', flight, ttl)
 end
