@@ -269,6 +269,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         this.notify('debug', { message: 'a call it was booked behind is still on its way: booking again', key: call.key });
         continue;
       }
+      const aborted = [call.signal, this.#closing.signal].find((signal) => signal?.aborted);
+      if (aborted) {
+        this.#release(call, grant);
+        throw aborted.reason;
+      }
       const lateBy = performance.now() - grant.dueExact;
       if (lateBy <= grant.lagBudgetMs) return grant;
       const message = `woke ${Math.round(lateBy)} ms after its slot, beyond its ${grant.holdMs} ms hold`;
