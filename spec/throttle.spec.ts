@@ -178,9 +178,11 @@ describe('Throttle: delay mode', () => {
       for (let batch = 0; batch < 25; batch++) {
         await Promise.all(Array.from({ length: 1_000 }, (_, i) => throttle.schedule(`r${round}-${batch}-${i}`, () => {})));
       }
-      await fake.clock.tickAsync(1_001);
+      // A key lasts its longest window after its last slot, plus maxHoldMs (10 s) in case that call
+      // was still in flight.
+      await fake.clock.tickAsync(11_001);
     }
-    // 100,000 keys were used, 25,000 per second; only the last second's keys (and a few stragglers) remain.
+    // 100,000 keys were used, 25,000 per round; only the last round's keys (and a few stragglers) remain.
     expect(store.size).to.be.at.most(30_000);
     await throttle.close();
   });

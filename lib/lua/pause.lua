@@ -17,5 +17,5 @@ local now = vt_now()
 local now_ms = math.ceil(now)
 local pause = math.max(math.ceil(now + tonumber(ARGV[1])), tonumber(redis.call('HGET', meta, 'pause') or 0))
 redis.call('HSET', meta, 'pause', pause)
-vt_expire(log, meta, flight, now_ms, tonumber(ARGV[2]), pause)
+vt_expire(log, meta, flight, now_ms, tonumber(ARGV[2]), pause, 0)
 return pause

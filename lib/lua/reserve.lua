@@ -91,7 +91,7 @@ end
 redis.call('ZADD', log, unpack(args))
 redis.call('ZADD', flight, unpack(args))
 redis.call('HSET', meta, 'last', start_at)
-vt_expire(log, meta, flight, now_ms, retain, pause)
+vt_expire(log, meta, flight, now_ms, retain, pause, max_hold)
 
 local tentative = 0
 if binding ~= nil and string.sub(binding[1], -1) ~= '!' then tentative = 1 end

@@ -1,6 +1,7 @@
 --[[
-  settle: updates booked slots of one key without deciding anything: a completion later than its
-  hold (the slot must count longer), or a release (the call never started).
+  settle: updates booked slots of one key without deciding anything: a call's completion, or a
+  release (the call never started). Trims nothing: a call still in flight may have an old score
+  that only the next decision moves up (vt_overdue).
 
   KEYS[1]  log   sorted set of slots (see reserve.lua)
   KEYS[2]  meta  hash of the key
@@ -17,6 +18,5 @@ local retain = tonumber(ARGV[1])
 local now_ms = math.ceil(vt_now())
 
 vt_settle(log, flight, 3, tonumber(ARGV[2]))
-redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - retain)
-vt_expire(log, meta, flight, now_ms, retain, tonumber(redis.call('HGET', meta, 'pause') or 0))
+vt_expire(log, meta, flight, now_ms, retain, tonumber(redis.call('HGET', meta, 'pause') or 0), 0)
 return redis.call('ZCARD', log)

@@ -21,6 +21,8 @@ interface KeyLog {
   pausedUntil: number;
   /** Slots whose call has not reported its completion, with their estimate. */
   flight: Map<string, number>;
+  /** `maxHoldMs` of the latest decision: how long a call past its estimate may still count. */
+  maxHoldMs: number;
   expiresAt: number;
 }
 
@@ -78,7 +80,8 @@ export class MemoryStore implements Store {
       log.flight.set(String(log.seq), startAt + request.holdMs);
     }
     log.last = startAt;
-    log.expiresAt = Math.max(log.expiresAt, startAt + request.holdMs + request.retainMs);
+    log.maxHoldMs = request.maxHoldMs;
+    log.expiresAt = Math.max(log.expiresAt, expiry(log, request.retainMs));
     this.#logs.set(id, log);
     const tentative = binding >= 0 && isUnsettled(bindingMember!);
     return { granted: true, deferred: false, retryMs: 0, waitMs, startAt, now: nowMs, ruleIndex, members, tentative };
@@ -89,8 +92,9 @@ export class MemoryStore implements Store {
     const id = `${namespace}\n${key}`;
     const log = this.#logs.get(id);
     if (!log || log.expiresAt <= nowMs) return;
+    // No trim here: a call still in flight may have an old score that only a decision moves up.
     applySettlements(log, settle);
-    trim(log, nowMs - retainMs);
+    log.expiresAt = Math.max(log.expiresAt, expiry(log, retainMs));
   }
 
   async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
@@ -140,7 +144,7 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(id);
     if (log && log.expiresAt > nowMs) return log;
     this.#logs.delete(id);
-    return { scores: [], members: [], seq: 0, last: 0, pausedUntil: 0, flight: new Map(), expiresAt: 0 };
+    return { scores: [], members: [], seq: 0, last: 0, pausedUntil: 0, flight: new Map(), maxHoldMs: 0, expiresAt: 0 };
   }
 
   /**
@@ -160,6 +164,19 @@ export class MemoryStore implements Store {
       if (log.expiresAt <= nowMs) this.#logs.delete(id);
     }
   }
+}
+
+/**
+ * When a key's log is no longer needed (`vt_expire` in lua/includes/log.lua): its latest slot is
+ * history, no call in flight can count any more, and no vendor pause is on. Like the Redis store,
+ * callers only ever push it later.
+ */
+function expiry(log: KeyLog, retainMs: number): number {
+  let until = log.pausedUntil;
+  const top = log.scores[log.scores.length - 1];
+  if (top !== undefined) until = Math.max(until, top + retainMs);
+  for (const estimate of log.flight.values()) until = Math.max(until, estimate + log.maxHoldMs + retainMs);
+  return until;
 }
 
 /** `vt_overdue` in lua/includes/log.lua: a call past its estimate without a completion counts from now. */

@@ -51,15 +51,18 @@ local function vt_retry_ms(in_flight_ms, wait)
   return math.min(50, math.max(5, math.ceil(base / 4)))
 end
 
--- Keeps both keys alive until the latest score in the log is older than the history kept, and
--- at least until a vendor pause (meta field `pause`, ms) is over.
-local function vt_expire(log, meta, flight, now_ms, retain, pause)
-  local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+-- Keeps the keys alive until the latest score in the log is older than the history kept, until a
+-- call still in flight can no longer count (its estimate + MAX_HOLD + RETAIN), and until a vendor
+-- pause (meta field `pause`, ms) is over. Never shortens a time to live set before.
+local function vt_expire(log, meta, flight, now_ms, retain, pause, max_hold)
   local until_ms = pause or 0
+  local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
   if top[2] ~= nil then until_ms = math.max(until_ms, tonumber(top[2]) + retain) end
+  local latest = redis.call('ZRANGE', flight, -1, -1, 'WITHSCORES')
+  if latest[2] ~= nil then until_ms = math.max(until_ms, tonumber(latest[2]) + max_hold + retain) end
   if until_ms == 0 then return end
-  local ttl = math.ceil(until_ms - now_ms)
-  if ttl < 1 then ttl = 1 end
+  local ttl = math.max(1, math.ceil(until_ms - now_ms))
+  if ttl <= redis.call('PTTL', log) then return end
   redis.call('PEXPIRE', log, ttl)
   redis.call('PEXPIRE', meta, ttl)
   redis.call('PEXPIRE', flight, ttl)
