@@ -138,7 +138,7 @@ describe('throttle.axios()', function () {
     });
 
     it("priority: 'queue' mode serves higher priorities first", async () => {
-      const throttle = make({ rules: ['1/150ms'], mode: 'queue' });
+      const throttle = make({ rules: ['1/150ms'], mode: 'queue', concurrency: 1 });
       vendor = nockVendor(ORIGIN);
       const acme = acmeFor(throttle);
       const first = acme.get('/first', as('u1')); // starts at once
