@@ -101,7 +101,7 @@ describe('throttle.axios()', function () {
       // The 100 ms in the interceptors counted towards the 200 ms the second request had to wait.
       const gap = vendor.arrivals[1]!.at - firstDone;
       timings('1/200ms, second arrival after the first response (ms)', [gap]);
-      expect(gap).to.be.within(200, 260);
+      expect(gap).to.be.within(200, 300);
     });
 
     it('per request: key, cost, maxDelayMs and retries through config.throttle; cost above a limit is a config error', async () => {
@@ -168,7 +168,7 @@ describe('throttle.axios()', function () {
       expect(axios.isCancel(error)).to.equal(true);
       expect(axios.isCancel(errorToo)).to.equal(true);
       expect((errorToo as Error).message).to.equal('no longer needed');
-      await delay(10); // the release is written in the background
+      await delay(30); // the release is written in the background
       expect((await throttle.inspect('u1')).rules[0]!.used).to.equal(1);
       await acme.get('/c', as('u1'));
       const times = vendor.times('u1', t0);
@@ -177,7 +177,7 @@ describe('throttle.axios()', function () {
       // Slots never move, so /c starts no earlier than the last booking made (/b2's: /a's answer + 300 ms,
       // + 100 ms of hold for /b + 300 ms); without the two releases it would have waited another
       // window after /b2 (about 1,100 ms).
-      expect(times[1]! - times[0]!).to.be.within(700, 800);
+      expect(times[1]! - times[0]!).to.be.within(700, 850);
     });
 
     it('a request with its own adapter goes through the throttle too', async () => {
