@@ -6,10 +6,13 @@
  * longest start → response time among this throttle's last {@link SAMPLES} calls, plus
  * {@link START_SLACK_MS} for the start itself to be late (a busy event loop fires timers late),
  * floored at the safety margin and capped at `maxHoldMs`. The longest, not an average: a hold that is
- * too short lets a call count too briefly; one that is too long only books later slots a little later.
+ * too short sends the slots booked on it to book again when they are confirmed; one that is too long
+ * only books later slots a little later. Exactness does not rest on it: a call past its estimate
+ * without a completion counts as still in flight (docs/design.md §4).
  *
- * A call whose start is later than its hold allows (lag + longest response > hold) does not start:
- * it gives its slot back and books a new one (see `Throttle`), so the hold stays a true bound.
+ * A call that wakes later than its hold allows (lag + longest response > hold) does not start: it
+ * gives its slot back and books a new one (see `Throttle`), keeping the estimates others were placed
+ * on close to the truth.
  */
 export const SAMPLES = 64;
 /** Start lag every hold allows on top of the longest observed response time. */

@@ -42,10 +42,11 @@ export interface ThrottleOptions {
    */
   readonly maxDelayMs?: number;
   /**
-   * Smallest time, in ms, a slot keeps counting as in flight after its start until the call's
-   * completion is known. A call is counted in each window until `windowMs` after its response, so
-   * that it is also counted for as long as it may still be on its way to the vendor; `safetyMarginMs`
-   * is the floor of that estimate for calls that have not completed yet (see docs/design.md).
+   * Floor, in ms, of the in-flight estimate: how long after its start a booked call is expected to
+   * have completed. A call counts in each window until `windowMs` after its response; until then,
+   * slots are placed on this estimate, a call past it counts as still on its way, and slots placed
+   * on it are confirmed when due (docs/design.md §4). It decides how much re-booking a burst costs,
+   * not whether the limit holds.
    * @default 100
    */
   readonly safetyMarginMs?: number;
@@ -57,9 +58,9 @@ export interface ThrottleOptions {
    */
   readonly adaptiveMargin?: boolean;
   /**
-   * Cap of the learned in-flight estimate, in ms. A booked slot counts until `windowMs` after its
-   * start plus the hold; a call that completes later than that has its completion written to the
-   * store at once, and counts from then on until `windowMs` after it.
+   * Cap of the learned in-flight estimate, in ms, and how long after its estimate a call without a
+   * completion still counts as on its way (a crashed worker's slots stop counting then). Set it above
+   * the vendor request timeout.
    * @default 10_000
    */
   readonly maxHoldMs?: number;
