@@ -9,7 +9,7 @@
   ARGV[1]  RETAIN  ms of history to keep
   ARGV[2]  S, followed by S pairs: MEMBER, RELEASE_AT ('' = remove)
 
-  Returns the number of slots left in the log.
+  Returns 0.
 ]]
 --- @include "log"
 
@@ -17,6 +17,14 @@ local log, meta, flight = KEYS[1], KEYS[2], KEYS[3]
 local retain = tonumber(ARGV[1])
 local now_ms = math.ceil(vt_now())
 
-vt_settle(log, flight, 3, tonumber(ARGV[2]))
-vt_expire(log, meta, flight, now_ms, retain, tonumber(redis.call('HGET', meta, 'pause') or 0), 0)
-return redis.call('ZCARD', log)
+local latest = vt_settle(log, flight, 3, tonumber(ARGV[2]))
+-- A completion only ever needs the keys to live longer (a late one): extend, never shorten.
+if latest > 0 then
+  local ttl = math.ceil(latest + retain - now_ms)
+  if ttl > redis.call('PTTL', log) then
+    redis.call('PEXPIRE', log, ttl)
+    redis.call('PEXPIRE', meta, ttl)
+    redis.call('PEXPIRE', flight, ttl)
+  end
+end
+return 0

@@ -10,8 +10,10 @@ end
 -- Applies settlements ARGV[from], ARGV[from+1], ... (count pairs of member, releaseAt).
 -- An empty releaseAt removes the slot (the call never started); a number moves the slot's score
 -- to the call's completion time and renames the member to <number>! (settled: the score is no
--- longer an estimate). Slots that already expired are left alone.
+-- longer an estimate). Slots that already expired are left alone. Returns the latest completion
+-- time applied (0 when none).
 local function vt_settle(log, flight, from, count)
+  local latest = 0
   for i = 0, count - 1 do
     local member = ARGV[from + 2 * i]
     local release = ARGV[from + 2 * i + 1]
@@ -21,10 +23,13 @@ local function vt_settle(log, flight, from, count)
       redis.call('ZREM', log, member .. '!')
     elseif was_booked then
       redis.call('ZADD', log, release, member .. '!')
+      latest = math.max(latest, tonumber(release))
     else
       redis.call('ZADD', log, 'XX', release, member .. '!')
+      latest = math.max(latest, tonumber(release))
     end
   end
+  return latest
 end
 
 -- A call that has not reported its completion by its estimate is still on its way (completions
