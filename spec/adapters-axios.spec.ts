@@ -3,10 +3,10 @@ import { expect } from 'chai';
 import nock from 'nock';
 import type { AxiosThrottleHandle, AxiosThrottleOptions } from '../lib/adapters/options.js';
 import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
-import type { ThrottleOptions } from '../lib/options.js';
 import { RedisStore } from '../lib/stores/redis-store.js';
-import { Throttle } from '../lib/throttle.js';
+import type { Throttle } from '../lib/throttle.js';
 import { redisClient, uniquePrefix } from './support/hooks.js';
+import { useThrottles } from './support/throttles.js';
 import { mostInWindow, nockVendor, ok, type Vendor } from './support/http-vendor.js';
 
 const ORIGIN = 'http://api.acme.test';
@@ -21,7 +21,7 @@ function timings(label: string, values: readonly number[]): void {
 describe('throttle.axios()', function () {
   this.timeout(10_000);
   let vendor: Vendor | undefined;
-  let throttles: Throttle[] = [];
+  const make = useThrottles();
   let handles: Array<AxiosThrottleHandle<AxiosInstance>> = [];
 
   before(() => {
@@ -38,15 +38,7 @@ describe('throttle.axios()', function () {
     handles = [];
     await vendor?.close();
     vendor = undefined;
-    await Promise.all(throttles.map((throttle) => throttle.close()));
-    throttles = [];
   });
-
-  function make(options: Partial<ThrottleOptions> = {}): Throttle {
-    const throttle = new Throttle({ rules: ['10/s'], ...options });
-    throttles.push(throttle);
-    return throttle;
-  }
 
   /** An `axios.create()` instance for the vendor, throttled by the `x-acme-user` header. */
   function acmeFor(throttle: Throttle, options: Partial<AxiosThrottleOptions> = {}): AxiosInstance {

@@ -3,8 +3,8 @@ import type { FetchThrottleOptions } from '../lib/adapters/options.js';
 import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
 import type { ThrottleOptions } from '../lib/options.js';
 import { RedisStore } from '../lib/stores/redis-store.js';
-import { Throttle } from '../lib/throttle.js';
 import { redisClient, uniquePrefix } from './support/hooks.js';
+import { useThrottles } from './support/throttles.js';
 import { mostInWindow, ok, startHttpVendor, type Respond, type Vendor } from './support/http-vendor.js';
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -24,20 +24,12 @@ function userFromUrl(input: string | URL | Request): string {
 describe('throttle.fetch()', function () {
   this.timeout(10_000);
   let vendor: Vendor | undefined;
-  let throttles: Throttle[] = [];
+  const make = useThrottles();
 
   afterEach(async () => {
     await vendor?.close();
     vendor = undefined;
-    await Promise.all(throttles.map((throttle) => throttle.close()));
-    throttles = [];
   });
-
-  function make(options: Partial<ThrottleOptions> = {}): Throttle {
-    const throttle = new Throttle({ rules: ['10/s'], ...options });
-    throttles.push(throttle);
-    return throttle;
-  }
 
   async function setUp(throttleOptions: Partial<ThrottleOptions> = {}, respond: Respond = ok, options: Partial<FetchThrottleOptions> = {}) {
     vendor = await startHttpVendor(respond);
