@@ -57,9 +57,12 @@ export function stillFits(
   first: number,
   cost: number,
   rules: readonly Rule[],
+  bucketsOf: BucketsOf = () => [],
 ): boolean {
-  return rules.every(({ limit, windowMs }) => {
-    let counted = 0;
+  return rules.every((rule) => {
+    const { limit, windowMs } = rule;
+    // Folded calls keep no number: every bucket that still counts at the start is counted.
+    let counted = rule.bucketMs ? bucketsOf(rule).reduce((sum, bucket) => sum + (bucket.end + windowMs > startAt ? bucket.count : 0), 0) : 0;
     members.forEach((member, i) => {
       if (Number.parseInt(member, 10) < first && scores[i]! + windowMs > startAt) counted++;
     });
@@ -71,8 +74,84 @@ export function stillFits(
 export const PAUSED = -2;
 
 /**
+ * `ruleIndex` of a deferred answer while a store that lost its data waits for live processes to put
+ * back their calls (see `RedisStore`): ask again after `retryMs`.
+ */
+export const RECOVERING = -3;
+
+/** Completed calls folded into one bucket of a bucketed rule: they count as if they ended at `end`. */
+export interface Bucket {
+  readonly end: number;
+  readonly count: number;
+}
+
+/** Buckets of a bucketed rule that still count at `now`, ascending by end. */
+export type BucketsOf = (rule: Rule) => readonly Bucket[];
+
+/**
+ * Index of the bucket a completed call ending at `score` folds into: it counts as if it ended at
+ * `index × bucketMs`, the end of its bucket, which is never earlier than `score` (so a bucketed
+ * rule can only hold a call back, by less than one bucket width, never let one through early).
+ */
+export function bucketIndex(score: number, bucketMs: number): number {
+  return Math.ceil(score / bucketMs);
+}
+
+/**
+ * How far back a store keeps every completed call one by one: the longest window of the exact rules.
+ * Older completed calls fold into the buckets of the bucketed rules (0: all of them, at once).
+ */
+export function foldHorizon(rules: readonly Rule[]): number {
+  return rules.reduce((max, rule) => (rule.bucketMs ? max : Math.max(max, rule.windowMs)), 0);
+}
+
+/**
+ * Earliest time from `from` at which `cost` more calls keep a bucketed rule: the calls still kept
+ * one by one (the sorted log) plus the buckets. With the j oldest buckets gone (from their end +
+ * window on), at most `limit − cost − (calls in the other buckets)` calls of the log may still count,
+ * which the index rule of {@link planSlot} turns into a time; the answer is the earliest over j.
+ * Returns the time and the index in the log of the slot that set it (-1 when a bucket or `from` did).
+ */
+export function bucketedFreeAt(
+  size: number,
+  scoreAt: (index: number) => number,
+  buckets: readonly Bucket[],
+  rule: Rule,
+  cost: number,
+  from: number,
+): { readonly freeAt: number; readonly index: number } {
+  let remaining = buckets.reduce((sum, bucket) => sum + bucket.count, 0);
+  let best = Infinity;
+  let bestIndex = -1;
+  let goneUntil = -Infinity;
+  for (let j = 0; j <= buckets.length; j++) {
+    if (goneUntil >= best) break;
+    const allowed = rule.limit - cost - remaining;
+    if (allowed >= 0) {
+      let t = Math.max(from, goneUntil);
+      let index = -1;
+      const at = size - allowed - 1;
+      if (at >= 0 && scoreAt(at) + rule.windowMs > t) {
+        t = scoreAt(at) + rule.windowMs;
+        index = at;
+      }
+      if (t < best) {
+        best = t;
+        bestIndex = index;
+      }
+    }
+    if (j < buckets.length) {
+      goneUntil = buckets[j]!.end + rule.windowMs;
+      remaining -= buckets[j]!.count;
+    }
+  }
+  return { freeAt: best, index: bestIndex };
+}
+
+/**
  * @param size number of scores in the log
  * @param scoreAt the i-th smallest score, 0 ≤ i < size
+ * @param bucketsOf the live buckets of a bucketed rule (see `Rule.bucketMs`)
  */
 export function planSlot(
   size: number,
@@ -82,6 +161,7 @@ export function planSlot(
   now: number,
   last: number,
   pausedUntil = 0,
+  bucketsOf: BucketsOf = () => [],
 ): SlotPlan {
   let startAt = Math.max(now, last);
   let ruleIndex = -1;
@@ -91,10 +171,19 @@ export function planSlot(
     ruleIndex = PAUSED;
   }
   for (let r = 0; r < rules.length; r++) {
-    const { limit, windowMs } = rules[r]!;
-    const index = size - limit + cost - 1;
+    const rule = rules[r]!;
+    if (rule.bucketMs) {
+      const { freeAt, index } = bucketedFreeAt(size, scoreAt, bucketsOf(rule), rule, cost, startAt);
+      if (freeAt > startAt) {
+        startAt = freeAt;
+        ruleIndex = r;
+        binding = index;
+      }
+      continue;
+    }
+    const index = size - rule.limit + cost - 1;
     if (index < 0) continue;
-    const freeAt = scoreAt(index) + windowMs;
+    const freeAt = scoreAt(index) + rule.windowMs;
     if (freeAt > startAt) {
       startAt = freeAt;
       ruleIndex = r;

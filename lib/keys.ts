@@ -24,10 +24,13 @@ export function normalizeKey(key: unknown): string {
  * - well-formed text is percent-encoded (`{`, `}`, `:`, `%`, spaces, newlines and non-ASCII all escaped),
  *   which leaves no `:` in it;
  * - text with lone surrogates (which UTF-8 cannot carry) becomes `u:` + hex of its UTF-16 code units;
- * - a result longer than 200 characters becomes `h:` + base64url SHA-256 of the text above.
+ * - a result longer than 200 characters becomes `h:` + base64url SHA-256 of the text above;
+ * - the empty key becomes `u:` (no code units): an empty hash tag `{}` is no hash tag to Redis
+ *   Cluster, which would scatter the key's three keys over different slots.
  * The output never holds `{` or `}`, so it cannot change a Redis Cluster hash tag.
  */
 export function encodeKey(key: string): string {
+  if (key === '') return 'u:';
   const plain = key.isWellFormed() ? encodeURIComponent(key) : `u:${utf16Hex(key)}`;
   if (plain.length <= MAX_PLAIN_LENGTH) return plain;
   return `h:${createHash('sha256').update(plain).digest('base64url')}`;

@@ -4,6 +4,12 @@ import { ThrottleConfigError } from './errors.js';
 export interface Rule {
   readonly limit: number;
   readonly windowMs: number;
+  /**
+   * Set by the throttle for a long window with a large limit (see `ThrottleOptions.bucketAbove`):
+   * completed calls older than the exact rules need are counted in buckets of this width (ms),
+   * each as if it ended at its bucket's end. Absent or 0: every call is kept (exact).
+   */
+  readonly bucketMs?: number;
 }
 
 /**

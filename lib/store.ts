@@ -71,6 +71,14 @@ export interface ReserveResult {
   readonly tentative: boolean;
 }
 
+/** Calls to count in a key's log that the store did not decide: see `Store.restore`. */
+export interface RestoredSlot {
+  /** When the call stops counting, minus the window: ms from the store's now (negative = in the past). */
+  readonly releaseInMs: number;
+  /** Slots the call took. */
+  readonly cost: number;
+}
+
 /** Usage of one key, read without booking anything. */
 export interface InspectResult {
   /** Store-clock time of the reading (ms). */
@@ -109,6 +117,11 @@ export interface Store {
    * its limit was hit. A longer pause already in place is kept. Resolves to the pause's end (store clock).
    */
   pause(namespace: string, key: string, ms: number, retainMs: number): Promise<number>;
+  /**
+   * Adds calls that started without this store deciding them (decided by a process's local fallback
+   * while the store was down) as completed slots, so that the store's next decisions count them.
+   */
+  restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number, maxHoldMs: number): Promise<void>;
   /** Frees what the store itself owns. A client passed in by the user is left open. */
   close(): Promise<void>;
 }

@@ -3,11 +3,12 @@
 
   KEYS[1]  log   sorted set of slots (see reserve.lua)
   KEYS[2]  meta  hash of the key
-  ARGV[1]  R, number of rules, followed by R pairs: LIMIT, WINDOW (ms)
+  ARGV[1]  R, number of rules, followed by R triples: LIMIT, WINDOW (ms), BUCKET (ms, 0 = exact)
 
   Returns { now_ms, next_free_in_ms, paused_for_ms, used_1, reset_in_ms_1, ..., used_R, reset_in_ms_R }
 ]]
 --- @include "log"
+--- @include "ops"
 
 local log, meta = KEYS[1], KEYS[2]
 local rule_count = tonumber(ARGV[1])
@@ -20,19 +21,28 @@ local pause = tonumber(state[2] or 0)
 local start_at = math.max(now_ms, tonumber(state[1] or 0), pause)
 local result = { now_ms, 0, math.max(0, math.ceil(pause - now)) }
 for r = 0, rule_count - 1 do
-  local limit = tonumber(ARGV[2 + 2 * r])
-  local window = tonumber(ARGV[3 + 2 * r])
-  local index = size - limit
-  if index >= 0 then
-    local free_at = tonumber(redis.call('ZRANGE', log, index, index, 'WITHSCORES')[2]) + window
-    if free_at > start_at then start_at = free_at end
-  end
+  local limit = tonumber(ARGV[2 + 3 * r])
+  local window = tonumber(ARGV[3 + 3 * r])
+  local bucket = tonumber(ARGV[4 + 3 * r])
   local floor = '(' .. (now_ms - window)
   local used = redis.call('ZCOUNT', log, floor, '+inf')
-  local reset = 0
-  if used > 0 then
-    reset = math.ceil(tonumber(redis.call('ZRANGEBYSCORE', log, floor, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]) + window - now)
+  local oldest = math.huge
+  if used > 0 then oldest = tonumber(redis.call('ZRANGEBYSCORE', log, floor, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]) end
+  if bucket > 0 then
+    local buckets = vt_buckets(meta, window, bucket, now_ms)
+    for _, b in ipairs(buckets) do used = used + b[2] end
+    if #buckets > 0 then oldest = math.min(oldest, buckets[1][1]) end
+    local free_at = vt_bucketed_free_at(log, size, buckets, limit, window, 1, start_at)
+    if free_at > start_at then start_at = free_at end
+  else
+    local index = size - limit
+    if index >= 0 then
+      local free_at = tonumber(redis.call('ZRANGE', log, index, index, 'WITHSCORES')[2]) + window
+      if free_at > start_at then start_at = free_at end
+    end
   end
+  local reset = 0
+  if oldest < math.huge then reset = math.ceil(oldest + window - now) end
   result[4 + 2 * r] = used
   result[5 + 2 * r] = reset
 end

@@ -1,6 +1,6 @@
-import { countInWindow, isUnsettled, planSlot, retryMs, SETTLED_SUFFIX, stillFits } from '../decision.js';
+import { bucketIndex, countInWindow, foldHorizon, isUnsettled, planSlot, retryMs, SETTLED_SUFFIX, stillFits, type Bucket, type BucketsOf } from '../decision.js';
 import type { Rule } from '../rules.js';
-import type { InspectResult, ReserveRequest, ReserveResult, Settlement, Store } from '../store.js';
+import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
 
 export interface MemoryStoreOptions {
   /**
@@ -24,6 +24,8 @@ interface KeyLog {
   /** `maxHoldMs` of the latest decision: how long a call past its estimate may still count. */
   maxHoldMs: number;
   expiresAt: number;
+  /** Completed calls folded out of the log, per bucketed rule: `<windowMs>:<bucketMs>:<index>` → calls. */
+  buckets: Map<string, number>;
 }
 
 /** How many keys each decision checks for expiry. Two keeps the map bounded by the live keys. */
@@ -54,11 +56,14 @@ export class MemoryStore implements Store {
     const nowMs = Math.ceil(now);
     const id = `${request.namespace}\n${request.key}`;
     const log = this.#open(id, nowMs);
-    applySettlements(log, request.settle);
+    const latest = applySettlements(log, request.settle);
+    log.expiresAt = Math.max(log.expiresAt, latest + request.retainMs);
     applyOverdue(log, now, request.maxHoldMs);
+    fold(log, nowMs, request.rules);
     trim(log, nowMs - request.retainMs);
     const scoreAt = (i: number) => log.scores[i]!;
-    const { startAt, ruleIndex, binding } = planSlot(log.scores.length, scoreAt, request.rules, request.cost, nowMs, log.last, log.pausedUntil);
+    const bucketsOf = liveBuckets(log, nowMs);
+    const { startAt, ruleIndex, binding } = planSlot(log.scores.length, scoreAt, request.rules, request.cost, nowMs, log.last, log.pausedUntil, bucketsOf);
     // A slot at `nowMs` starts now (the clock read is rounded up); a later one is waited for in full.
     const waitMs = startAt <= nowMs ? 0 : Math.ceil(startAt - now);
     this.#sweep(nowMs);
@@ -81,9 +86,10 @@ export class MemoryStore implements Store {
     }
     log.last = startAt;
     log.maxHoldMs = request.maxHoldMs;
-    log.expiresAt = Math.max(log.expiresAt, expiry(log, request.retainMs));
+    // As vt_extend: each booking keeps the log for its own call; earlier ones kept it for theirs.
+    log.expiresAt = Math.max(log.expiresAt, startAt + request.holdMs + request.maxHoldMs + request.retainMs);
     this.#logs.set(id, log);
-    const tentative = binding >= 0 && isUnsettled(bindingMember!);
+    const tentative = (binding >= 0 && isUnsettled(bindingMember!)) || (waitMs > 0 && restsOnFlight(log, startAt, request.rules));
     return { granted: true, deferred: false, retryMs: 0, waitMs, startAt, now: nowMs, ruleIndex, members, tentative };
   }
 
@@ -93,8 +99,8 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(id);
     if (!log || log.expiresAt <= nowMs) return;
     // No trim here: a call still in flight may have an old score that only a decision moves up.
-    applySettlements(log, settle);
-    log.expiresAt = Math.max(log.expiresAt, expiry(log, retainMs));
+    const latest = applySettlements(log, settle);
+    log.expiresAt = Math.max(log.expiresAt, latest + retainMs);
   }
 
   async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
@@ -105,15 +111,19 @@ export class MemoryStore implements Store {
     const scores = live ? live.scores : [];
     const scoreAt = (i: number) => scores[i]!;
     const pausedUntil = live?.pausedUntil ?? 0;
-    const { startAt } = planSlot(scores.length, scoreAt, rules, 1, nowMs, live?.last ?? 0, pausedUntil);
+    const bucketsOf: BucketsOf = live ? liveBuckets(live, nowMs) : () => [];
+    const { startAt } = planSlot(scores.length, scoreAt, rules, 1, nowMs, live?.last ?? 0, pausedUntil, bucketsOf);
     return {
       now: nowMs,
       nextFreeInMs: startAt <= nowMs ? 0 : Math.ceil(startAt - now),
       pausedForMs: Math.max(0, Math.ceil(pausedUntil - now)),
-      rules: rules.map(({ limit, windowMs }) => {
-        const used = countInWindow(scores.length, scoreAt, windowMs, nowMs);
-        const oldest = scores[scores.length - used];
-        return { limit, windowMs, used, resetInMs: oldest === undefined ? 0 : Math.ceil(oldest + windowMs - now) };
+      rules: rules.map((rule) => {
+        const { limit, windowMs } = rule;
+        const logged = countInWindow(scores.length, scoreAt, windowMs, nowMs);
+        const buckets = rule.bucketMs ? bucketsOf(rule) : [];
+        const used = logged + buckets.reduce((sum, bucket) => sum + bucket.count, 0);
+        const oldest = Math.min(buckets[0]?.end ?? Infinity, scores[scores.length - logged] ?? Infinity);
+        return { limit, windowMs, used, resetInMs: oldest === Infinity ? 0 : Math.ceil(oldest + windowMs - now) };
       }),
     };
   }
@@ -123,7 +133,22 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(`${namespace}\n${key}`);
     if (!log || log.expiresAt <= Math.ceil(now)) return true;
     applyOverdue(log, now, maxHoldMs);
-    return stillFits(log.members, log.scores, startAt, Number.parseInt(members[0]!, 10), members.length, rules);
+    return stillFits(log.members, log.scores, startAt, Number.parseInt(members[0]!, 10), members.length, rules, liveBuckets(log, Math.ceil(now)));
+  }
+
+  async restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number, maxHoldMs: number): Promise<void> {
+    const now = this.#now();
+    const id = `${namespace}\n${key}`;
+    const log = this.#open(id, Math.ceil(now));
+    for (const { releaseInMs, cost } of slots) {
+      for (let i = 0; i < cost; i++) {
+        log.seq += 1;
+        insert(log, Math.ceil(now + releaseInMs), String(log.seq) + SETTLED_SUFFIX);
+      }
+    }
+    log.maxHoldMs = Math.max(log.maxHoldMs, maxHoldMs);
+    log.expiresAt = Math.max(log.expiresAt, expiry(log, retainMs));
+    if (log.seq > 0) this.#logs.set(id, log);
   }
 
   async pause(namespace: string, key: string, ms: number, _retainMs: number): Promise<number> {
@@ -144,7 +169,7 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(id);
     if (log && log.expiresAt > nowMs) return log;
     this.#logs.delete(id);
-    return { scores: [], members: [], seq: 0, last: 0, pausedUntil: 0, flight: new Map(), maxHoldMs: 0, expiresAt: 0 };
+    return { scores: [], members: [], seq: 0, last: 0, pausedUntil: 0, flight: new Map(), maxHoldMs: 0, expiresAt: 0, buckets: new Map() };
   }
 
   /**
@@ -179,6 +204,74 @@ function expiry(log: KeyLog, retainMs: number): number {
   return until;
 }
 
+/**
+ * Whether a call in flight was taken to have left a window by `startAt` (its estimate + the shortest
+ * window is at or before it): it may complete later than its estimate, so the slot is tentative.
+ */
+function restsOnFlight(log: KeyLog, startAt: number, rules: readonly Rule[]): boolean {
+  const shortest = Math.min(...rules.map((rule) => rule.windowMs));
+  for (const estimate of log.flight.values()) {
+    if (estimate + shortest <= startAt) return true;
+  }
+  return false;
+}
+
+/**
+ * `vt_fold` in lua/includes/ops.lua: when some rules are bucketed, completed calls (and calls no
+ * longer counted as in flight) older than the exact rules' longest window leave the log and are
+ * counted in their bucket of each bucketed rule. Buckets that no longer count are dropped.
+ */
+function fold(log: KeyLog, nowMs: number, rules: readonly Rule[]): void {
+  if (!rules.some(isBucketed)) return;
+  const bucketed = rules.filter(isBucketed);
+  for (const [field] of log.buckets) {
+    const [windowMs, bucketMs, index] = field.split(':').map(Number) as [number, number, number];
+    if (index * bucketMs + windowMs <= nowMs) log.buckets.delete(field);
+  }
+  const before = nowMs - foldHorizon(rules);
+  let kept = 0;
+  for (let i = 0; i < log.scores.length; i++) {
+    const score = log.scores[i]!;
+    const member = log.members[i]!;
+    if (score <= before && (!isUnsettled(member) || !log.flight.has(member))) {
+      for (const { windowMs, bucketMs } of bucketed) {
+        const index = bucketIndex(score, bucketMs!);
+        // A call whose bucket no longer counts (not trimmed yet) just leaves.
+        if (index * bucketMs! + windowMs <= nowMs) continue;
+        const field = `${windowMs}:${bucketMs}:${index}`;
+        log.buckets.set(field, (log.buckets.get(field) ?? 0) + 1);
+        log.expiresAt = Math.max(log.expiresAt, index * bucketMs! + windowMs);
+      }
+      continue;
+    }
+    log.scores[kept] = score;
+    log.members[kept] = member;
+    kept++;
+  }
+  log.scores.length = kept;
+  log.members.length = kept;
+}
+
+function isBucketed(rule: Rule): boolean {
+  return rule.bucketMs !== undefined && rule.bucketMs > 0;
+}
+
+const NO_BUCKETS: BucketsOf = () => [];
+
+/** The buckets of a bucketed rule that still count at `nowMs`, ascending (as `vt_buckets`). */
+function liveBuckets(log: KeyLog, nowMs: number): BucketsOf {
+  if (log.buckets.size === 0) return NO_BUCKETS;
+  return ({ windowMs, bucketMs }) => {
+    if (!bucketMs || log.buckets.size === 0) return [];
+    const out: Bucket[] = [];
+    for (let index = Math.floor((nowMs - windowMs) / bucketMs) + 1, last = bucketIndex(nowMs, bucketMs); index <= last; index++) {
+      const count = log.buckets.get(`${windowMs}:${bucketMs}:${index}`);
+      if (count) out.push({ end: index * bucketMs, count });
+    }
+    return out;
+  };
+}
+
 /** `vt_overdue` in lua/includes/log.lua: a call past its estimate without a completion counts from now. */
 function applyOverdue(log: KeyLog, now: number, maxHoldMs: number): void {
   for (const [member, estimate] of log.flight) {
@@ -196,7 +289,9 @@ function applyOverdue(log: KeyLog, now: number, maxHoldMs: number): void {
   }
 }
 
-function applySettlements(log: KeyLog, settle: readonly Settlement[]): void {
+/** Returns the latest completion applied (0 when none), as vt_settle. */
+function applySettlements(log: KeyLog, settle: readonly Settlement[]): number {
+  let latest = 0;
   for (const { member, releaseAt } of settle) {
     log.flight.delete(member);
     let index = log.members.lastIndexOf(member);
@@ -204,8 +299,12 @@ function applySettlements(log: KeyLog, settle: readonly Settlement[]): void {
     if (index < 0) continue;
     log.scores.splice(index, 1);
     log.members.splice(index, 1);
-    if (releaseAt !== null) insert(log, releaseAt, member + SETTLED_SUFFIX);
+    if (releaseAt !== null) {
+      insert(log, releaseAt, member + SETTLED_SUFFIX);
+      latest = Math.max(latest, releaseAt);
+    }
   }
+  return latest;
 }
 
 function trim(log: KeyLog, before: number): void {

@@ -5,11 +5,11 @@ import { readFileSync } from 'node:fs';
  * lines replaced by `lib/lua/includes/name.lua`. Command names carry a version so that two library
  * versions sharing one client never run each other's script.
  */
-export const SCRIPT_VERSION = 1;
+export const SCRIPT_VERSION = 2;
 
+/** A script, registered with ioredis `defineCommand` without a fixed number of keys: each call passes it first. */
 export interface ScriptDefinition {
   readonly name: string;
-  readonly numberOfKeys: number;
   readonly lua: string;
 }
 
@@ -23,9 +23,9 @@ function load(file: string): string {
 }
 
 export const scripts = {
-  reserve: { name: `vtReserve${SCRIPT_VERSION}`, numberOfKeys: 3, lua: load('reserve') },
-  settle: { name: `vtSettle${SCRIPT_VERSION}`, numberOfKeys: 3, lua: load('settle') },
-  inspect: { name: `vtInspect${SCRIPT_VERSION}`, numberOfKeys: 2, lua: load('inspect') },
-  pause: { name: `vtPause${SCRIPT_VERSION}`, numberOfKeys: 3, lua: load('pause') },
-  confirm: { name: `vtConfirm${SCRIPT_VERSION}`, numberOfKeys: 3, lua: load('confirm') },
+  batch: { name: `vtBatch${SCRIPT_VERSION}`, lua: load('batch') },
+  inspect: { name: `vtInspect${SCRIPT_VERSION}`, lua: load('inspect') },
+  pause: { name: `vtPause${SCRIPT_VERSION}`, lua: load('pause') },
+  restore: { name: `vtRestore${SCRIPT_VERSION}`, lua: load('restore') },
+  epoch: { name: `vtEpoch${SCRIPT_VERSION}`, lua: load('epoch') },
 } as const satisfies Record<string, ScriptDefinition>;

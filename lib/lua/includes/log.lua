@@ -7,22 +7,24 @@ local function vt_now()
   return tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
 end
 
--- Applies settlements ARGV[from], ARGV[from+1], ... (count pairs of member, releaseAt).
+-- Applies settlements a[from], a[from+1], ... (count pairs of member, releaseAt).
 -- An empty releaseAt removes the slot (the call never started); a number moves the slot's score
 -- to the call's completion time and renames the member to <number>! (settled: the score is no
 -- longer an estimate). Slots that already expired are left alone. Returns the latest completion
 -- time applied (0 when none).
-local function vt_settle(log, flight, from, count)
+local function vt_settle(log, flight, a, from, count)
   local latest = 0
   for i = 0, count - 1 do
-    local member = ARGV[from + 2 * i]
-    local release = ARGV[from + 2 * i + 1]
+    local member = a[from + 2 * i]
+    local release = a[from + 2 * i + 1]
     redis.call('ZREM', flight, member)
-    local was_booked = redis.call('ZREM', log, member) == 1
     if release == '' then
-      redis.call('ZREM', log, member .. '!')
-    elseif was_booked then
+      redis.call('ZREM', log, member, member .. '!')
+    elseif redis.call('ZSCORE', log, member) then
+      -- Renamed by adding first: removing first could empty the log, which would take its time to
+      -- live with it.
       redis.call('ZADD', log, release, member .. '!')
+      redis.call('ZREM', log, member)
       latest = math.max(latest, tonumber(release))
     else
       redis.call('ZADD', log, 'XX', release, member .. '!')
@@ -71,4 +73,42 @@ local function vt_expire(log, meta, flight, now_ms, retain, pause, max_hold)
   redis.call('PEXPIRE', log, ttl)
   redis.call('PEXPIRE', meta, ttl)
   redis.call('PEXPIRE', flight, ttl)
+end
+
+-- Keeps the keys alive until at least UNTIL_MS (store clock); FRESH: the caller created all three
+-- (no log, slot number or pause before). Each booking extends them to cover its own call
+-- (estimate + MAX_HOLD + RETAIN) and each late completion its own window, so the lifetime always
+-- covers every slot that can still count. Extends by SLACK more, so that the
+-- bookings that follow within it need no PEXPIRE. Never shortens a time to live set before.
+local function vt_extend(log, meta, flight, now_ms, until_ms, slack, fresh)
+  local ttl = math.ceil(until_ms - now_ms)
+  if fresh then
+    -- A key this decision created: none of the three has a time to live yet.
+    ttl = math.max(1, ttl + slack)
+    redis.call('PEXPIRE', log, ttl)
+    redis.call('PEXPIRE', meta, ttl)
+    redis.call('PEXPIRE', flight, ttl)
+    return
+  end
+  local current = redis.call('PTTL', log)
+  -- The three keys share one lifetime; the log's tells whether it covers UNTIL_MS. A log without a
+  -- time to live (new, or emptied and written again by a completion that came late) always gets one.
+  if current ~= -1 and ttl <= current then return end
+  local target = math.max(1, ttl + slack)
+  for _, key in ipairs({ log, meta, flight }) do
+    local left = current
+    if key ~= log then left = redis.call('PTTL', key) end
+    if left == -1 or (left >= 0 and left < target) then redis.call('PEXPIRE', key, target) end
+  end
+end
+
+-- The namespace's epoch (see epoch.lua): EPOCH_KEY must hold EXPECTED, the value the caller knows.
+-- A store that lost its data has no epoch, or a newer one. Returns 'lost' when the value differs,
+-- else the time (ms) before which nothing may be decided while live processes put back what they
+-- know (0 when no check was asked for: EPOCH_KEY nil).
+local function vt_epoch(epoch_key, expected)
+  if epoch_key == nil then return 0 end
+  local value = redis.call('GET', epoch_key)
+  if value ~= expected then return 'lost' end
+  return tonumber(string.match(value, ':(%d+)$')) or 0
 end
