@@ -14,15 +14,16 @@ export type {
 } from './adapters/options.js';
 export { headerValue, parseHttpDate, parseRateLimitHeaders, parseRateLimitReset, parseRetryAfter, readVendorSignal } from './vendor-signals.js';
 export type { HeaderSource, ProblemReporter, RateLimitHeaderOptions, VendorResponseInfo, VendorSignal } from './vendor-signals.js';
-export type { KeyUsage, RulesOption, ScheduleOptions, ThrottleMode, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
+export type { KeyUsage, RulesOption, ScheduleOptions, StoreErrorPolicy, ThrottleMode, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
 export { formatRule, parseRule, parseRules } from './rules.js';
 export type { Rule, RuleInput } from './rules.js';
 export type { KeyInput } from './keys.js';
+export { DEFAULT_WAIT_BUCKETS, loadPromClient, throttleMetrics, type MetricsSource, type PromClientLike, type PromCounterLike, type PromGaugeLike, type PromHistogramLike, type PromLabels, type PromMetricConfig, type PromRegistryLike, type ThrottleMetricNames, type ThrottleMetrics, type ThrottleMetricsOptions } from './metrics.js';
 export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
 export { RedisStore } from './stores/redis-store.js';
 export type { RedisClientLike, RedisStoreOptions } from './stores/redis-store.js';
-export type { InspectResult, ReserveRequest, ReserveResult, Settlement, Store } from './store.js';
+export type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from './store.js';
 export {
   QueueFullError,
   RateLimitedError,

@@ -1,4 +1,5 @@
-import type { RuleInput } from './rules.js';
+import type { QueueFullError, RateLimitedError, StoreUnavailableError } from './errors.js';
+import type { Rule, RuleInput } from './rules.js';
 import type { Store } from './store.js';
 
 /**
@@ -12,6 +13,18 @@ import type { Store } from './store.js';
  * - `'throw'`: never wait: a call whose slot is not free now rejects with `RateLimitedError`.
  */
 export type ThrottleMode = 'delay' | 'queue' | 'throw';
+
+/**
+ * What a call does when the shared store fails (refused connection, command timeout, Redis out of
+ * memory, data lost and not yet restored). See docs/operations.md for each policy's risk.
+ * - `'fail'`: reject with `StoreUnavailableError`; `fn` never runs. Nothing goes out unaccounted.
+ * - `'wait'`: keep asking the store, with backoff, until the call's `maxDelayMs` (or its signal)
+ *   runs out, then reject with `StoreUnavailableError`.
+ * - `'local'`: decide in this process instead, with `localShare` of each limit (e.g. 1 / processes),
+ *   and put those calls into the store once it answers again. Limits hold across processes only if
+ *   the shares of all processes add up to at most 1.
+ */
+export type StoreErrorPolicy = 'fail' | 'wait' | 'local';
 
 /** Rules for a key: fixed, or chosen per key (plan tiers). A function may be async. */
 export type RulesOption =
@@ -78,6 +91,25 @@ export interface ThrottleOptions {
   readonly concurrency?: number;
   /** `queue` mode: calls per key that may wait in this process before `QueueFullError`. @default Infinity */
   readonly maxQueued?: number;
+  /**
+   * Long windows in bounded memory: a rule whose limit is above this is counted with a bucketed log.
+   * Completed calls older than the exact rules' longest window leave the per-call log and are counted
+   * in `buckets` buckets per window, each as if it ended at its bucket's end. Such a rule may hold a
+   * call back by less than one bucket width (`windowMs / buckets`), never let one through early, and
+   * a key needs a few KB whatever the limit (docs/design.md §12). `Infinity` keeps every rule exact.
+   * @default 1_000
+   */
+  readonly bucketAbove?: number;
+  /** Buckets per window of a bucketed rule (see `bucketAbove`), 2 to 1000. @default 50 */
+  readonly buckets?: number;
+  /** What a call does when the store fails. @default 'fail' */
+  readonly onStoreError?: StoreErrorPolicy;
+  /**
+   * `onStoreError: 'local'`: the share of each limit this process may use on its own while the store
+   * is down, in (0, 1], e.g. `1 / 4` with four processes. Each limit becomes `floor(limit × share)`, at least 1.
+   * @default 1 / 4
+   */
+  readonly localShare?: number;
 }
 
 export interface ScheduleOptions {
@@ -120,6 +152,17 @@ export interface ThrottleEvents {
   debug: [event: { readonly message: string; readonly key?: string; readonly error?: unknown }];
   /** A key was paused for every process sharing the store (`throttle.pause()`, or a vendor's 429). */
   paused: [event: { readonly key: string; readonly ms: number; readonly source: string }];
+  /** A call got its slot and `fn` is about to start. `waitedMs`: from `schedule()` to now (queued, booking and sleeping). */
+  granted: [event: { readonly key: string; readonly cost: number; readonly waitedMs: number }];
+  /**
+   * A call booked a slot that starts later (it sleeps until then). `reason`: the rule that set the
+   * start, `'paused'` (a vendor pause) or `'booked'` (the slots before it were booked ahead).
+   */
+  delayed: [event: { readonly key: string; readonly cost: number; readonly delayMs: number; readonly reason: Rule | 'paused' | 'booked' }];
+  /** A call was turned away without running: `RateLimitedError` or `QueueFullError`. */
+  refused: [event: { readonly key: string; readonly cost: number; readonly error: RateLimitedError | QueueFullError }];
+  /** The store failed (unreachable, timed out, out of memory); `onStoreError` says what the call did. */
+  storeError: [event: { readonly key: string; readonly error: StoreUnavailableError; readonly policy: StoreErrorPolicy }];
 }
 
 /** What a throttle holds in this process (see `Throttle.stats`). */

@@ -6,14 +6,14 @@ import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { throttleWrap } from './adapters/wrap.js';
 import { QueueFullError, RateLimitedError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError, ThrottleError } from './errors.js';
-import { PAUSED } from './decision.js';
+import { PAUSED, RECOVERING } from './decision.js';
 import { HoldEstimator } from './hold.js';
 import { checkNamespace, encodeKey, normalizeKey, type KeyInput } from './keys.js';
-import type { KeyUsage, RulesOption, ScheduleOptions, ThrottleEvents, ThrottleMode, ThrottleOptions, ThrottleStats } from './options.js';
-import { describe, longestWindow, parseRules, type Rule, type RuleInput } from './rules.js';
+import type { KeyUsage, RulesOption, ScheduleOptions, StoreErrorPolicy, ThrottleEvents, ThrottleMode, ThrottleOptions, ThrottleStats } from './options.js';
+import { describe, longestWindow, MAX_WINDOW_MS, parseRules, type Rule, type RuleInput } from './rules.js';
 import { sleep } from './sleep.js';
 import { MemoryStore } from './stores/memory-store.js';
-import type { Settlement, Store } from './store.js';
+import type { ReserveRequest, ReserveResult, Settlement, Store } from './store.js';
 
 /** One call, validated, with everything a decision needs. */
 interface Call {
@@ -39,14 +39,54 @@ interface Grant {
   readonly dueExact: number;
   /** The start was set by an estimate: confirm the slot when it is due. */
   readonly tentative: boolean;
-  /** How late the call may start and still reach the vendor within its hold: hold − longest response seen. */
+  /**
+   * How late the call may start and still be counted as in flight by every decision: `maxHoldMs` −
+   * longest response seen (a call without a completion counts until `maxHoldMs` after its estimate).
+   */
   readonly lagBudgetMs: number;
+  /** Where the slot was booked: the throttle's store, or the local fallback (`onStoreError: 'local'`). */
+  readonly store: Store;
+  /** The rules the slot was booked under (the local fallback's share of them, for a local slot). */
+  readonly rules: readonly Rule[];
+  /** A slot decided locally: its record, to be put into the store once it answers. */
+  readonly localSlot: LocalSlot | undefined;
 }
+
+/** One answer of a store, and which store gave it. */
+interface Decision {
+  readonly result: ReserveResult;
+  readonly store: Store;
+  readonly rules: readonly Rule[];
+  readonly localSlot: LocalSlot | undefined;
+}
+
+/** Slots of an earlier try, given back with the next decision when it goes to the same store. */
+interface GiveBack {
+  readonly store: Store;
+  readonly settle: readonly Settlement[];
+}
+
+/** A slot decided by the local fallback while the store was down, to be put into the store once it answers. */
+interface LocalSlot {
+  readonly cost: number;
+  /** Completion, on the local store's clock; undefined while the call is in flight. */
+  releaseAt: number | undefined;
+}
+
+/** Keys remembered as refused (see `#blocked`) at most; past it the oldest are forgotten. */
+const MAX_BLOCKED_KEYS = 10_000;
+
+/** After a store failure with `onStoreError: 'local'`, how long calls go straight to the local fallback. */
+const STORE_RETRY_MS = 1_000;
 
 /** Times a call that woke too late books again before it starts anyway (and says so in a `debug` event). */
 const MAX_REBOOKS = 3;
 
 const MODES: readonly ThrottleMode[] = ['delay', 'queue', 'throw'];
+const NO_SETTLEMENTS: readonly Settlement[] = [];
+/** `#decide` without a failure of the first try to handle. */
+const NOT_FAILED = Symbol('not failed');
+const POLICIES: readonly StoreErrorPolicy[] = ['fail', 'wait', 'local'];
 
 /**
  * Keeps calls to one vendor under its limits per key, counted over every process that shares the store.
@@ -74,6 +114,22 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #background = new Set<Promise<void>>();
   /** Deferred heads per key, woken when this process writes a completion for the key. */
   readonly #settledWaiters = new Map<string, Set<() => void>>();
+  readonly #onStoreError: StoreErrorPolicy;
+  readonly #localShare: number;
+  /** `onStoreError: 'local'`: the in-process fallback, created on the first failure. */
+  #local: MemoryStore | undefined;
+  /** `performance.now()` before which calls skip the failing store and decide locally. */
+  #storeDownUntil = 0;
+  /** Slots decided locally per key, not yet put into the store. */
+  readonly #localSlots = new Map<string, { readonly retainMs: number; readonly slots: LocalSlot[] }>();
+  #putBack: Promise<void> | undefined;
+  /**
+   * Keys the store refused lately: no slot for a call of `cost` or more before `until`
+   * (`performance.now()`). A call that cannot wait that long is refused here, without a round trip;
+   * a completion or release this process writes for the key forgets it.
+   */
+  readonly #blocked = new Map<string, { readonly until: number; readonly cost: number; readonly reason: Rule | 'paused' | 'booked' }>();
+  #putBackTimer: NodeJS.Timeout | undefined;
   #closed: Promise<void> | undefined;
 
   constructor(options: ThrottleOptions) {
@@ -86,18 +142,30 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (!MODES.includes(this.mode)) {
       throw new ThrottleConfigError(`Expected mode to be 'delay', 'queue' or 'throw', got ${describe(options.mode)}`);
     }
-    this.#rules = compileRules(options.rules);
+    const bucketAbove = checkCount('bucketAbove', options.bucketAbove ?? 1_000, 0);
+    const buckets = checkWhole('buckets', options.buckets ?? 50, 2);
+    if (buckets > 1_000) throw new ThrottleConfigError(`Expected buckets to be at most 1000, got ${buckets}`);
+    this.#rules = compileRules(options.rules, (rules) => bucketRules(rules, bucketAbove, buckets));
     const maxDelayMs = checkDelay('maxDelayMs', options.maxDelayMs ?? Infinity);
     this.#maxDelayMs = this.mode === 'throw' ? 0 : maxDelayMs;
-    const safetyMarginMs = checkWhole('safetyMarginMs', options.safetyMarginMs ?? 100, 0);
-    const maxHoldMs = checkWhole('maxHoldMs', options.maxHoldMs ?? 10_000, 0);
+    const safetyMarginMs = checkWhole('safetyMarginMs', options.safetyMarginMs ?? 100, 0, MAX_WINDOW_MS);
+    const maxHoldMs = checkWhole('maxHoldMs', options.maxHoldMs ?? 10_000, 0, MAX_WINDOW_MS);
     this.#maxHoldMs = Math.max(maxHoldMs, safetyMarginMs);
     const adaptive = options.adaptiveMargin ?? true;
     if (typeof adaptive !== 'boolean') throw new ThrottleConfigError(`Expected adaptiveMargin to be a boolean, got ${describe(adaptive)}`);
     this.#hold = new HoldEstimator(safetyMarginMs, maxHoldMs, adaptive);
-    this.#retainMs = checkWhole('retainMs', options.retainMs ?? 0, 0);
+    this.#retainMs = checkWhole('retainMs', options.retainMs ?? 0, 0, MAX_WINDOW_MS);
     this.#concurrency = checkCount('concurrency', options.concurrency ?? 4);
     this.#maxQueued = checkCount('maxQueued', options.maxQueued ?? Infinity, 0);
+    this.#onStoreError = options.onStoreError ?? 'fail';
+    if (!POLICIES.includes(this.#onStoreError)) {
+      throw new ThrottleConfigError(`Expected onStoreError to be 'fail', 'wait' or 'local', got ${describe(options.onStoreError)}`);
+    }
+    const share = options.localShare ?? 1 / 4;
+    if (typeof share !== 'number' || !(share > 0 && share <= 1)) {
+      throw new ThrottleConfigError(`Expected localShare to be a number in (0, 1], got ${describe(share)}`);
+    }
+    this.#localShare = share;
     if (options.store !== undefined && !isStore(options.store)) {
       throw new ThrottleConfigError(`Expected store to be a MemoryStore, a RedisStore or another Store, got ${describe(options.store)}`);
     }
@@ -135,7 +203,17 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   async schedule<T>(key: KeyInput, fn: () => T | PromiseLike<T>, options: ScheduleOptions = {}): Promise<Awaited<T>> {
     if (typeof fn !== 'function') throw new TypeError(`Expected fn to be a function, got ${describe(fn)}`);
     const call = await this.#prepare(key, options);
-    const grant = this.mode === 'queue' ? await this.#enqueue(call) : await this.#acquire(call);
+    const askedAt = performance.now();
+    let grant: Grant;
+    try {
+      grant = this.mode === 'queue' ? await this.#enqueue(call) : await this.#acquire(call);
+    } catch (error) {
+      if (error instanceof RateLimitedError || error instanceof QueueFullError) {
+        this.notify('refused', { key: call.key, cost: call.cost, error });
+      }
+      throw error;
+    }
+    this.notify('granted', { key: call.key, cost: call.cost, waitedMs: performance.now() - askedAt });
     return this.#run(call, grant, fn);
   }
 
@@ -186,7 +264,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   async pause(key: KeyInput, ms: number, source = 'pause()'): Promise<void> {
     const call = await this.#prepare(key, {});
     checkDelay('pause ms', ms);
-    if (!Number.isFinite(ms)) throw new ThrottleConfigError(`Expected pause ms to be finite, got ${ms}`);
+    if (ms > MAX_WINDOW_MS) throw new ThrottleConfigError(`Expected pause ms to be at most ${MAX_WINDOW_MS} (366 days), got ${ms}`);
     try {
       await this.store.pause(this.name, call.encoded, ms, call.retainMs);
     } catch (error) {
@@ -223,7 +301,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     for (const queue of this.#queues.values()) queue.clear();
     this.#queues.clear();
     await Promise.allSettled([...this.#background]);
+    clearTimeout(this.#putBackTimer);
+    // Slots decided locally while the store was down: one last try to put them into the store.
+    if (this.#localSlots.size > 0) await this.#putBackLocal().catch(() => undefined);
+    clearTimeout(this.#putBackTimer);
     if (this.#ownsStore) await this.store.close();
+    await this.#local?.close();
   }
 
   async #prepare(key: KeyInput, options: ScheduleOptions): Promise<Call> {
@@ -256,15 +339,17 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * gives the slot back and books again in the same round trip (docs/design.md §4):
    * - a slot set by an estimate (another call's completion was not known) is confirmed with what
    *   is known now: a call still on its way past its estimate keeps counting;
-   * - a call that wakes too late to start within the hold it was booked with (a busy event loop
-   *   fires timers late) does not start: later bookings count on it reaching the vendor within its
-   *   hold. At most {@link MAX_REBOOKS} times, then it starts and says so in a `debug` event.
+   * - a call that wakes so late (a stalled event loop) that it might still be on its way once
+   *   `maxHoldMs` has passed after its estimate does not start: past that, decisions stop counting it.
+   *   At most {@link MAX_REBOOKS} times, then it starts and says so in a `debug` event.
+   * A call that starts after its estimate but within that budget is safe: every booking that took it
+   * to be over by then is tentative and confirmed, counting it as in flight.
    */
   async #acquire(call: Call): Promise<Grant> {
-    let giveBack: Settlement[] = [];
+    let giveBack: GiveBack | undefined;
     for (let late = 0; ; ) {
       const grant = await this.#book(call, giveBack);
-      giveBack = grant.members.map((member) => ({ member, releaseAt: null }));
+      giveBack = { store: grant.store, settle: grant.members.map((member) => ({ member, releaseAt: null })) };
       if (grant.tentative && !(await this.#confirm(call, grant))) {
         this.notify('debug', { message: 'a call it was booked behind is still on its way: booking again', key: call.key });
         continue;
@@ -276,7 +361,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
       const lateBy = performance.now() - grant.dueExact;
       if (lateBy <= grant.lagBudgetMs) return grant;
-      const message = `woke ${Math.round(lateBy)} ms after its slot, beyond its ${grant.holdMs} ms hold`;
+      const message = `woke ${Math.round(lateBy)} ms after its slot, beyond what maxHoldMs (${this.#maxHoldMs} ms) covers`;
       if (++late > MAX_REBOOKS) {
         this.notify('debug', { message: `${message}: starting anyway after ${MAX_REBOOKS} new bookings`, key: call.key });
         return grant;
@@ -288,59 +373,192 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   /** Checks a tentative slot with the store; a failure to ask gives the slot back and rejects. */
   async #confirm(call: Call, grant: Grant): Promise<boolean> {
     try {
-      return await this.store.confirm(this.name, call.encoded, grant.startAt, grant.members, call.rules, this.#maxHoldMs);
+      return await grant.store.confirm(this.name, call.encoded, grant.startAt, grant.members, grant.rules, this.#maxHoldMs);
     } catch (error) {
       this.#release(call, grant);
       throw storeError(error);
     }
   }
 
+  /**
+   * Asks the store for a decision, applying `onStoreError` when it fails: reject ('fail'), ask again
+   * with backoff within the call's `maxDelayMs` ('wait'), or decide locally with a share of each limit
+   * ('local'). Slots decided locally are put into the store before it decides anything new.
+   */
+  async #decide(
+    call: Call,
+    request: ReserveRequest,
+    giveBack: GiveBack | undefined,
+    signals: ReadonlyArray<AbortSignal | undefined>,
+    firstFailure: unknown = NOT_FAILED,
+  ): Promise<Decision> {
+    let settle = giveBack?.settle ?? NO_SETTLEMENTS;
+    if (giveBack && giveBack.store !== this.store) {
+      this.#settleInBackground(giveBack.store, call.encoded, settle, call.retainMs);
+      settle = [];
+    }
+    const firstAskedAt = performance.now();
+    for (let attempt = 0; ; attempt++) {
+      if (this.#onStoreError === 'local' && performance.now() < this.#storeDownUntil) {
+        if (settle.length > 0) this.#settleInBackground(this.store, call.encoded, settle, call.retainMs);
+        return this.#decideLocally(call, request);
+      }
+      try {
+        if (attempt === 0 && firstFailure !== NOT_FAILED) throw firstFailure;
+        if (this.#localSlots.size > 0) await this.#putBackLocal();
+        const result = await this.store.reserve(settle.length === 0 ? request : { ...request, settle });
+        this.#storeDownUntil = 0;
+        return { result, store: this.store, rules: call.rules, localSlot: undefined };
+      } catch (error) {
+        if (settle.length > 0) this.#settleInBackground(this.store, call.encoded, settle, call.retainMs);
+        settle = [];
+        const failure = storeError(error);
+        if (!(failure instanceof StoreUnavailableError)) throw failure;
+        this.notify('storeError', { key: call.key, error: failure, policy: this.#onStoreError });
+        if (this.#onStoreError === 'fail') throw failure;
+        if (this.#onStoreError === 'local') {
+          this.#storeDownUntil = performance.now() + STORE_RETRY_MS;
+          continue;
+        }
+        const backoffMs = Math.min(1_000, 25 * 2 ** Math.min(attempt, 6));
+        if (performance.now() + backoffMs - firstAskedAt > call.maxDelayMs) throw failure;
+        await sleep(backoffMs, signals);
+      }
+    }
+  }
+
+  /** `onStoreError: 'local'`: decides in this process with `localShare` of each limit. */
+  async #decideLocally(call: Call, request: ReserveRequest): Promise<Decision> {
+    const local = (this.#local ??= new MemoryStore({ now: localClock }));
+    const rules = call.rules.map(({ limit, windowMs }) => ({ limit: Math.max(1, Math.floor(limit * this.#localShare)), windowMs }));
+    const smallest = Math.min(...rules.map((rule) => rule.limit));
+    if (call.cost > smallest) {
+      throw new StoreUnavailableError(`The store is down, and cost ${call.cost} is above this process's share of the limit (${smallest})`);
+    }
+    const result = await local.reserve({ ...request, rules, settle: [] });
+    if (!result.granted) return { result, store: local, rules, localSlot: undefined };
+    const localSlot: LocalSlot = { cost: call.cost, releaseAt: undefined };
+    let entry = this.#localSlots.get(call.encoded);
+    if (!entry) this.#localSlots.set(call.encoded, (entry = { retainMs: call.retainMs, slots: [] }));
+    entry.slots.push(localSlot);
+    this.#schedulePutBack();
+    return { result, store: local, rules, localSlot };
+  }
+
+  /**
+   * Puts the slots decided locally into the store: one that completed counts until its completion,
+   * one still in flight until `maxHoldMs` from now. Keys are dropped from the record once done; a
+   * failure leaves the rest for the next try.
+   */
+  #putBackLocal(): Promise<void> {
+    this.#putBack ??= (async () => {
+      for (const [encoded, { retainMs, slots }] of this.#localSlots) {
+        const now = localClock();
+        const live = slots.filter((slot) => slot.releaseAt === undefined || slot.releaseAt + retainMs > now);
+        if (live.length > 0) {
+          const restored = live.map((slot) => ({ releaseInMs: Math.ceil((slot.releaseAt ?? now + this.#maxHoldMs) - now), cost: slot.cost }));
+          await this.store.restore(this.name, encoded, restored, retainMs, this.#maxHoldMs);
+        }
+        this.#localSlots.delete(encoded);
+      }
+    })().finally(() => {
+      this.#putBack = undefined;
+    });
+    return this.#putBack;
+  }
+
+  /** Forgets local slots that no longer count anywhere, so a long outage does not grow memory. */
+  #pruneLocal(): void {
+    const now = localClock();
+    for (const [encoded, { retainMs, slots }] of this.#localSlots) {
+      for (let i = slots.length - 1; i >= 0; i--) {
+        const releaseAt = slots[i]!.releaseAt;
+        if (releaseAt !== undefined && releaseAt + retainMs <= now) slots.splice(i, 1);
+      }
+      if (slots.length === 0) this.#localSlots.delete(encoded);
+    }
+  }
+
+  /** While slots decided locally wait to be put into the store, tries every {@link STORE_RETRY_MS}. */
+  #schedulePutBack(): void {
+    if (this.#putBackTimer !== undefined || this.#closing.signal.aborted) return;
+    this.#putBackTimer = setTimeout(() => {
+      this.#putBackTimer = undefined;
+      this.#pruneLocal();
+      if (this.#localSlots.size === 0) return;
+      this.#putBackLocal().then(
+        () => {
+          this.#storeDownUntil = 0;
+        },
+        () => this.#schedulePutBack(),
+      );
+    }, STORE_RETRY_MS);
+    this.#putBackTimer.unref();
+  }
+
   /** One decision and the sleep until its slot. `giveBack` (slots of an earlier try) rides along. */
-  async #book(call: Call, giveBack: readonly Settlement[]): Promise<Grant> {
+  async #book(call: Call, giveBack: GiveBack | undefined): Promise<Grant> {
     const signals = [call.signal, this.#closing.signal];
     const aborted = signals.find((signal) => signal?.aborted);
     if (aborted) {
-      if (giveBack.length > 0) this.#settleInBackground(call.encoded, giveBack, call.retainMs);
+      if (giveBack) this.#settleInBackground(giveBack.store, call.encoded, giveBack.settle, call.retainMs);
       throw aborted.reason;
     }
-    let settle: readonly Settlement[] = giveBack;
+    const blocked = this.#blocked.get(call.encoded);
+    if (blocked) {
+      const leftMs = Math.ceil(blocked.until - performance.now());
+      if (leftMs <= 0) this.#blocked.delete(call.encoded);
+      else if (call.cost >= blocked.cost && leftMs > call.maxDelayMs) {
+        if (giveBack) this.#settleInBackground(giveBack.store, call.encoded, giveBack.settle, call.retainMs);
+        throw new RateLimitedError(call.key, blocked.reason, leftMs);
+      }
+    }
+    let pending = giveBack;
     // `queue` mode books on known completions only (`defer`), so its own slots may stay counted as
     // in flight until settled: they are booked with the longest hold, and settled at once.
     const deferring = this.mode === 'queue';
     const holdMs = deferring ? this.#maxHoldMs : this.#hold.holdMs;
-    const lagBudgetMs = holdMs - this.#hold.responseMs;
+    const lagBudgetMs = this.#maxHoldMs - this.#hold.responseMs;
+    const request: ReserveRequest = {
+      settle: NO_SETTLEMENTS,
+      namespace: this.name,
+      key: call.encoded,
+      rules: call.rules,
+      cost: call.cost,
+      maxDelayMs: call.maxDelayMs,
+      holdMs,
+      retainMs: call.retainMs,
+      defer: deferring,
+      maxHoldMs: this.#maxHoldMs,
+    };
     let sentAt: number;
-    let result;
+    let decision: Decision;
+    let result: ReserveResult;
     for (;;) {
       sentAt = performance.now();
-      try {
-        result = await this.store.reserve({
-          namespace: this.name,
-          key: call.encoded,
-          rules: call.rules,
-          cost: call.cost,
-          maxDelayMs: call.maxDelayMs,
-          holdMs,
-          retainMs: call.retainMs,
-          defer: deferring,
-          maxHoldMs: this.#maxHoldMs,
-          settle,
-        });
-      } catch (error) {
-        if (settle.length > 0) this.#settleInBackground(call.encoded, settle, call.retainMs);
-        throw storeError(error);
+      if (pending === undefined && this.#localSlots.size === 0 && this.#storeDownUntil === 0) {
+        // The common case, with one await less: nothing to give back, nothing decided locally.
+        try {
+          decision = { result: await this.store.reserve(request), store: this.store, rules: call.rules, localSlot: undefined };
+        } catch (error) {
+          decision = await this.#decide(call, request, undefined, signals, error);
+        }
+      } else {
+        decision = await this.#decide(call, request, pending, signals);
       }
-      settle = [];
+      pending = undefined;
+      result = decision.result;
       if (!result.deferred) break;
       // The slot waits for a call still in flight: ask again once its completion is likely known,
       // so the booking uses the real completion time rather than the estimate. A sixteenth of the
       // longest response seen keeps the extra wait, and the number of asks per call, small.
       const response = this.#hold.responseMs;
-      const retry = response > 0 ? Math.min(result.retryMs, Math.max(2, Math.ceil(response / 16))) : result.retryMs;
+      const retry = response > 0 && result.ruleIndex !== RECOVERING ? Math.min(result.retryMs, Math.max(2, Math.ceil(response / 16))) : result.retryMs;
       await this.#sleepUnlessSettled(call.encoded, Math.min(retry, result.waitMs), signals);
     }
     if (!result.granted) {
       const reason = result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex >= 0 ? call.rules[result.ruleIndex]! : 'booked';
+      if (decision.store === this.store) this.#block(call, sentAt + result.waitMs, reason);
       throw new RateLimitedError(call.key, reason, result.waitMs);
     }
     // Where the slot starts on the local clock. `due` is read early so that completion times
@@ -349,13 +567,26 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     // reading, rounded up: no correction).
     const dueExact = sentAt + result.waitMs;
     const due = result.waitMs > 0 ? dueExact - 1 : dueExact;
-    const grant: Grant = { members: result.members, startAt: result.startAt, holdMs, due, dueExact, tentative: result.tentative, lagBudgetMs };
+    const grant: Grant = {
+      members: result.members,
+      startAt: result.startAt,
+      holdMs,
+      due,
+      dueExact,
+      tentative: result.tentative,
+      lagBudgetMs,
+      store: decision.store,
+      rules: decision.rules,
+      localSlot: decision.localSlot,
+    };
     const abortedNow = signals.find((signal) => signal?.aborted);
     if (abortedNow) {
       this.#release(call, grant);
       throw abortedNow.reason;
     }
     if (result.waitMs > 0) {
+      const reason = result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex >= 0 ? call.rules[result.ruleIndex]! : 'booked';
+      this.notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason });
       this.#waiting.set(call.encoded, (this.#waiting.get(call.encoded) ?? 0) + 1);
       try {
         await sleep(result.waitMs, signals);
@@ -369,6 +600,19 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
     }
     return grant;
+  }
+
+  /** Remembers that calls of `call.cost` or more for the key have no slot before `until`. */
+  #block(call: Call, until: number, reason: Rule | 'paused' | 'booked'): void {
+    const known = this.#blocked.get(call.encoded);
+    if (known && known.cost <= call.cost && known.until >= until) return;
+    this.#blocked.delete(call.encoded);
+    if (this.#blocked.size >= MAX_BLOCKED_KEYS) {
+      const now = performance.now();
+      for (const [key, entry] of this.#blocked) if (entry.until <= now) this.#blocked.delete(key);
+      if (this.#blocked.size >= MAX_BLOCKED_KEYS) this.#blocked.delete(this.#blocked.keys().next().value!);
+    }
+    this.#blocked.set(call.encoded, { until, cost: call.cost, reason });
   }
 
   /**
@@ -423,21 +667,29 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     const completedAt = performance.now();
     this.#hold.observe(completedAt - startedAt);
     const releaseAt = Math.ceil(grant.startAt + (completedAt - grant.due));
+    if (grant.localSlot) grant.localSlot.releaseAt = releaseAt;
     // Written at once, whether earlier than booked (the room frees sooner) or later (the slot must
     // count longer): a slot past its estimate and not settled is taken for a call still on its way.
-    this.#settleInBackground(call.encoded, grant.members.map((member) => ({ member, releaseAt })), call.retainMs);
+    this.#settleInBackground(grant.store, call.encoded, grant.members.map((member) => ({ member, releaseAt })), call.retainMs);
   }
 
   /** Gives back a slot whose call will never start. */
   #release(call: Call, grant: Grant): void {
-    this.#settleInBackground(call.encoded, grant.members.map((member) => ({ member, releaseAt: null })), call.retainMs);
+    if (grant.localSlot) {
+      const slots = this.#localSlots.get(call.encoded)?.slots;
+      const index = slots?.indexOf(grant.localSlot) ?? -1;
+      if (index >= 0) slots!.splice(index, 1);
+    }
+    this.#settleInBackground(grant.store, call.encoded, grant.members.map((member) => ({ member, releaseAt: null })), call.retainMs);
   }
 
-  #settleInBackground(encoded: string, settle: readonly Settlement[], retainMs: number): void {
-    const done = this.store
+  #settleInBackground(store: Store, encoded: string, settle: readonly Settlement[], retainMs: number): void {
+    const done = store
       .settle(this.name, encoded, settle, retainMs)
       .then(
         () => {
+          // Room may have freed up: ask the store again rather than trust what it said before.
+          this.#blocked.delete(encoded);
           for (const wake of this.#settledWaiters.get(encoded) ?? []) wake();
         },
         (error: unknown) => {
@@ -450,10 +702,15 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 }
 
-function compileRules(option: RulesOption): readonly Rule[] | ((key: string) => Promise<readonly Rule[]>) {
+/** The local fallback's clock: monotonic, in ms. */
+function localClock(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+function compileRules(option: RulesOption, finish: (rules: readonly Rule[]) => readonly Rule[]): readonly Rule[] | ((key: string) => Promise<readonly Rule[]>) {
   if (typeof option !== 'function') {
     if (option === undefined) throw new ThrottleConfigError("Expected rules, e.g. ['30/min'], got undefined");
-    return parseRules(option as RuleInput | readonly RuleInput[]);
+    return finish(parseRules(option as RuleInput | readonly RuleInput[]));
   }
   const cache = new WeakMap<object, readonly Rule[]>();
   return async (key) => {
@@ -461,12 +718,18 @@ function compileRules(option: RulesOption): readonly Rule[] | ((key: string) => 
     if (input !== null && typeof input === 'object') {
       const cached = cache.get(input);
       if (cached) return cached;
-      const rules = parseRules(input as RuleInput | readonly RuleInput[]);
+      const rules = finish(parseRules(input as RuleInput | readonly RuleInput[]));
       cache.set(input, rules);
       return rules;
     }
-    return parseRules(input);
+    return finish(parseRules(input));
   };
+}
+
+/** Rules with a limit above `above` are counted in `buckets` buckets per window (see `ThrottleOptions.bucketAbove`). */
+function bucketRules(rules: readonly Rule[], above: number, buckets: number): readonly Rule[] {
+  if (rules.every((rule) => rule.limit <= above)) return rules;
+  return rules.map((rule) => (rule.limit > above ? { limit: rule.limit, windowMs: rule.windowMs, bucketMs: Math.ceil(rule.windowMs / buckets) } : rule));
 }
 
 function checkDelay(what: string, value: unknown): number {
@@ -476,9 +739,9 @@ function checkDelay(what: string, value: unknown): number {
   return value;
 }
 
-function checkWhole(what: string, value: unknown, min: number): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min) {
-    throw new ThrottleConfigError(`Expected ${what} to be a whole number from ${min} up, got ${describe(value)}`);
+function checkWhole(what: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new ThrottleConfigError(`Expected ${what} to be a whole number from ${min} to ${max}, got ${describe(value)}`);
   }
   return value;
 }
@@ -490,8 +753,8 @@ function checkCount(what: string, value: unknown, min = 1): number {
 
 function isStore(value: unknown): value is Store {
   const store = value as Partial<Store> | null;
-  return typeof store === 'object' && store !== null && typeof store.reserve === 'function' &&
-    typeof store.settle === 'function' && typeof store.inspect === 'function' && typeof store.close === 'function';
+  return typeof store === 'object' && store !== null &&
+    (['reserve', 'settle', 'inspect', 'confirm', 'pause', 'restore', 'close'] as const).every((method) => typeof store[method] === 'function');
 }
 
 function storeError(error: unknown): Error {
