@@ -1,0 +1,90 @@
+/** Help texts of the `vendor-throttle` command; docs/cli.md has the long form. */
+
+export const MAIN_HELP = `vendor-throttle — send batches of HTTP requests under a vendor's per-user rate limits
+
+Usage:
+  vendor-throttle run [options] <requests.ndjson|requests.csv>
+  vendor-throttle inspect --redis <url> [options] [key]
+  vendor-throttle help [run|inspect]
+  vendor-throttle --version
+
+Commands:
+  run       send every request of a file through the throttle, write one result line per request
+  inspect   show a key's usage per rule, next free slot and pause, or the busiest keys
+
+Run 'vendor-throttle <command> --help' for the options of a command. Docs: docs/cli.md.
+`;
+
+export const RUN_HELP = `Usage: vendor-throttle run [options] <file>
+
+Sends every request of <file> (NDJSON: one JSON object per line; CSV: a header row) through the
+throttle, and writes one result per request as NDJSON. Every request is read and checked first:
+nothing is sent when one is bad. Fields/columns: url (required), method, headers (JSON object),
+body, key, id (default: the line number), cost (slots the request takes, default 1).
+
+Limits:
+  -r, --rule <rule>        a limit per key, e.g. 30/min, 5/s, 10000/day, 20/500ms (repeatable; required)
+  -k, --key <template>     the throttle key of each request (default: its 'key' field):
+                             {user_id}, acme-{account}   fields of the request
+                             header:x-user               a request header
+                             query:user                  a query parameter of the URL
+                             path:2                      the 2nd segment of the URL path
+      --redis <url>        share the limits through Redis (redis://, rediss://) with other processes
+                           and machines, and with earlier runs (default: in memory, this run only)
+      --cluster            <url> is a node of a Redis Cluster
+      --name <name>        the throttle name (namespace of the limits) (default: default)
+      --prefix <prefix>    the Redis key prefix (default: vt)
+      --mode <mode>        queue (default: exact at the vendor, best for batches) or delay
+
+Sending:
+  -c, --concurrency <n>    requests under way at once, per process (default: 16)
+  -w, --workers <n>        worker processes; a key's requests all go to one worker (default: 1)
+      --retries <n>        attempts after a 429, a 5xx or a network error, each through the
+                           throttle again (default: 2)
+      --retry-delay <d>    wait before a retry after a 5xx or a network error, doubled each time;
+                           also the pause of a key after a 429 without Retry-After (default: 1s)
+      --timeout <d>        per attempt, from sending to the end of the body (default: 30s)
+      --base-url <url>     resolve relative request URLs against it
+  -H, --header <h>         'Name: value' added to every request (repeatable; a request's own wins)
+      --format <f>         ndjson or csv (default: from the file name, .csv is CSV)
+
+Results:
+  -o, --out <file>         results file (default: standard output); one JSON line per request:
+                           {"id","key","status","startedAt","ms","attempts","body"|"error"}
+      --resume             go on with an earlier run: skip the ids <file> of --out already holds
+      --overwrite          replace an existing results file (without it, a non-empty one is refused)
+      --no-body            leave response bodies out of the results
+  -q, --quiet              no progress and no summary on stderr (errors still)
+  -h, --help               this help
+
+Durations: 500ms, 30s, 2m, 1h (a bare number is ms).
+Ctrl-C (SIGINT) or SIGTERM: no new requests; those in flight finish and are written; exit 130.
+A second one cancels those in flight (written as interrupted). Then: --resume.
+Exit codes: 0 all ok, 1 some failed (no answer or status >= 400), 2 bad flags or files (nothing
+sent), 3 the run could not go on (Redis, a worker, the results file), 130 interrupted.
+
+Example:
+  vendor-throttle run --rule 30/min --rule 10000/day --key '{customer_id}' \\
+    --redis redis://127.0.0.1:6379 --name acme --out results.ndjson customers.csv
+`;
+
+export const INSPECT_HELP = `Usage: vendor-throttle inspect --redis <url> [options] [key]
+
+With a key: its usage per rule, next free slot, pause, and calls booked but not completed.
+Without: the busiest keys of the namespace, found with SCAN (never KEYS; every master of a
+Cluster), ranked by current usage.
+
+Options:
+      --redis <url>        the Redis the throttles share (required)
+      --cluster            <url> is a node of a Redis Cluster
+      --name <name>        the throttle name (default: default)
+      --prefix <prefix>    the Redis key prefix (default: vt)
+  -r, --rule <rule>        the key's rules, as the throttle has them (repeatable); without them
+                           only the calls logged, the pause and the calls not completed are shown
+      --top <n>            how many of the busiest keys to show (default: 10)
+      --json               JSON output
+  -h, --help               this help
+
+Example:
+  vendor-throttle inspect --redis redis://127.0.0.1:6379 --name acme --rule 30/min cus_42
+`;

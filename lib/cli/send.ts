@@ -1,0 +1,152 @@
+import { StoreUnavailableError, type Throttle } from '../index.js';
+import { sleep } from '../sleep.js';
+import type { SendSettings } from './args.js';
+import { errorText } from './errors.js';
+import type { BatchRequest } from './input.js';
+import type { ResultLine } from './results.js';
+
+/** How a run is told to stop. */
+export interface StopSignals {
+  /** First SIGINT/SIGTERM (or a fatal error): start nothing new; requests waiting for a slot or a retry give up. */
+  readonly stop: AbortSignal;
+  /** Second SIGINT/SIGTERM: requests in flight are cancelled too (and recorded as interrupted). */
+  readonly abort: AbortSignal;
+}
+
+/** What sending one request gave: its result line (none when it was never sent), and an error that ends the run. */
+export interface Sent {
+  readonly result: ResultLine | undefined;
+  readonly fatal?: unknown;
+}
+
+export type Sender = (request: BatchRequest) => Promise<Sent>;
+
+/** The vendor's answer to one attempt, body read. */
+interface Answer {
+  readonly status: number;
+  readonly headers: Headers;
+  readonly text: string;
+  readonly startedAt: number;
+  readonly ms: number;
+}
+
+/** One attempt that got no answer. */
+class NoAnswer extends Error {
+  constructor(
+    message: string,
+    readonly startedAt: number,
+    readonly ms: number,
+    readonly retryable: boolean,
+  ) {
+    super(message);
+  }
+}
+
+/** What `throttle.fetch()` passes to the fetch below: the request and its throttle key. */
+interface SendInit {
+  readonly key: string;
+  readonly cost: number;
+  readonly method: string;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: string | undefined;
+  /** Cancels the wait for a slot (the throttle's fetch adapter follows `init.signal`), never a request in flight. */
+  readonly signal: AbortSignal;
+}
+
+/** Longest wait between two retries after a 5xx or a network error. */
+const MAX_RETRY_DELAY_MS = 30_000;
+
+const INTERRUPTED = 'interrupted while in flight (second SIGINT/SIGTERM): the vendor may have received it';
+
+/**
+ * Sends requests through `throttle.fetch()`: each attempt waits for its slot, a vendor's 429 (or
+ * `Retry-After`, rate-limit headers saying the limit is used up) pauses the key for every process
+ * sharing the store, and `retries` more attempts follow a 429, a 5xx or a network error, each
+ * through the throttle again (after `retryDelayMs`, doubled each time, for a 5xx or a network error).
+ *
+ * A request whose first slot wait is cut short by `stop` was never sent: no result. A request that
+ * was sent at least once always gets a result: its last answer, or why there was none.
+ */
+export function createSender(throttle: Throttle, settings: SendSettings, signals: StopSignals): Sender {
+  const send = throttle.fetch({
+    key: (_url: string, init: SendInit) => init.key,
+    cost: (_url: string, init: SendInit) => init.cost,
+    retries: 0,
+    fallbackPauseMs: settings.retryDelayMs,
+    fetch: (url: string, init: SendInit) => attempt(url, init, settings.timeoutMs, signals.abort),
+  });
+
+  return async (request) => {
+    let last: Answer | NoAnswer | undefined;
+    let attempts = 0;
+    let fatal: unknown;
+    for (let n = 0; n <= settings.retries; n++) {
+      if (n > 0 && last !== undefined && backsOff(last)) {
+        try {
+          await sleep(Math.min(MAX_RETRY_DELAY_MS, settings.retryDelayMs * 2 ** (n - 1)), [signals.stop]);
+        } catch {
+          break;
+        }
+      }
+      try {
+        last = await send(request.url, { key: request.key, cost: request.cost, method: request.method, headers: request.headers, body: request.body, signal: signals.stop });
+      } catch (error) {
+        if (error instanceof NoAnswer) last = error;
+        else {
+          // The throttle did not send it: stopped while waiting for the slot, or the store failed.
+          if (error instanceof StoreUnavailableError || !signals.stop.aborted) fatal = error;
+          break;
+        }
+      }
+      attempts = n + 1;
+      if (!shouldRetry(last)) break;
+    }
+    if (last === undefined) return { result: undefined, fatal };
+    return { result: resultOf(request, last, attempts, settings.keepBody), fatal };
+  };
+}
+
+/** A 5xx or no answer: wait before the next attempt (a 429 waits for the pause it set on the key instead). */
+function backsOff(last: Answer | NoAnswer): boolean {
+  return last instanceof NoAnswer || last.status >= 500;
+}
+
+function shouldRetry(last: Answer | NoAnswer): boolean {
+  return last instanceof NoAnswer ? last.retryable : last.status === 429 || last.status >= 500;
+}
+
+/** One attempt, inside its slot: sends, reads the whole body, gives up after `timeoutMs` or when `abort` fires. */
+async function attempt(url: string, init: SendInit, timeoutMs: number, abort: AbortSignal): Promise<Answer> {
+  const startedAt = Date.now();
+  const began = performance.now();
+  const timeout = AbortSignal.timeout(timeoutMs);
+  try {
+    const response = await fetch(url, { method: init.method, headers: init.headers, body: init.body, signal: AbortSignal.any([abort, timeout]) });
+    const text = await response.text();
+    return { status: response.status, headers: response.headers, text, startedAt, ms: performance.now() - began };
+  } catch (error) {
+    const ms = performance.now() - began;
+    if (abort.aborted) throw new NoAnswer(INTERRUPTED, startedAt, ms, false);
+    if (timeout.aborted) throw new NoAnswer(`timed out after ${timeoutMs} ms`, startedAt, ms, true);
+    throw new NoAnswer(errorText(error), startedAt, ms, true);
+  }
+}
+
+function resultOf(request: BatchRequest, last: Answer | NoAnswer, attempts: number, keepBody: boolean): ResultLine {
+  const status = last instanceof NoAnswer ? null : last.status;
+  const result = { id: request.id, key: request.key, status, startedAt: new Date(last.startedAt).toISOString(), ms: Math.round(last.ms * 10) / 10, attempts };
+  if (last instanceof NoAnswer) return { ...result, error: last.message };
+  return keepBody ? { ...result, body: bodyOf(last) } : result;
+}
+
+/** JSON bodies parsed, anything else as text. */
+function bodyOf(answer: Answer): unknown {
+  if (/json/i.test(answer.headers.get('content-type') ?? '')) {
+    try {
+      return JSON.parse(answer.text);
+    } catch {
+      // Not JSON after all: keep the text.
+    }
+  }
+  return answer.text;
+}

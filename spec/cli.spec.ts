@@ -1,0 +1,314 @@
+/**
+ * The `vendor-throttle` command, run as a child process (`node --import tsx lib/cli/main.ts …`)
+ * against a local HTTP vendor (spec/support/http-vendor.ts, which records every arrival) and the
+ * test run's Redis. Windows are a few hundred ms, so each run takes a second or two.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { expect } from 'chai';
+import { INSPECT_FLAGS, parseRunArgs, RUN_FLAGS } from '../lib/cli/args.js';
+import { CliError } from '../lib/cli/errors.js';
+import { loadRequests } from '../lib/cli/input.js';
+import { compileKey } from '../lib/cli/key-template.js';
+import { redisServer, uniquePrefix } from './support/hooks.js';
+import { mostInWindow, startHttpVendor, type Arrival, type Respond, type Vendor } from './support/http-vendor.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const MAIN = join(ROOT, 'lib/cli/main.ts');
+
+interface Exit {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Starts the command; `done` resolves when it exits (killed after 20 s). */
+function start(args: readonly string[]): { child: ChildProcess; done: Promise<Exit> } {
+  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+  const done = new Promise<Exit>((resolve) =>
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    }),
+  );
+  return { child, done };
+}
+
+const cli = (...args: string[]): Promise<Exit> => start(args).done;
+
+interface Row {
+  readonly id: string;
+  readonly user: string;
+}
+
+/** `count` requests per user, ids `<tag>-<n>`, users interleaved as a batch file would have them. */
+function rows(users: readonly string[], count: number, tag = 'r'): Row[] {
+  const list: Row[] = [];
+  for (let n = 0; n < count; n++) for (const user of users) list.push({ id: `${tag}-${list.length}`, user });
+  return list;
+}
+
+const urlOf = (vendor: Vendor, row: Row): string => `${vendor.url}/items?user=${row.user}&id=${row.id}`;
+
+function ndjson(vendor: Vendor, list: readonly Row[]): string {
+  return list.map((row) => JSON.stringify({ id: row.id, url: urlOf(vendor, row), key: row.user })).join('\n') + '\n';
+}
+
+function readResults(file: string): Array<Record<string, unknown>> {
+  return readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+const idOf = (arrival: Arrival): string | null => new URL(arrival.path, 'http://vendor.invalid').searchParams.get('id');
+
+/** Per user, the most arrivals in any window of `windowMs`. */
+function worstWindow(vendor: Vendor, windowMs: number): number {
+  const users = new Set(vendor.arrivals.map((arrival) => arrival.user!));
+  return Math.max(...[...users].map((user) => mostInWindow(vendor.times(user, 0), windowMs)));
+}
+
+function count<T>(items: readonly T[]): Map<T, number> {
+  const counts = new Map<T, number>();
+  for (const item of items) counts.set(item, (counts.get(item) ?? 0) + 1);
+  return counts;
+}
+
+describe('vendor-throttle command line', function () {
+  this.timeout(30_000);
+  let dir: string;
+  let vendor: Vendor | undefined;
+  const useVendor = async (respond?: Respond): Promise<Vendor> => (vendor = await startHttpVendor(respond));
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'vt-cli-'));
+  });
+  afterEach(async () => {
+    await vendor?.close();
+    vendor = undefined;
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('sends every request, retries a 503 and a 429 through the throttle, keeps the rule at the vendor and writes every id once', async () => {
+    const seen = new Set<string>();
+    const server = await useVendor((arrival) => {
+      const id = idOf(arrival)!;
+      const first = !seen.has(id);
+      seen.add(id);
+      if (first && id === 'r-4') return { status: 503, body: { error: 'busy' } };
+      if (first && id === 'r-7') return { status: 429, headers: { 'retry-after': '0' }, body: { error: 'slow down' } };
+      return { status: 200, body: { id } };
+    });
+    const list = rows(['ann', 'bob', 'cy'], 8);
+    writeFileSync(join(dir, 'requests.ndjson'), ndjson(server, list));
+    const out = join(dir, 'results.ndjson');
+
+    const { code, stderr } = await cli('run', '--rule', '4/400ms', '--retry-delay', '50ms', '--out', out, join(dir, 'requests.ndjson'));
+    expect(code, stderr).to.equal(0);
+    const results = readResults(out);
+    expect(results.map((result) => result.id).sort()).to.deep.equal(list.map((row) => row.id).sort());
+    expect(results.every((result) => result.status === 200)).to.equal(true);
+    const byId = new Map(results.map((result) => [result.id, result]));
+    expect(byId.get('r-4')).to.include({ attempts: 2 });
+    expect(byId.get('r-7')).to.include({ attempts: 2 });
+    expect(byId.get('r-0')).to.include({ key: 'ann', attempts: 1 });
+    expect(byId.get('r-0')!.body).to.deep.equal({ id: 'r-0' });
+    expect(Date.parse(byId.get('r-0')!.startedAt as string)).to.be.closeTo(Date.now(), 30_000);
+    // Every arrival counts, retries included.
+    expect(server.arrivals).to.have.length(list.length + 2);
+    expect(worstWindow(server, 400)).to.be.at.most(4);
+    expect(stderr).to.match(/24 sent in .*24 ok, 0 failed/);
+  });
+
+  it('reads CSV with a key template, shares the limits through Redis, and inspect shows the usage', async () => {
+    const server = await useVendor();
+    const prefix = uniquePrefix();
+    const list = rows(['c1', 'c2'], 6);
+    const csv = ['id,method,url,headers,customer', ...list.map((row) => `${row.id},GET,/items?user=${row.user}&id=${row.id},"{""accept"":""application/json""}",${row.user}`)];
+    writeFileSync(join(dir, 'requests.csv'), csv.join('\n') + '\n');
+    const out = join(dir, 'results.ndjson');
+    const redis = ['--redis', redisServer().url, '--prefix', prefix, '--name', 'acme'];
+
+    const run = await cli('run', '--rule', '3/300ms', '--key', '{customer}', '--base-url', server.url, ...redis, '--no-body', '-q', '--out', out, join(dir, 'requests.csv'));
+    expect(run.code, run.stderr).to.equal(0);
+    expect(run.stderr).to.equal('');
+    const results = readResults(out);
+    expect(results.map((result) => result.id).sort()).to.deep.equal(list.map((row) => row.id).sort());
+    expect(results.every((result) => result.body === undefined && result.status === 200)).to.equal(true);
+    expect(server.arrivals.every((arrival) => arrival.headers.accept === 'application/json')).to.equal(true);
+    expect(worstWindow(server, 300)).to.be.at.most(3);
+
+    const [one, json, busiest] = await Promise.all([
+      cli('inspect', ...redis, '--rule', '3/300ms', '--rule', '100/min', 'c1'),
+      cli('inspect', ...redis, '--rule', '100/min', '--json', 'c2'),
+      cli('inspect', ...redis, '--rule', '100/min', '--top', '5'),
+    ]);
+    expect(one.code, one.stderr).to.equal(0);
+    expect(one.stdout).to.include('"c1"').and.to.match(/100\/min\s+6\/100/).and.to.include('next free slot');
+    const report = JSON.parse(json.stdout) as { key: string; rules: Array<{ limit: number; used: number }>; pausedForMs: number };
+    expect(report.key).to.equal('c2');
+    expect(report.rules[0]).to.include({ limit: 100, used: 6 });
+    expect(report.pausedForMs).to.equal(0);
+    expect(busiest.code, busiest.stderr).to.equal(0);
+    expect(busiest.stdout).to.match(/^c1\s+6\/100/m).and.to.match(/^c2\s+6\/100/m).and.to.include('of 2 keys');
+  });
+
+  it('stops cleanly on SIGINT, and --resume sends the rest: nothing twice, nothing lost, the rule kept across both runs', async () => {
+    const server = await useVendor();
+    const list = rows(['ann', 'bob', 'cy'], 6);
+    const input = join(dir, 'requests.ndjson');
+    writeFileSync(input, ndjson(server, list));
+    const out = join(dir, 'results.ndjson');
+    // No --redis: the resumed run learns the calls still counting from the results file. The window
+    // outlasts the restart, so the resumed run would overrun it without them.
+    const args = ['run', '--rule', '3/1500ms', '--out', out, input];
+
+    const first = start(args);
+    const deadline = Date.now() + 15_000;
+    while (!(existsSync(out) && readResults(out).length >= 6) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    first.child.kill('SIGINT');
+    const stopped = await first.done;
+    expect(stopped.code, stopped.stderr).to.equal(130);
+    expect(stopped.stderr).to.include('--resume');
+    const before = readResults(out).length;
+    expect(before).to.be.within(6, list.length - 1);
+    // Whatever reached the vendor before the stop is in the results file.
+    expect(server.arrivals).to.have.length(before);
+
+    const resumed = await cli(...args, '--resume');
+    expect(resumed.code, resumed.stderr).to.equal(0);
+    expect(resumed.stderr).to.include(`${before} done earlier`);
+    const ids = readResults(out).map((result) => result.id as string);
+    expect(ids.sort()).to.deep.equal(list.map((row) => row.id).sort());
+    const sent = count(server.arrivals.map(idOf));
+    expect([...sent.values()].every((n) => n === 1)).to.equal(true);
+    expect(sent.size).to.equal(list.length);
+    expect(worstWindow(server, 1500)).to.be.at.most(3);
+  });
+
+  it('--workers 2 --redis: two runs of two workers each keep every key under the rule', async () => {
+    const server = await useVendor();
+    const users = ['ann', 'bob', 'cy', 'dee'];
+    const a = rows(users, 5, 'a');
+    const b = rows(users, 5, 'b');
+    writeFileSync(join(dir, 'a.ndjson'), ndjson(server, a));
+    writeFileSync(join(dir, 'b.ndjson'), ndjson(server, b));
+    const shared = ['--rule', '4/400ms', '--workers', '2', '--redis', redisServer().url, '--prefix', uniquePrefix(), '--name', 'acme', '-q'];
+
+    const [runA, runB] = await Promise.all([
+      cli('run', ...shared, '--out', join(dir, 'a.out'), join(dir, 'a.ndjson')),
+      cli('run', ...shared, '--out', join(dir, 'b.out'), join(dir, 'b.ndjson')),
+    ]);
+    expect(runA.code, runA.stderr).to.equal(0);
+    expect(runB.code, runB.stderr).to.equal(0);
+    expect(readResults(join(dir, 'a.out')).map((result) => result.id).sort()).to.deep.equal(a.map((row) => row.id).sort());
+    expect(readResults(join(dir, 'b.out')).map((result) => result.id).sort()).to.deep.equal(b.map((row) => row.id).sort());
+    expect(server.arrivals).to.have.length(a.length + b.length);
+    expect(worstWindow(server, 400)).to.be.at.most(4);
+  });
+
+  it('refuses bad files and bad flags with a clear message and a non-zero exit, sending nothing', async () => {
+    const server = await useVendor();
+    const good = join(dir, 'good.ndjson');
+    writeFileSync(good, ndjson(server, rows(['ann'], 2)));
+    const malformed = join(dir, 'malformed.ndjson');
+    writeFileSync(malformed, `${JSON.stringify({ url: `${server.url}/?user=ann`, key: 'ann' })}\n{"url": "${server.url}/" "key": 1}\n`);
+    const existing = join(dir, 'existing.ndjson');
+    writeFileSync(existing, '{"id":"x","status":200}\n');
+
+    // Through the command, in parallel: each starts a process (about half a second).
+    const cases: Array<[args: string[], message: RegExp]> = [
+      [['run', '--rule', '5/s', join(dir, 'missing.ndjson')], /missing\.ndjson: no such file/],
+      [['run', '--rule', '5/s', malformed], /malformed\.ndjson:2: not valid JSON/],
+      [['run', '--rule', '5/s', '--out', existing, good], /already holds results: pass --resume/],
+      [['run', '--rule', '5/mn', '--bogus', good], /Unknown option '--bogus'/],
+      [['frobnicate'], /unknown command 'frobnicate'/],
+    ];
+    const exits = await Promise.all(cases.map(([args]) => cli(...args)));
+    exits.forEach((exit, i) => {
+      const [args, message] = cases[i]!;
+      expect(exit.code, `${args.join(' ')}: ${exit.stderr}`).to.equal(2);
+      expect(exit.stderr, args.join(' ')).to.match(message);
+      expect(exit.stderr, args.join(' ')).not.to.include('    at ');
+    });
+    expect(server.arrivals).to.have.length(0);
+    expect(readFileSync(existing, 'utf8')).to.equal('{"id":"x","status":200}\n');
+  });
+
+  it('says which flag is wrong and why (the parser the command runs)', () => {
+    const fails = (args: string[], message: RegExp): void => {
+      let error: unknown;
+      try {
+        parseRunArgs(args);
+      } catch (caught) {
+        error = caught;
+      }
+      expect(error, args.join(' ')).to.be.instanceOf(CliError);
+      expect((error as CliError).exitCode).to.equal(2);
+      expect((error as CliError).message).to.match(message);
+    };
+    fails(['--rule', '5/mn', 'f.ndjson'], /--rule '5\/mn': Expected a rule like/);
+    fails(['f.ndjson'], /at least one --rule is required/);
+    fails(['--rule', '5/s', '--workers', 'two', 'f.ndjson'], /--workers: expected a whole number/);
+    fails(['--rule', '5/s', '--resume', 'f.ndjson'], /--resume needs --out/);
+    fails(['--rule', '5/s', '--timeout', 'soon', 'f.ndjson'], /--timeout: expected a duration/);
+    fails(['--rule', '5/s', '--mode', 'throw', 'f.ndjson'], /--mode: expected 'delay' or 'queue'/);
+    fails(['--rule', '5/s', '--redis', 'localhost:6379', 'f.ndjson'], /--redis: expected a URL/);
+    fails(['--rule', '5/s', '--name', 'a:b', 'f.ndjson'], /--name/);
+    fails(['--rule', '5/s', 'a.ndjson', 'b.ndjson'], /expected one input file, got 2/);
+    const options = parseRunArgs(['-r', '30/min', '-r', '10000/day', '--timeout', '2m', '-H', 'Authorization: Bearer x', 'in.CSV']);
+    expect(options).to.deep.include({ format: 'csv', headers: { authorization: 'Bearer x' } });
+    expect(options).to.have.nested.property('send.timeoutMs', 120_000);
+    expect(options).to.have.nested.property('throttle.rules').that.deep.equals(['30/min', '10000/day']);
+  });
+
+  it('says which line of a file is wrong and why', async () => {
+    const load = async (name: string, text: string, key?: string): Promise<string> => {
+      writeFileSync(join(dir, name), text);
+      try {
+        await loadRequests({ file: join(dir, name), format: name.endsWith('.csv') ? 'csv' : 'ndjson', key: compileKey(key), baseUrl: undefined, headers: {} });
+      } catch (error) {
+        expect(error).to.be.instanceOf(CliError);
+        return (error as CliError).message;
+      }
+      throw new Error(`${name} was accepted`);
+    };
+    const url = 'http://127.0.0.1:1/x';
+    expect(await load('dup.csv', `id,url,key\n1,${url},a\n1,${url},b\n`)).to.match(/dup\.csv:3: duplicate id "1" \(first on line 2\)/);
+    expect(await load('quote.csv', `id,url,key\n1,"${url},a\n`)).to.match(/quote\.csv:\d+: not valid CSV/);
+    expect(await load('nokey.ndjson', `${JSON.stringify({ url })}\n`)).to.match(/nokey\.ndjson:1: no key/);
+    expect(await load('field.ndjson', `\n${JSON.stringify({ url })}\n`, '{user_id}')).to.match(/field\.ndjson:2: no 'user_id' field/);
+    expect(await load('array.ndjson', '[1]\n')).to.match(/array\.ndjson:1: expected a JSON object/);
+    expect(await load('ftp.ndjson', `${JSON.stringify({ url: 'ftp://x/', key: 'a' })}\n`)).to.match(/'url' must be http or https/);
+    expect(await load('get.ndjson', `${JSON.stringify({ url, key: 'a', method: 'GET', body: 'x' })}\n`)).to.match(/a GET request cannot have a body/);
+    expect(await load('empty.ndjson', '\n')).to.match(/no requests found/);
+    const many = Array.from({ length: 12 }, () => '{').join('\n');
+    expect(await load('many.ndjson', many)).to.match(/12 bad requests/).and.to.match(/… and 2 more/);
+  });
+
+  it('prints help and version; the help and docs/cli.md name every flag', async () => {
+    const [help, runHelp, inspectHelp, version] = await Promise.all([cli('--help'), cli('run', '--help'), cli('inspect', '--help'), cli('--version')]);
+    expect(help.code).to.equal(0);
+    expect(help.stdout).to.include('vendor-throttle run').and.to.include('vendor-throttle inspect');
+    expect(runHelp.code).to.equal(0);
+    expect(inspectHelp.code).to.equal(0);
+    const docs = readFileSync(join(ROOT, 'docs/cli.md'), 'utf8');
+    for (const [flags, text] of [[RUN_FLAGS, runHelp.stdout], [INSPECT_FLAGS, inspectHelp.stdout]] as const) {
+      for (const name of Object.keys(flags)) {
+        expect(text, `--help of ${name}`).to.include(`--${name}`);
+        expect(docs, `docs/cli.md of ${name}`).to.include(`--${name}`);
+      }
+    }
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    expect(version.stdout.trim()).to.equal(pkg.version);
+  });
+});
