@@ -3,9 +3,8 @@ import { expect } from 'chai';
 import nock from 'nock';
 import type { AxiosThrottleHandle, AxiosThrottleOptions } from '../lib/adapters/options.js';
 import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
-import { RedisStore } from '../lib/stores/redis-store.js';
 import type { Throttle } from '../lib/throttle.js';
-import { redisClient, uniquePrefix } from './support/hooks.js';
+import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 import { useThrottles } from './support/throttles.js';
 import { mostInWindow, nockVendor, ok, type Vendor } from './support/http-vendor.js';
 
@@ -261,8 +260,8 @@ describe('throttle.axios()', function () {
   describe('vendors that speak', () => {
     it('429 + Retry-After pauses the key for a second Throttle on the same Redis, and the retry waits for it', async () => {
       const prefix = uniquePrefix();
-      const here = make({ name: 'acme', store: new RedisStore(redisClient(), { prefix }) });
-      const elsewhere = make({ name: 'acme', store: new RedisStore(redisClient(), { prefix }) });
+      const here = make({ name: 'acme', store: redisStore(redisClient(), { prefix }) });
+      const elsewhere = make({ name: 'acme', store: redisStore(redisClient(), { prefix }) });
       vendor = nockVendor(ORIGIN, (_arrival, index) => (index === 0 ? { status: 429, headers: { 'Retry-After': '1' } } : { status: 200, body: { ok: true } }));
       const acme = acmeFor(here);
       const paused: unknown[] = [];

@@ -2,8 +2,7 @@ import { expect } from 'chai';
 import type { FetchThrottleOptions } from '../lib/adapters/options.js';
 import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
 import type { ThrottleOptions } from '../lib/options.js';
-import { RedisStore } from '../lib/stores/redis-store.js';
-import { redisClient, uniquePrefix } from './support/hooks.js';
+import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 import { useThrottles } from './support/throttles.js';
 import { mostInWindow, ok, startHttpVendor, type Respond, type Vendor } from './support/http-vendor.js';
 
@@ -126,10 +125,10 @@ describe('throttle.fetch()', function () {
     it('429 + Retry-After pauses the key for a second Throttle on the same Redis, and the retry waits for it', async () => {
       const prefix = uniquePrefix();
       const { throttle, fetchAcme, url, vendor } = await setUp(
-        { name: 'acme', store: new RedisStore(redisClient(), { prefix }) },
+        { name: 'acme', store: redisStore(redisClient(), { prefix }) },
         (_arrival, index) => (index === 0 ? { status: 429, headers: { 'Retry-After': '1' } } : { status: 200, body: { ok: true } }),
       );
-      const elsewhere = make({ name: 'acme', store: new RedisStore(redisClient(), { prefix }) });
+      const elsewhere = make({ name: 'acme', store: redisStore(redisClient(), { prefix }) });
       let pausedAt = 0;
       const paused: unknown[] = [];
       throttle.on('paused', (event) => {

@@ -4,8 +4,7 @@ import { keyNames } from '../lib/keys.js';
 import type { Rule } from '../lib/rules.js';
 import type { ReserveRequest, Store } from '../lib/store.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
-import { RedisStore } from '../lib/stores/redis-store.js';
-import { redisClient, uniquePrefix } from './support/hooks.js';
+import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 import { maxInWindow } from '../scripts/sim-vendor.js';
 import { ReferenceModel } from './support/model.js';
 
@@ -34,7 +33,7 @@ const subjects: Array<{ name: string; make: () => Subject }> = [
   {
     name: 'RedisStore',
     make: () => ({
-      store: new RedisStore(redisClient(), { prefix: uniquePrefix() }),
+      store: redisStore(redisClient(), { prefix: uniquePrefix() }),
       namespace: 'ns',
       advance: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
     }),
@@ -217,6 +216,63 @@ for (const { name, make } of subjects) {
       expect(third.tentative).to.equal(false);
     });
 
+    it('books a call whose cost is a large limit (5,000 slots) in one decision', async () => {
+      const { store } = make();
+      const rules = [{ limit: 5_000, windowMs: 60_000 }];
+      const big = await store.reserve(request({ rules, cost: 5_000 }));
+      expect(big.granted).to.equal(true);
+      expect(new Set(big.members).size).to.equal(5_000);
+      expect((await store.inspect('ns', 'k', rules)).rules[0]!.used).to.equal(5_000);
+    });
+
+    it('a bucketed rule never lets a call through early and holds it back by less than one bucket', async () => {
+      const { store, advance } = make();
+      const exact = [{ limit: 3, windowMs: 1_000 }];
+      const bucketed = [{ limit: 3, windowMs: 1_000, bucketMs: 100 }];
+      const releases: number[] = [];
+      for (const rules of [exact, bucketed]) {
+        const key = rules === exact ? 'exact' : 'bucketed';
+        for (const extra of [7, 23, 41]) {
+          const booked = await store.reserve(request({ rules, key, holdMs: 50 }));
+          const releaseAt = booked.startAt + extra;
+          if (rules === exact) releases.push(releaseAt);
+          await store.settle('ns', key, [{ member: booked.members[0]!, releaseAt: rules === exact ? releaseAt : releases[releases.length - 3 + [7, 23, 41].indexOf(extra)]! }], 1_000);
+        }
+      }
+      await advance(60);
+      const exactAnswer = await store.reserve(request({ rules: exact, key: 'exact', maxDelayMs: 0 }));
+      const bucketedAnswer = await store.reserve(request({ rules: bucketed, key: 'bucketed', maxDelayMs: 0 }));
+      expect(exactAnswer.granted).to.equal(false);
+      expect(bucketedAnswer.granted).to.equal(false);
+      expect(exactAnswer.startAt).to.equal(Math.min(...releases) + 1_000);
+      // Folded into its bucket, the oldest call counts until its bucket's end + the window.
+      expect(bucketedAnswer.startAt).to.equal(Math.ceil(Math.min(...releases) / 100) * 100 + 1_000);
+      expect(bucketedAnswer.startAt - exactAnswer.startAt).to.be.within(0, 99);
+      const usage = await store.inspect('ns', 'bucketed', bucketed);
+      expect(usage.rules[0]!.used).to.equal(3);
+      expect(usage.nextFreeInMs).to.be.within(bucketedAnswer.waitMs - 5, bucketedAnswer.waitMs);
+    });
+
+    it('a bucketed rule combines with an exact short rule, which stays exact', async () => {
+      const { store } = make();
+      const rules = [{ limit: 2, windowMs: 200 }, { limit: 4, windowMs: 5_000, bucketMs: 500 }];
+      const first = await store.reserve(request({ rules, holdMs: 10 }));
+      const second = await store.reserve(request({ rules, holdMs: 10 }));
+      await store.settle('ns', 'k', [{ member: first.members[0]!, releaseAt: first.startAt + 3 }, { member: second.members[0]!, releaseAt: second.startAt + 4 }], 5_000);
+      // The short rule: exactly 200 ms after the first completion.
+      const third = await store.reserve(request({ rules, holdMs: 10 }));
+      expect(third.startAt).to.equal(first.startAt + 3 + 200);
+      expect(third.ruleIndex).to.equal(0);
+      const fourth = await store.reserve(request({ rules, holdMs: 10 }));
+      expect(fourth.startAt).to.equal(second.startAt + 4 + 200);
+      // The long rule is full after 4: the fifth waits for the oldest bucket to leave the 5 s window.
+      const fifth = await store.reserve(request({ rules, holdMs: 10, maxDelayMs: 0 }));
+      expect(fifth.granted).to.equal(false);
+      expect(fifth.ruleIndex).to.equal(1);
+      expect(fifth.startAt).to.be.at.least(first.startAt + 3 + 5_000);
+      expect(fifth.startAt).to.be.below(first.startAt + 3 + 5_000 + 500);
+    });
+
     it('starts nothing during a vendor pause, keeps the longer pause, and reports it', async () => {
       const { store } = make();
       const rules = [{ limit: 5, windowMs: 1_000 }];
@@ -317,7 +373,7 @@ describe('RedisStore specifics', () => {
 
   it('recovers from SCRIPT FLUSH through EVALSHA fallback', async () => {
     const client = redisClient();
-    const store = new RedisStore(client, { prefix: uniquePrefix() });
+    const store = redisStore(client, { prefix: uniquePrefix() });
     const rules = [{ limit: 5, windowMs: 1_000 }];
     await store.reserve(request({ rules }));
     await client.script('FLUSH');
@@ -328,20 +384,43 @@ describe('RedisStore specifics', () => {
   it('lets idle keys expire after their longest window', async () => {
     const client = redisClient();
     const prefix = uniquePrefix();
-    const store = new RedisStore(client, { prefix });
+    const store = redisStore(client, { prefix });
     await store.reserve(request({ rules: [{ limit: 5, windowMs: 2_000 }], holdMs: 100 }));
     const { log, meta, flight } = keyNames(prefix, 'ns', 'k');
     for (const key of [log, meta, flight]) expect(await client.pttl(key)).to.be.within(1_900, 2_100);
   });
 
+  it('a bucketed 100000/day key holds 20,000 completed calls in its window in under 4 KB', async () => {
+    const client = redisClient();
+    const prefix = uniquePrefix();
+    const store = redisStore(client, { prefix });
+    const rules = [{ limit: 100_000, windowMs: 86_400_000, bucketMs: 86_400_000 / 50 }];
+    const members: string[] = [];
+    for (let i = 0; i < 20; i++) members.push(...(await store.reserve(request({ rules, cost: 1_000, holdMs: 10 }))).members);
+    // Completions spread over the last 20 hours, as a day of steady use would leave them.
+    const now = Number((await client.time())[0]) * 1_000;
+    for (let from = 0; from < members.length; from += 2_000) {
+      const settle = members.slice(from, from + 2_000).map((member, i) => ({ member, releaseAt: now - (from + i) * 3_600 }));
+      await store.settle('ns', 'k', settle, 86_400_000);
+    }
+    // The next decision folds them into buckets.
+    expect((await store.reserve(request({ rules, holdMs: 10 }))).granted).to.equal(true);
+    const { log, meta, flight } = keyNames(prefix, 'ns', 'k');
+    let bytes = 0;
+    for (const key of [log, meta, flight]) bytes += Number((await client.memory('USAGE', key)) ?? 0);
+    expect(bytes).to.be.below(4_096);
+    expect((await store.inspect('ns', 'k', rules)).rules[0]!.used).to.equal(20_001);
+  });
+
   it('never leaves the prefix, and keeps the client open on close', async () => {
     const client = redisClient();
     const prefix = uniquePrefix();
-    const store = new RedisStore(client, { prefix });
+    const store = redisStore(client, { prefix });
     await store.reserve(request({ rules: [{ limit: 5, windowMs: 1_000 }], key: 'x' }));
     await store.close();
     const keys = await client.keys(`${prefix}:*`);
-    expect(keys.sort()).to.deep.equal([`${prefix}:ns:{x}:flight`, `${prefix}:ns:{x}:log`, `${prefix}:ns:{x}:meta`]);
+    // One epoch key per namespace (never expires, a few bytes), three keys per user key.
+    expect(keys.sort()).to.deep.equal([`${prefix}:ns:epoch`, `${prefix}:ns:{x}:flight`, `${prefix}:ns:{x}:log`, `${prefix}:ns:{x}:meta`]);
     expect(await client.ping()).to.equal('PONG');
   });
 });

@@ -3,7 +3,7 @@ import { RateLimitedError, ThrottleClosedError, ThrottleConfigError } from '../l
 import { Throttle } from '../lib/throttle.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import type { ThrottleOptions } from '../lib/options.js';
-import type { Store } from '../lib/store.js';
+import { delegatingStore } from './support/delegating-store.js';
 import { useFakeClock } from './support/fake-clock.js';
 
 const exact = { safetyMarginMs: 0, adaptiveMargin: false } as const;
@@ -206,24 +206,20 @@ describe('Throttle: delay mode', () => {
     await Promise.all([throttle.close(), strict.close()]);
   });
 
-  it('books again when a call wakes too late to start within its hold, giving the old slot back', async () => {
+  it('books again when a call wakes too late for maxHoldMs to cover it, giving the old slot back', async () => {
     const memory = new MemoryStore();
     let reserves = 0;
-    // A store whose answers take 150 ms to arrive: the call is 150 ms late for a 100 ms hold.
-    const slow: Store = {
+    // A store whose answers take 150 ms to arrive: the call is 150 ms late, and a call without a
+    // completion counts as in flight for only 120 ms after its estimate (maxHoldMs).
+    const slow = delegatingStore(memory, {
       reserve: async (request) => {
         reserves += 1;
         const result = await memory.reserve(request);
         await new Promise((resolve) => setTimeout(resolve, reserves <= 2 ? 150 : 0));
         return result;
       },
-      settle: (...args) => memory.settle(...args),
-      inspect: (...args) => memory.inspect(...args),
-      pause: (...args) => memory.pause(...args),
-      confirm: (...args) => memory.confirm(...args),
-      close: () => memory.close(),
-    };
-    const throttle = new Throttle({ rules: ['5/s'], store: slow, safetyMarginMs: 100, adaptiveMargin: false });
+    });
+    const throttle = new Throttle({ rules: ['5/s'], store: slow, safetyMarginMs: 100, maxHoldMs: 120, adaptiveMargin: false });
     const debug: string[] = [];
     throttle.on('debug', (event) => debug.push(event.message));
     const call = throttle.schedule('u', () => 'ran');
@@ -231,7 +227,7 @@ describe('Throttle: delay mode', () => {
     expect(await call).to.equal('ran');
     expect(reserves).to.equal(3);
     expect(debug).to.have.length(2);
-    expect(debug[0]).to.match(/woke 150 ms after its slot, beyond its 100 ms hold/);
+    expect(debug[0]).to.match(/woke 150 ms after its slot, beyond what maxHoldMs \(120 ms\) covers/);
     // The two abandoned slots were given back: only the slot the call ran in counts.
     expect((await throttle.inspect('u')).rules[0]!.used).to.equal(1);
     await throttle.close();
@@ -267,6 +263,37 @@ describe('Throttle: throw mode', () => {
     expect(error.retryAfterMs).to.equal(700);
     await fake.clock.tickAsync(700);
     expect(await throttle.schedule('u', () => 'ok')).to.equal('ok');
+    await throttle.close();
+  });
+
+  it('refuses calls on a key known to be full without asking the store, until the slot it was told of', async () => {
+    const memory = new MemoryStore();
+    let reserves = 0;
+    const store = delegatingStore(memory, {
+      reserve: (request) => {
+        reserves += 1;
+        return memory.reserve(request);
+      },
+    });
+    const throttle = new Throttle({ rules: ['2/s'], mode: 'throw', store, ...exact });
+    await throttle.schedule('u', () => {}, { cost: 2 });
+    // The first refusal asks the store; it names the slot, and the next four are refused locally.
+    const refusals: unknown[] = [];
+    for (let i = 0; i < 5; i++) refusals.push(await throttle.schedule('u', () => {}).catch((e: unknown) => e));
+    expect(refusals.every((error) => error instanceof RateLimitedError)).to.equal(true);
+    expect(reserves).to.equal(2);
+    expect(refusals.map((error) => (error as RateLimitedError).retryAfterMs)).to.deep.equal([1_000, 1_000, 1_000, 1_000, 1_000]);
+    // The local answer counts down with the clock, still without a round trip.
+    await fake.clock.tickAsync(400);
+    const later = (await throttle.schedule('u', () => {}).catch((e: unknown) => e)) as RateLimitedError;
+    expect(later.retryAfterMs).to.equal(600);
+    expect(reserves).to.equal(2);
+    // Other keys are not affected.
+    expect(await throttle.schedule('v', () => 'other')).to.equal('other');
+    // Once the slot is due, the store is asked again.
+    await fake.clock.tickAsync(600);
+    expect(await throttle.schedule('u', () => 'ok')).to.equal('ok');
+    expect(reserves).to.equal(4);
     await throttle.close();
   });
 });

@@ -1,8 +1,11 @@
-import { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
+import { Redis as RedisClient } from 'ioredis';
+import { RedisStore, type RedisStoreOptions } from '../../lib/stores/redis-store.js';
 import { startRedis, type RedisServer } from '../../scripts/support/redis-server.js';
 
 let server: RedisServer | undefined;
 const clients: Redis[] = [];
+const stores: RedisStore[] = [];
 
 /** The standalone redis-server this test run started (one for the whole run). */
 export function redisServer(): RedisServer {
@@ -12,9 +15,19 @@ export function redisServer(): RedisServer {
 
 /** A new client of the test Redis, closed after the run. */
 export function redisClient(options: { enableAutoPipelining?: boolean } = {}): Redis {
-  const client = new Redis(redisServer().url, { ...options });
+  const client = new RedisClient(redisServer().url, { ...options });
   clients.push(client);
   return client;
+}
+
+/**
+ * A RedisStore closed after the test that made it. A store left open keeps its recovery heartbeat
+ * going while its journal holds calls, and those timers would land in a later test's fake clock.
+ */
+export function redisStore(client: Redis | Cluster, options?: RedisStoreOptions): RedisStore {
+  const store = new RedisStore(client, options);
+  stores.push(store);
+  return store;
 }
 
 let prefixes = 0;
@@ -28,6 +41,9 @@ export const mochaHooks = {
   async beforeAll(this: Mocha.Context) {
     this.timeout(20_000);
     server = await startRedis();
+  },
+  async afterEach() {
+    await Promise.allSettled(stores.splice(0).map((store) => store.close()));
   },
   async afterAll(this: Mocha.Context) {
     this.timeout(20_000);

@@ -22,8 +22,9 @@
 import { Redis } from 'ioredis';
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-import { RedisStore, Throttle, type RuleInput, type ThrottleMode } from '../../lib/index.js';
+import { fileURLToPath } from 'node:url';
+import { RedisStore, Throttle, type RuleInput, type StoreErrorPolicy, type ThrottleMode } from '../../lib/index.js';
+import { runAsChild, waitForLine } from '../../scripts/support/child.js';
 
 export interface WorkerConfig {
   /** Redis to share the limits through. */
@@ -48,6 +49,14 @@ export interface WorkerConfig {
   readonly waitForGo?: boolean;
   /** Make one uncounted request (`GET /healthz`) first, so fetch is loaded and a connection open. @default true */
   readonly warmUp?: boolean;
+  /** The throttle's `onStoreError`. @default 'fail' */
+  readonly onStoreError?: StoreErrorPolicy;
+  /** RedisStore `commandTimeoutMs`. @default the store's */
+  readonly commandTimeoutMs?: number;
+  /** RedisStore `recovery`. @default the store's */
+  readonly recovery?: false;
+  /** The throttle's `bucketAbove` (0 counts every rule with a bucketed log). @default the throttle's */
+  readonly bucketAbove?: number;
 }
 
 export interface WorkerResult {
@@ -80,20 +89,6 @@ function applySkew(skewMs: number): void {
   Object.defineProperty(performance, 'timeOrigin', { value: realTimeOrigin + skewMs, configurable: true });
 }
 
-function waitForLine(): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const lines = createInterface({ input: process.stdin });
-    const closed = (): void => reject(new Error('stdin closed before the go signal'));
-    lines.once('close', closed);
-    lines.once('line', () => {
-      lines.off('close', closed);
-      lines.close();
-      // A paused pipe still keeps the event loop alive: let go of stdin entirely.
-      process.stdin.destroy();
-      resolve();
-    });
-  });
-}
 
 /** Runs the calls, hands the result to `report`, then closes the throttle and quits the client. */
 async function runWorker(config: WorkerConfig, report: (result: WorkerResult) => void): Promise<void> {
@@ -102,8 +97,10 @@ async function runWorker(config: WorkerConfig, report: (result: WorkerResult) =>
   const throttle = new Throttle({
     name: config.name ?? 'vendor',
     rules: config.rules,
-    store: new RedisStore(redis, { prefix: config.prefix ?? 'vt' }),
+    store: new RedisStore(redis, { prefix: config.prefix ?? 'vt', commandTimeoutMs: config.commandTimeoutMs, recovery: config.recovery }),
     mode: config.mode,
+    onStoreError: config.onStoreError,
+    bucketAbove: config.bucketAbove,
     safetyMarginMs: config.safetyMarginMs,
     adaptiveMargin: config.adaptiveMargin,
   });
@@ -236,21 +233,7 @@ export async function spawnWorkers(configs: readonly WorkerConfig[], options: Sp
   }
 }
 
-async function main(): Promise<void> {
-  const configText = process.argv[2];
-  if (configText === undefined) {
-    process.stderr.write("usage: node --import tsx spec/support/worker.ts '<json config>'\n");
-    process.exitCode = 2;
-    return;
-  }
-  try {
-    await runWorker(JSON.parse(configText) as WorkerConfig, (result) => process.stdout.write(`${JSON.stringify(result)}\n`));
-  } catch (error) {
-    process.stderr.write(`worker ${process.pid} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-    process.exitCode = 1;
-  }
-}
-
-// No top-level await: mocha loads spec files (and what they import) through require() when it can,
-// and a module graph with top-level await would be loaded as a second, ESM instance of spec/support/hooks.ts.
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) void main();
+// No top-level await: spec files import this module (see runAsChild).
+runAsChild<WorkerConfig>(import.meta.url, 'worker', (config) =>
+  runWorker(config, (result) => process.stdout.write(`${JSON.stringify(result)}\n`)),
+);

@@ -1,0 +1,60 @@
+/**
+ * The bucketed log (ThrottleOptions.bucketAbove) keeps the promise of the exact one: worker
+ * processes sharing one Redis, every rule bucketed, and the vendor sees no window over the limit.
+ * The stores' own answers with buckets are in spec/store-contract.spec.ts.
+ */
+import { expect } from 'chai';
+import { MemoryStore, Throttle, ThrottleConfigError, type Rule } from '../lib/index.js';
+import { startVendor } from '../scripts/sim-vendor.js';
+import { delegatingStore } from './support/delegating-store.js';
+import { redisServer, uniquePrefix } from './support/hooks.js';
+import { spawnWorkers, type WorkerConfig } from './support/worker.js';
+
+describe('bucketed log', function () {
+  this.timeout(60_000);
+
+  it('4 processes, every rule bucketed (10/s in 50 buckets of 20 ms): every call once, no window over the limit', async () => {
+    const vendor = await startVendor({ limit: 10, windowMs: 1_000, latencyMs: { min: 5, max: 40 } });
+    try {
+      const prefix = uniquePrefix();
+      const configs: WorkerConfig[] = [0, 1, 2, 3].map(() => ({
+        redisUrl: redisServer().url,
+        vendorUrl: vendor.url,
+        prefix,
+        rules: ['10/1000ms'],
+        keys: ['hot', 'u1'],
+        calls: 10,
+        bucketAbove: 0,
+      }));
+      const results = await spawnWorkers(configs, { timeoutMs: 50_000 });
+      const stats = vendor.stats();
+      console.log(`    [bucketed] ${stats.received} calls, dropped ${stats.dropped}, violations ${vendor.violations()}, max in window ${vendor.maxInWindow()}/10`);
+      expect(results.flatMap((result) => result.errors)).to.deep.equal([]);
+      expect(stats.received).to.equal(80);
+      expect(vendor.violations()).to.equal(0);
+      expect(stats.dropped).to.equal(0);
+    } finally {
+      await vendor.close();
+    }
+  });
+
+  it('is chosen for limits above bucketAbove (default 1000), with windowMs / buckets wide buckets', async () => {
+    const memory = new MemoryStore();
+    const seen: Array<readonly Rule[]> = [];
+    const store = delegatingStore(memory, {
+      reserve: (request) => {
+        seen.push(request.rules);
+        return memory.reserve(request);
+      },
+    });
+    const byDefault = new Throttle({ rules: ['5/s', '1000/h', '100000/day'], store });
+    await byDefault.schedule('u', () => {});
+    expect(seen[0]).to.deep.equal([{ limit: 5, windowMs: 1_000 }, { limit: 1_000, windowMs: 3_600_000 }, { limit: 100_000, windowMs: 86_400_000, bucketMs: 1_728_000 }]);
+    const tuned = new Throttle({ rules: ['5/s', '1000/h'], store, bucketAbove: 4, buckets: 60 });
+    await tuned.schedule('v', () => {});
+    expect(seen[1]).to.deep.equal([{ limit: 5, windowMs: 1_000, bucketMs: 17 }, { limit: 1_000, windowMs: 3_600_000, bucketMs: 60_000 }]);
+    await Promise.all([byDefault.close(), tuned.close()]);
+    expect(() => new Throttle({ rules: ['5/s'], buckets: 1 })).to.throw(ThrottleConfigError, /buckets/);
+    expect(() => new Throttle({ rules: ['5/s'], bucketAbove: -1 })).to.throw(ThrottleConfigError, /bucketAbove/);
+  });
+});

@@ -1,0 +1,238 @@
+/**
+ * RedisStore on a real Redis Cluster: 3 masters, no replicas, started by this spec alone
+ * (spec/support/redis-cluster.ts) and stopped after it. Each Throttle gets its own ioredis `Cluster`
+ * client, as separate processes would. The simulated vendor (scripts/sim-vendor.ts) counts arrivals
+ * with a silent per-user limit; a slot migration (resharding) runs in the middle of a busy key's run.
+ */
+import { expect } from 'chai';
+import type { ClusterOptions } from 'ioredis';
+import { RedisStore, Throttle, type ThrottleMode } from '../lib/index.js';
+import { encodeKey, keyNames } from '../lib/keys.js';
+import { startVendor, type Vendor } from '../scripts/sim-vendor.js';
+import { uniquePrefix } from './support/hooks.js';
+import { startRedisCluster, type ErrorStats, type RedisCluster } from './support/redis-cluster.js';
+
+const NAME = 'acme';
+const LIMIT = 5;
+const WINDOW_MS = 200;
+const RULE = `${LIMIT}/${WINDOW_MS}ms`;
+
+describe('RedisStore on a Redis Cluster (3 masters)', function () {
+  this.timeout(30_000);
+  let cluster: RedisCluster;
+  let vendor: Vendor;
+  const stores: RedisStore[] = [];
+  const throttles: Throttle[] = [];
+
+  before(async function () {
+    this.timeout(60_000);
+    cluster = await startRedisCluster({ masters: 3 });
+  });
+
+  after(async function () {
+    this.timeout(20_000);
+    await cluster?.stop();
+  });
+
+  beforeEach(async () => {
+    vendor = await startVendor({ limit: LIMIT, windowMs: WINDOW_MS, latencyMs: { min: 5, max: 40 } });
+  });
+
+  afterEach(async () => {
+    await Promise.all(throttles.splice(0).map((throttle) => throttle.close()));
+    await Promise.all(stores.splice(0).map((store) => store.close()));
+    await vendor.close();
+  });
+
+  /** A throttle on its own Cluster client (one "process"), sharing `prefix` with the others. */
+  function throttleOn(prefix: string, mode: ThrottleMode = 'delay', rules = [RULE], clientOptions: ClusterOptions = {}): Throttle {
+    const client = cluster.client(clientOptions);
+    const store = new RedisStore(client, { prefix });
+    stores.push(store);
+    const throttle = new Throttle({ name: NAME, rules, store, mode });
+    throttles.push(throttle);
+    return throttle;
+  }
+
+  /** One call to the vendor for `user`, through the throttle. */
+  function call(throttle: Throttle, user: string): Promise<string> {
+    return throttle.schedule(user, async () => (await fetch(`${vendor.url}?user=${encodeURIComponent(user)}`)).text());
+  }
+
+  function expectKeptAtVendor(user: string, calls: number): void {
+    const stats = vendor.stats();
+    expect(stats.perUser.get(user)?.length ?? 0, `calls of ${user} received`).to.equal(calls);
+    expect(vendor.violations(user), `arrivals of ${user} over ${RULE} in their trailing window`).to.equal(0);
+    expect(vendor.maxInWindow(user), `most arrivals of ${user} in one window`).to.be.at.most(LIMIT);
+    expect(stats.droppedPerUser.get(user) ?? 0, `calls of ${user} silently dropped`).to.equal(0);
+  }
+
+  it(`keeps ${RULE} at the vendor on one busy key, two clients sharing it`, async () => {
+    const prefix = uniquePrefix();
+    const a = throttleOn(prefix);
+    const b = throttleOn(prefix);
+    const results = await Promise.all(Array.from({ length: 30 }, (_, i) => call(i % 2 === 0 ? a : b, 'busy')));
+    expect(results).to.have.length(30);
+    expectKeptAtVendor('busy', 30);
+  });
+
+  it('answers every call on many keys, each key in one slot, the keys spread over every master', async () => {
+    const prefix = uniquePrefix();
+    const throttle = throttleOn(prefix);
+    const users = Array.from({ length: 60 }, (_, i) => `user-${i}`);
+    await Promise.all(users.flatMap((user) => [call(throttle, user), call(throttle, user)]));
+    for (const user of users) expectKeptAtVendor(user, 2);
+
+    // The library ran no KEYS or SCAN on any master (read before this spec's own SCAN below).
+    for (const node of cluster.masters) {
+      const stats = (await cluster.admin(node).call('INFO', 'commandstats')) as string;
+      expect(stats, `commands on master ${node.port}`).not.to.match(/^cmdstat_(scan|keys):/m);
+    }
+    const admin = cluster.admin(cluster.masters[0]!);
+    const holders = new Map<string, Set<number>>();
+    for (const user of users) {
+      const { log, meta, flight } = keyNames(prefix, NAME, encodeKey(user));
+      const slots = await Promise.all([log, meta, flight].map((key) => admin.call('CLUSTER', 'KEYSLOT', key)));
+      expect(new Set(slots).size, `slots of ${user}'s keys`).to.equal(1);
+    }
+    for (const node of cluster.masters) {
+      const keys = await scanAll(cluster, node.port, `${prefix}:*`);
+      for (const key of keys) {
+        const tag = /\{(.+)\}/.exec(key)?.[1];
+        if (tag === undefined) {
+          expect(key, 'the one key without a user').to.equal(`${prefix}:${NAME}:epoch`);
+          continue;
+        }
+        const user = decodeURIComponent(tag);
+        if (!holders.has(user)) holders.set(user, new Set());
+        holders.get(user)!.add(node.port);
+      }
+    }
+    expect([...holders.keys()].sort(), 'users with keys in the cluster').to.deep.equal([...users].sort());
+    for (const [user, ports] of holders) expect(ports.size, `masters holding ${user}'s keys`).to.equal(1);
+    const used = new Set([...holders.values()].flatMap((ports) => [...ports]));
+    expect(used.size, 'masters holding some user').to.equal(cluster.masters.length);
+  });
+
+  it('moves a busy key’s slot to another master mid-run (ASK, then MOVED): no error, nothing over the limit, every call done', async () => {
+    const prefix = uniquePrefix();
+    const user = 'hot';
+    const a = throttleOn(prefix, 'queue');
+    const b = throttleOn(prefix, 'queue');
+    const { log, meta, flight } = keyNames(prefix, NAME, encodeKey(user));
+    // Other keys of the same slot, so that the slot takes a while to move once the busy key's keys have gone.
+    const admin = cluster.admin(await cluster.ownerOf(log));
+    for (let i = 0; i < 20; i++) await admin.set(`${prefix}:filler:{${encodeKey(user)}}:${i}`, 'x');
+    const before = await cluster.errorStats();
+    const ownerBefore = await cluster.ownerOf(log);
+
+    const calls = 50;
+    const errors: unknown[] = [];
+    const run = Promise.all(
+      Array.from({ length: calls }, (_, i) =>
+        call(i % 2 === 0 ? a : b, user).catch((error: unknown) => {
+          errors.push(error);
+        }),
+      ),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    // A user of the same slot with no keys yet: its first call meets the half-moved slot (TRYAGAIN).
+    const newcomer = await userInSlotOf(cluster, log, 'newcomer');
+    let newcomerCall: Promise<unknown> = Promise.resolve();
+    const migration = await cluster.migrateSlotOf(log, {
+      first: [log, meta, flight],
+      batch: 2,
+      pauseMs: 25,
+      onBatch: (moved) => {
+        if (moved === 3) newcomerCall = call(a, newcomer).catch((error: unknown) => errors.push(error));
+      },
+    });
+    await Promise.all([run, newcomerCall]);
+    const usage = await a.inspect(user);
+    const redirections = delta(before, await cluster.errorStats());
+    console.log(
+      `    slot ${migration.slot} moved ${migration.from.port} → ${migration.to.port}: ${migration.keys} keys in ${migration.batches} ` +
+        `MIGRATEs over ${Math.round(migration.durationMs)} ms; replies meanwhile ${JSON.stringify(redirections)}`,
+    );
+
+    expect(errors.map(String), 'errors that reached callers').to.deep.equal([]);
+    expectKeptAtVendor(user, calls);
+    expectKeptAtVendor(newcomer, 1);
+    expect((await cluster.ownerOf(log)).port).to.equal(migration.to.port).and.not.equal(ownerBefore.port);
+    expect(migration.keys, 'keys moved').to.be.at.least(21);
+    expect(redirections.ASK ?? 0, 'ASK replies while the slot was moving').to.be.above(0);
+    expect(redirections.MOVED ?? 0, 'MOVED replies once it had moved').to.be.above(0);
+    expect(redirections.TRYAGAIN ?? 0, 'TRYAGAIN replies to the newcomer, whose keys were on neither master').to.be.above(0);
+    // The busy key's state moved with it: its last calls still counted on the new master.
+    expect(usage.rules[0]!.used, 'calls still counting after the run').to.be.within(1, LIMIT);
+  });
+
+  it('works through a Cluster client with ioredis auto-pipelining (commands of one tick batched per master)', async () => {
+    const prefix = uniquePrefix();
+    const throttle = throttleOn(prefix, 'delay', [RULE], { enableAutoPipelining: true });
+    const users = Array.from({ length: 30 }, (_, i) => `piped-${i}`);
+    await Promise.all(users.flatMap((user) => [call(throttle, user), call(throttle, user)]));
+    for (const user of users) expectKeptAtVendor(user, 2);
+    const busy = await Promise.all(Array.from({ length: 12 }, () => call(throttle, 'piped-busy')));
+    expect(busy).to.have.length(12);
+    expectKeptAtVendor('piped-busy', 12);
+  });
+
+  it('shares a vendor pause and inspect() between clients through the cluster', async () => {
+    const prefix = uniquePrefix();
+    const rules = ['3/300ms'];
+    const a = throttleOn(prefix, 'delay', rules);
+    const b = throttleOn(prefix, 'delay', rules);
+    await a.schedule('acct', () => undefined);
+    await a.schedule('acct', () => undefined);
+    const usage = await b.inspect('acct');
+    expect(usage.rules[0]).to.include({ limit: 3, windowMs: 300, used: 2 });
+    expect(usage.pausedForMs).to.equal(0);
+
+    await a.pause('acct', 250);
+    const paused = await b.inspect('acct');
+    expect(paused.pausedForMs, 'pause left, ms rounded up').to.be.within(200, 251);
+    const askedAt = performance.now();
+    const startedAfter = await b.schedule('acct', () => performance.now() - askedAt);
+    // Timers may fire up to ~1 ms early and the pause is counted on Redis' clock: a few ms of slack.
+    expect(startedAfter, 'ms until the paused key started').to.be.at.least(paused.pausedForMs - 10);
+    expect((await a.inspect('acct')).rules[0]!.used).to.equal(3);
+  });
+});
+
+/** Every key of one master matching `pattern` (SCAN here in the spec; the library never scans). */
+async function scanAll(cluster: RedisCluster, port: number, pattern: string): Promise<string[]> {
+  const node = cluster.masters.find((master) => master.port === port)!;
+  const admin = cluster.admin(node);
+  const keys: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, batch] = await admin.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    keys.push(...batch);
+    cursor = next;
+  } while (cursor !== '0');
+  return keys;
+}
+
+/** The first of `base-0`, `base-1`, … whose keys hash to the slot of `key` (CLUSTER KEYSLOT, 1,000 names a round trip). */
+async function userInSlotOf(cluster: RedisCluster, key: string, base: string): Promise<string> {
+  const admin = cluster.admin(cluster.masters[0]!);
+  const slot = (await admin.call('CLUSTER', 'KEYSLOT', key)) as number;
+  for (let from = 0; from < 200_000; from += 1_000) {
+    const pipeline = admin.pipeline();
+    for (let i = from; i < from + 1_000; i++) pipeline.call('CLUSTER', 'KEYSLOT', `{${encodeKey(`${base}-${i}`)}}`);
+    const replies = (await pipeline.exec()) ?? [];
+    const index = replies.findIndex(([, value]) => value === slot);
+    if (index >= 0) return `${base}-${from + index}`;
+  }
+  throw new Error(`no ${base}-N in slot ${slot}`);
+}
+
+function delta(before: ErrorStats, after: ErrorStats): ErrorStats {
+  const out: ErrorStats = {};
+  for (const [kind, count] of Object.entries(after)) {
+    const grown = count - (before[kind] ?? 0);
+    if (grown > 0) out[kind] = grown;
+  }
+  return out;
+}

@@ -1,0 +1,148 @@
+/**
+ * What calls do when Redis fails: each `onStoreError` policy against a real redis-server this spec
+ * starts, stops, pauses and fills up (never the run's shared server).
+ */
+import { expect } from 'chai';
+import { Redis } from 'ioredis';
+import { StoreUnavailableError, Throttle, type StoreErrorPolicy, type ThrottleEvents } from '../lib/index.js';
+import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
+import { redisStore, uniquePrefix } from './support/hooks.js';
+
+type StoreErrorEvent = ThrottleEvents['storeError'][0];
+
+describe('when Redis fails (onStoreError)', function () {
+  this.timeout(30_000);
+  let server: RedisServer;
+  let client: Redis;
+  const throttles: Throttle[] = [];
+
+  beforeEach(async () => {
+    server = await startRedis();
+    // Fail fast while disconnected, as a production client would be configured to.
+    client = new Redis(server.url, { maxRetriesPerRequest: 1, retryStrategy: (times) => Math.min(times * 20, 100) });
+    client.on('error', () => {});
+  });
+
+  afterEach(async () => {
+    await Promise.all(throttles.splice(0).map((throttle) => throttle.close()));
+    client.disconnect();
+    await server.stop();
+  });
+
+  function make(policy: StoreErrorPolicy, options: { commandTimeoutMs?: number; localShare?: number; maxDelayMs?: number; rules?: string[] } = {}) {
+    const store = redisStore(client, { prefix: uniquePrefix(), commandTimeoutMs: options.commandTimeoutMs ?? 300 });
+    const throttle = new Throttle({
+      name: 'acme',
+      rules: options.rules ?? ['4/400ms'],
+      store,
+      onStoreError: policy,
+      localShare: options.localShare,
+      maxDelayMs: options.maxDelayMs,
+    });
+    throttles.push(throttle);
+    const errors: StoreErrorEvent[] = [];
+    throttle.on('storeError', (event) => errors.push(event));
+    return { throttle, store, errors };
+  }
+
+  it("'fail' (the default) rejects with StoreUnavailableError and never calls fn when Redis is down", async () => {
+    const { throttle, errors } = make('fail');
+    await throttle.schedule('u', () => 'warm');
+    await server.stop();
+    let ran = false;
+    const error = await throttle.schedule('u', () => (ran = true)).catch((reason: unknown) => reason);
+    expect(error).to.be.instanceOf(StoreUnavailableError);
+    expect(ran).to.equal(false);
+    expect(errors).to.have.length(1);
+    expect(errors[0]!.policy).to.equal('fail');
+    expect(errors[0]!.key).to.equal('u');
+  });
+
+  it('a hung Redis fails the call after commandTimeoutMs instead of hanging it', async () => {
+    const { throttle } = make('fail', { commandTimeoutMs: 200 });
+    await throttle.schedule('u', () => 'warm');
+    const admin = new Redis(server.url);
+    await admin.client('PAUSE', 1_500, 'ALL');
+    const startedAt = performance.now();
+    const error = await throttle.schedule('u', () => 'ran').catch((reason: unknown) => reason);
+    const tookMs = performance.now() - startedAt;
+    admin.disconnect();
+    expect(error).to.be.instanceOf(StoreUnavailableError);
+    expect((error as Error).message).to.match(/did not answer within 200 ms/);
+    expect(tookMs).to.be.within(190, 1_000);
+  });
+
+  it('Redis out of memory (maxmemory reached) is a StoreUnavailableError, and nothing runs', async () => {
+    const { throttle } = make('fail');
+    await throttle.schedule('u', () => 'warm');
+    await client.config('SET', 'maxmemory', '1');
+    let ran = false;
+    const error = await throttle.schedule('other', () => (ran = true)).catch((reason: unknown) => reason);
+    await client.config('SET', 'maxmemory', '0');
+    expect(error).to.be.instanceOf(StoreUnavailableError);
+    expect(String((error as StoreUnavailableError).cause)).to.match(/OOM/);
+    expect(ran).to.equal(false);
+    // Memory is back: calls go through again.
+    expect(await throttle.schedule('other', () => 'ran')).to.equal('ran');
+  });
+
+  it("'wait' keeps asking until Redis answers again, then books as usual", async () => {
+    const { throttle, errors } = make('wait', { commandTimeoutMs: 150 });
+    await throttle.schedule('u', () => 'warm');
+    const admin = new Redis(server.url);
+    await admin.client('PAUSE', 700, 'ALL');
+    const startedAt = performance.now();
+    expect(await throttle.schedule('u', () => 'ran')).to.equal('ran');
+    admin.disconnect();
+    expect(performance.now() - startedAt).to.be.within(600, 3_000);
+    expect(errors.length).to.be.at.least(1);
+    expect(errors.every((event) => event.policy === 'wait')).to.equal(true);
+  });
+
+  it("'wait' gives up with StoreUnavailableError once the call's maxDelayMs is spent", async () => {
+    const { throttle } = make('wait', { commandTimeoutMs: 100, maxDelayMs: 400 });
+    await throttle.schedule('u', () => 'warm');
+    await server.stop();
+    const startedAt = performance.now();
+    let ran = false;
+    const error = await throttle.schedule('u', () => (ran = true)).catch((reason: unknown) => reason);
+    expect(error).to.be.instanceOf(StoreUnavailableError);
+    expect(ran).to.equal(false);
+    expect(performance.now() - startedAt).to.be.within(100, 1_500);
+  });
+
+  it("'local' decides in-process with localShare of each limit, and puts those calls into Redis once it is back", async () => {
+    const { throttle, errors } = make('local', { localShare: 0.5, rules: ['4/5s'], maxDelayMs: 0 });
+    const port = server.port;
+    await server.stop();
+    // 4/5s with a share of 0.5: 2 calls may start locally, the third is refused.
+    const outcomes = await Promise.allSettled([1, 2, 3].map(() => throttle.schedule('u', () => 'local')));
+    expect(outcomes.map((outcome) => outcome.status)).to.deep.equal(['fulfilled', 'fulfilled', 'rejected']);
+    expect(errors.length).to.be.at.least(1);
+    expect(errors[0]!.policy).to.equal('local');
+    // Redis comes back (empty): the two local calls are put into it before anything new is decided there.
+    server = await startRedis({ port });
+    await waitFor(async () => (await throttle.inspect('u').catch(() => undefined))?.rules[0]!.used === 2, 3_000);
+    const usage = await throttle.inspect('u');
+    expect(usage.rules[0]!.used).to.equal(2);
+    // Redis counts them: 2 more fit, then the window is full.
+    const after = await Promise.allSettled([1, 2, 3].map(() => throttle.schedule('u', () => 'redis')));
+    expect(after.map((outcome) => outcome.status)).to.deep.equal(['fulfilled', 'fulfilled', 'rejected']);
+  });
+
+  it("'local' refuses a call whose cost is above the local share", async () => {
+    const { throttle } = make('local', { localShare: 0.25, rules: ['4/s'] });
+    await server.stop();
+    const error = await throttle.schedule('u', () => 'x', { cost: 2 }).catch((reason: unknown) => reason);
+    expect(error).to.be.instanceOf(StoreUnavailableError);
+    expect((error as Error).message).to.match(/above this process's share/);
+  });
+});
+
+async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!(await check())) {
+    if (performance.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}

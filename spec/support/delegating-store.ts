@@ -1,0 +1,15 @@
+import type { Store } from '../../lib/store.js';
+
+/** A store that forwards every method to `inner`, except those in `overrides` (to count or slow calls). */
+export function delegatingStore(inner: Store, overrides: Partial<Store>): Store {
+  return {
+    reserve: (...args) => inner.reserve(...args),
+    settle: (...args) => inner.settle(...args),
+    inspect: (...args) => inner.inspect(...args),
+    pause: (...args) => inner.pause(...args),
+    confirm: (...args) => inner.confirm(...args),
+    restore: (...args) => inner.restore(...args),
+    close: () => inner.close(),
+    ...overrides,
+  };
+}
