@@ -1,27 +1,40 @@
 /**
  * `npm run demo`: a batch of calls against a simulated vendor whose per-user limit is silent
  * (over-limit calls get 200 OK and are never performed), once through vendor-throttle and once
- * through a naive client (plain Promise.all), each against a fresh vendor.
+ * through a naive client (plain Promise.all), each against a fresh vendor. Ends with a report and
+ * a chart (SVG) of calls per sliding window against the limit, for both runs.
  *
  * - No REDIS_URL: one process, MemoryStore.
- * - REDIS_URL=redis://host:port: RedisStore, the batch split over 3 worker processes
+ * - REDIS_URL=redis://host:port: RedisStore, the batch split over worker processes
  *   (spec/support/worker.ts) sharing the limits through that Redis (keys under a fresh prefix,
  *   which expire on their own).
  *
- * Exits by itself; exit code 1 if the vendor dropped any throttled call.
+ *     npm run demo -- [--users 5] [--calls 60] [--workers 3] [--out tmp/demo.svg]
+ *
+ * Each flag can also be set in the environment: DEMO_USERS, DEMO_CALLS (calls per user),
+ * DEMO_WORKERS (Redis mode), DEMO_OUT (chart path). Exits by itself; exit code 1 if the vendor
+ * dropped any throttled call, 2 on a bad flag.
  */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
 import { MemoryStore, Throttle } from '../lib/index.js';
 import { spawnWorkers } from '../spec/support/worker.js';
-import { startVendor, type Vendor } from './sim-vendor.js';
+import { renderChart } from './demo/chart.js';
+import { withProgress } from './demo/progress.js';
+import { startVendor, type Vendor, type VendorStats } from './sim-vendor.js';
 
 const LIMIT = 10;
 const WINDOW_MS = 1000;
-const USERS = Array.from({ length: 5 }, (_, i) => `user-${i + 1}`);
-const CALLS_PER_USER = 60;
-const WORKERS = 3;
 const LATENCY = { min: 10, max: 60 };
-const TOTAL = USERS.length * CALLS_PER_USER;
-const IDEAL_MS = (Math.ceil(CALLS_PER_USER / LIMIT) - 1) * WINDOW_MS;
+
+interface Settings {
+  readonly users: readonly string[];
+  readonly callsPerUser: number;
+  readonly workers: number;
+  readonly out: string;
+  readonly redisUrl: string | undefined;
+}
 
 interface Row {
   readonly label: string;
@@ -29,6 +42,36 @@ interface Row {
   readonly accepted: number;
   readonly dropped: number;
   readonly batchMs: number;
+  readonly perUser: ReadonlyMap<string, readonly number[]>;
+}
+
+class UsageError extends Error {}
+
+function settings(): Settings {
+  const { values } = parseArgs({
+    options: {
+      users: { type: 'string', default: process.env.DEMO_USERS ?? '5' },
+      calls: { type: 'string', default: process.env.DEMO_CALLS ?? '60' },
+      workers: { type: 'string', default: process.env.DEMO_WORKERS ?? '3' },
+      out: { type: 'string', default: process.env.DEMO_OUT ?? 'tmp/demo.svg' },
+    },
+    strict: true,
+  });
+  const whole = (flag: string, text: string, max: number): number => {
+    const value = Number(text);
+    if (!Number.isInteger(value) || value < 1 || value > max) {
+      throw new UsageError(`Expected --${flag} to be a whole number from 1 to ${max}, got '${text}'`);
+    }
+    return value;
+  };
+  const users = whole('users', values.users, 1_000);
+  return {
+    users: Array.from({ length: users }, (_, i) => `user-${i + 1}`),
+    callsPerUser: whole('calls', values.calls, 10_000),
+    workers: whole('workers', values.workers, 32),
+    out: path.resolve(values.out),
+    redisUrl: process.env.REDIS_URL || undefined,
+  };
 }
 
 /** One request to the vendor for `user`, read to the end. */
@@ -44,72 +87,87 @@ function batch(users: readonly string[], perUser: number): string[] {
   return calls;
 }
 
-/** Shows `label: n/total` on stderr while `work` runs, when stderr is a terminal. */
-async function withProgress<T>(label: string, vendor: Vendor, work: Promise<T>): Promise<T> {
-  if (!process.stderr.isTTY) return work;
-  const started = performance.now();
-  const draw = (): void => {
-    const { received } = vendor.stats();
-    const seconds = ((performance.now() - started) / 1000).toFixed(1);
-    process.stderr.write(`\r  ${label}: ${received}/${TOTAL} calls sent, ${seconds} s\x1b[K`);
+function row(label: string, stats: VendorStats): Row {
+  return {
+    label,
+    sent: stats.received,
+    accepted: stats.accepted,
+    dropped: stats.dropped,
+    batchMs: stats.lastArrival - stats.firstArrival,
+    perUser: stats.perUser,
   };
-  const ticker = setInterval(draw, 100);
-  try {
-    return await work;
-  } finally {
-    clearInterval(ticker);
-    draw();
-    process.stderr.write('\n');
-  }
 }
 
-function row(label: string, vendor: Vendor): Row {
-  const stats = vendor.stats();
-  return { label, sent: stats.received, accepted: stats.accepted, dropped: stats.dropped, batchMs: stats.lastArrival - stats.firstArrival };
-}
-
-async function throttledInProcess(vendor: Vendor): Promise<void> {
+async function throttledInProcess(vendor: Vendor, run: Settings): Promise<void> {
   // A batch job: 'queue' mode books each slot on known completion times (docs/design.md §4).
   const throttle = new Throttle({ name: 'demo', rules: [{ limit: LIMIT, windowMs: WINDOW_MS }], mode: 'queue', store: new MemoryStore() });
   try {
-    await Promise.all(batch(USERS, CALLS_PER_USER).map((user) => throttle.schedule(user, () => call(vendor, user))));
+    await Promise.all(batch(run.users, run.callsPerUser).map((user) => throttle.schedule(user, () => call(vendor, user))));
   } finally {
     await throttle.close();
   }
 }
 
-async function throttledInWorkers(vendor: Vendor, redisUrl: string): Promise<void> {
+async function throttledInWorkers(vendor: Vendor, run: Settings, redisUrl: string): Promise<void> {
   const prefix = `demo-${process.pid}-${Date.now().toString(36)}`;
+  const workers = Math.min(run.workers, run.callsPerUser);
   const results = await spawnWorkers(
-    Array.from({ length: WORKERS }, (_, w) => ({
+    Array.from({ length: workers }, (_, w) => ({
       redisUrl,
       vendorUrl: vendor.url,
       prefix,
       name: 'demo',
       rules: [{ limit: LIMIT, windowMs: WINDOW_MS }],
-      keys: USERS,
+      keys: run.users,
       mode: 'queue',
-      // 60 calls per user split over 3 workers.
-      calls: Math.floor(CALLS_PER_USER / WORKERS) + (w < CALLS_PER_USER % WORKERS ? 1 : 0),
+      // Each user's calls split over the workers.
+      calls: Math.floor(run.callsPerUser / workers) + (w < run.callsPerUser % workers ? 1 : 0),
     })),
-    { timeoutMs: 60_000 },
+    { timeoutMs: 120_000 },
   );
   const errors = results.flatMap((result) => result.errors);
   if (errors.length > 0) throw new Error(`${errors.length} calls failed in the workers, e.g. ${errors[0]!.message}`);
 }
 
-async function naive(vendor: Vendor): Promise<void> {
-  await Promise.all(batch(USERS, CALLS_PER_USER).map((user) => call(vendor, user)));
+async function naive(vendor: Vendor, run: Settings): Promise<void> {
+  await Promise.all(batch(run.users, run.callsPerUser).map((user) => call(vendor, user)));
+}
+
+/** Starts a fresh vendor, runs `work` against it with progress shown, and returns what the vendor saw. */
+async function measure(label: string, run: Settings, work: (vendor: Vendor) => Promise<void>): Promise<VendorStats> {
+  const vendor = await startVendor({ limit: LIMIT, windowMs: WINDOW_MS, latencyMs: LATENCY });
+  try {
+    const total = run.users.length * run.callsPerUser;
+    await withProgress(label, total, () => vendor.stats().received, work(vendor));
+    return vendor.stats();
+  } finally {
+    await vendor.close();
+  }
+}
+
+/** The Redis URL to print: without user name and password. */
+function withoutPassword(url: string): string {
+  try {
+    const parsed = new URL(url);
+    parsed.username = '';
+    parsed.password = '';
+    return parsed.href;
+  } catch {
+    return 'REDIS_URL';
+  }
 }
 
 function seconds(ms: number): string {
   return `${(ms / 1000).toFixed(2)} s`;
 }
 
-function report(throttled: Row, plain: Row, setup: string): void {
+function report(throttled: Row, plain: Row, run: Settings, setup: string, chart: string): string {
+  const total = run.users.length * run.callsPerUser;
+  // The fastest any client could go: each user's calls in windows of LIMIT, one window after another.
+  const idealMs = (Math.ceil(run.callsPerUser / LIMIT) - 1) * WINDOW_MS;
   const lines = [
     '',
-    `vendor-throttle demo: ${TOTAL} calls for ${USERS.length} users (${CALLS_PER_USER} each), vendor limit ${LIMIT} per ${WINDOW_MS} ms per user,`,
+    `vendor-throttle demo: ${total} calls for ${run.users.length} users (${run.callsPerUser} each), vendor limit ${LIMIT} per ${WINDOW_MS} ms per user,`,
     `silent (over-limit calls get 200 OK and are never performed), latency ${LATENCY.min}-${LATENCY.max} ms.`,
     setup,
     '',
@@ -117,8 +175,10 @@ function report(throttled: Row, plain: Row, setup: string): void {
   ];
   const format = (r: Row, extra: string): string =>
     `  ${r.label.padEnd(20)}${String(r.sent).padStart(4)}${String(r.accepted).padStart(10)}${String(r.dropped).padStart(18)}  ${seconds(r.batchMs)}${extra}`;
-  const utilization = (IDEAL_MS / throttled.batchMs) * 100;
-  lines.push(format(throttled, `, ideal ${seconds(IDEAL_MS)}: quota utilization ${utilization.toFixed(0)}%`));
+  const utilization = idealMs > 0
+    ? `, ideal ${seconds(idealMs)}: quota utilization ${((idealMs / throttled.batchMs) * 100).toFixed(0)}%`
+    : ' (fits in one window)';
+  lines.push(format(throttled, utilization));
   lines.push(format(plain, ''));
   lines.push('');
   lines.push(
@@ -126,35 +186,48 @@ function report(throttled: Row, plain: Row, setup: string): void {
       ? `Throttled: nothing lost. Naive: ${plain.dropped} of ${plain.sent} calls silently lost (${((plain.dropped / plain.sent) * 100).toFixed(0)}%).`
       : `!! The throttled batch lost ${throttled.dropped} calls: the limit was broken (see docs/design.md, safetyMarginMs).`,
   );
-  console.log(lines.join('\n'));
+  lines.push(`Chart (calls per ${WINDOW_MS} ms window against the limit, both runs): ${chart}`);
+  return lines.join('\n');
+}
+
+function chartFile(throttled: Row, plain: Row, run: Settings, setup: string): string {
+  const subtitle = (r: Row): string => `${r.sent} sent · ${r.accepted} performed · ${r.dropped} silently dropped · ${seconds(r.batchMs)}`;
+  return renderChart({
+    title: `Calls per user arriving at the vendor in any ${WINDOW_MS} ms, against its silent limit of ${LIMIT}`,
+    footnote: `npm run demo: ${run.users.length} users × ${run.callsPerUser} calls, latency ${LATENCY.min}-${LATENCY.max} ms, ${setup}. Red: over the limit (answered 200 OK, never performed).`,
+    limit: LIMIT,
+    windowMs: WINDOW_MS,
+    panels: [
+      { title: 'with vendor-throttle (queue mode)', subtitle: subtitle(throttled), arrivals: throttled.perUser, color: '#2563eb' },
+      { title: 'naive client (Promise.all)', subtitle: subtitle(plain), arrivals: plain.perUser, color: '#d97706' },
+    ],
+  });
 }
 
 async function main(): Promise<void> {
-  const redisUrl = process.env.REDIS_URL;
+  let run: Settings;
+  try {
+    run = settings();
+  } catch (error) {
+    if (!(error instanceof UsageError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS'))) throw error;
+    console.error(`${(error as Error).message}\nusage: npm run demo -- [--users 5] [--calls 60] [--workers 3] [--out tmp/demo.svg]`);
+    process.exitCode = 2;
+    return;
+  }
+  const { redisUrl } = run;
   const setup = redisUrl
-    ? `Throttle: RedisStore at ${redisUrl}, ${WORKERS} worker processes, queue mode.`
-    : `Throttle: MemoryStore, one process, queue mode (set REDIS_URL to use Redis and ${WORKERS} processes).`;
+    ? `Throttle: RedisStore at ${withoutPassword(redisUrl)}, ${Math.min(run.workers, run.callsPerUser)} worker processes, queue mode.`
+    : `Throttle: MemoryStore, one process, queue mode (set REDIS_URL to use Redis and ${run.workers} processes).`;
 
-  const vendor = await startVendor({ limit: LIMIT, windowMs: WINDOW_MS, latencyMs: LATENCY });
-  let throttled: Row;
-  try {
-    const work = redisUrl ? throttledInWorkers(vendor, redisUrl) : throttledInProcess(vendor);
-    await withProgress('throttled', vendor, work);
-    throttled = row('throttled', vendor);
-  } finally {
-    await vendor.close();
-  }
+  const throttledStats = await measure('throttled', run, (vendor) =>
+    redisUrl ? throttledInWorkers(vendor, run, redisUrl) : throttledInProcess(vendor, run));
+  const throttled = row('throttled', throttledStats);
+  const plain = row('naive Promise.all', await measure('naive', run, (vendor) => naive(vendor, run)));
 
-  const fresh = await startVendor({ limit: LIMIT, windowMs: WINDOW_MS, latencyMs: LATENCY });
-  let plain: Row;
-  try {
-    await withProgress('naive    ', fresh, naive(fresh));
-    plain = row('naive Promise.all', fresh);
-  } finally {
-    await fresh.close();
-  }
-
-  report(throttled, plain, setup);
+  mkdirSync(path.dirname(run.out), { recursive: true });
+  const chartSetup = redisUrl ? `RedisStore, ${Math.min(run.workers, run.callsPerUser)} processes` : 'MemoryStore, one process';
+  writeFileSync(run.out, chartFile(throttled, plain, run, chartSetup));
+  console.log(report(throttled, plain, run, setup, run.out));
   if (throttled.dropped > 0) process.exitCode = 1;
 }
 

@@ -1,0 +1,49 @@
+/** Pure measures of one run: the ideal schedule, drops at a vendor with several rules, percentiles. */
+import type { Rule } from './contender.js';
+
+/**
+ * Start offsets (ms after release) of `count` calls of one user under a perfect limiter that
+ * knows every rule: call k starts as early as every rule allows, i.e. at
+ * `max(0, offset[k − N] + T)` over the rules {N, T}. The last one is the ideal batch time.
+ */
+export function idealOffsets(count: number, rules: readonly Rule[]): number[] {
+  const offsets: number[] = [];
+  for (let k = 0; k < count; k++) {
+    let at = 0;
+    for (const rule of rules) if (k >= rule.limit) at = Math.max(at, offsets[k - rule.limit]! + rule.windowMs);
+    offsets.push(at);
+  }
+  return offsets;
+}
+
+/**
+ * Arrivals a silent vendor drops when it enforces every rule: in time order, an arrival is
+ * dropped when, for some rule {N, T}, N performed calls already lie in (a − T, a]. Dropped calls
+ * are not performed. With one rule this is scripts/sim-vendor.ts `vendorDrops`.
+ */
+export function dropsUnderRules(arrivals: readonly number[], rules: readonly Rule[]): number {
+  const sorted = [...arrivals].sort((a, b) => a - b);
+  const performed: number[] = [];
+  let dropped = 0;
+  for (const a of sorted) {
+    let full = false;
+    for (const rule of rules) {
+      // performed is ascending: count those after a − T from the end.
+      let inWindow = 0;
+      for (let i = performed.length - 1; i >= 0 && performed[i]! > a - rule.windowMs; i--) inWindow++;
+      if (inWindow >= rule.limit) {
+        full = true;
+        break;
+      }
+    }
+    if (full) dropped++;
+    else performed.push(a);
+  }
+  return dropped;
+}
+
+/** Nearest-rank percentile of ascending `sorted` (NaN when empty). */
+export function percentile(sorted: ArrayLike<number>, p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}
