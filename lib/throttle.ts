@@ -514,10 +514,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
     }
     let pending = giveBack;
-    // `queue` mode books on known completions only (`defer`), so its own slots may stay counted as
-    // in flight until settled: they are booked with the longest hold, and settled at once.
+    // `queue` mode books on known completions only (`defer`). Its own slots carry the same estimate
+    // as delay mode's: a longer one would make a delay-mode process sharing the key book its calls
+    // behind it, seconds late (an overdue call is counted from now anyway, see docs/design.md §4).
     const deferring = this.mode === 'queue';
-    const holdMs = deferring ? this.#maxHoldMs : this.#hold.holdMs;
+    const holdMs = this.#hold.holdMs;
     const lagBudgetMs = this.#maxHoldMs - this.#hold.responseMs;
     const request: ReserveRequest = {
       settle: NO_SETTLEMENTS,

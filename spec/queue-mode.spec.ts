@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { QueueFullError, ThrottleClosedError } from '../lib/errors.js';
 import { Throttle } from '../lib/throttle.js';
+import { MemoryStore } from '../lib/stores/memory-store.js';
 import { useFakeClock } from './support/fake-clock.js';
 
 // One head per key unless a spec says otherwise, so that who books when is easy to follow.
@@ -24,10 +25,31 @@ describe('Throttle: queue mode', () => {
     await fake.clock.tickAsync(2_000);
     await Promise.all(calls);
     // A slot that was waited for counts from 1 ms before its start (the wait is rounded up to whole
-    // ms, so the local reading is taken early on purpose): the calls booked on those completions
-    // start 1 ms later.
-    expect(starts).to.deep.equal([0, 0, 1_000, 1_000, 2_001, 2_001]);
+    // ms, so the local reading is taken early on purpose). Call 3 waited for 1000; call 4 asked at
+    // 1000 and started at once. So call 5, bound by call 4's completion, starts at 2000, and
+    // call 6, bound by call 3's, 1 ms later.
+    expect(starts).to.deep.equal([0, 0, 1_000, 1_000, 2_000, 2_001]);
     await throttle.close();
+  });
+
+  it('estimates its calls in flight like delay mode, so a delay-mode throttle sharing the key is not held back', async () => {
+    // Two throttles on one store and key, as two processes sharing Redis would be. The queue-mode
+    // call takes 50 ms; the delay-mode call asks while it is in flight and books behind its estimate
+    // (the 100 ms margin), then confirms the slot once the completion is known. With the queue's
+    // slot counted until maxHoldMs (10 s), the delay-mode call used to wait 11 s.
+    const store = new MemoryStore();
+    const options = { rules: ['1/s'], store, safetyMarginMs: 100, adaptiveMargin: false } as const;
+    const queued = new Throttle({ ...options, mode: 'queue' });
+    const delayed = new Throttle({ ...options, mode: 'delay' });
+    const t0 = Date.now();
+    const first = queued.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 50)));
+    await fake.clock.tickAsync(10);
+    let startedAt = -1;
+    const second = delayed.schedule('u', () => (startedAt = Date.now() - t0));
+    await fake.clock.tickAsync(1_200);
+    await Promise.all([first, second]);
+    expect(startedAt).to.equal(1_100);
+    await Promise.all([queued.close(), delayed.close()]);
   });
 
   it('serves higher priority first among queued calls', async () => {
