@@ -90,6 +90,29 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
     }
   });
 
+  it('puts back calls it put into Redis for the local fallback (restore), not only the ones Redis decided', async () => {
+    server = await startRedis();
+    const client = new Redis(server.url);
+    client.on('error', () => {});
+    const store = redisStore(client, { prefix: uniquePrefix(), recovery: { heartbeatMs: 100, graceMs: 400 } });
+    const rules = [{ limit: 3, windowMs: 5_000 }];
+    try {
+      // Two calls decided in-process while Redis was away, put into it once it was back, and one
+      // decided by Redis: all three count in the window.
+      await store.restore('acme', 'u', [{ releaseInMs: 0, cost: 2 }], 5_000, 10_000);
+      const reserve = { namespace: 'acme', key: 'u', rules, cost: 1, maxDelayMs: 0, holdMs: 100, retainMs: 5_000, defer: false, maxHoldMs: 10_000, settle: [] };
+      expect((await store.reserve(reserve)).granted).to.equal(true);
+      expect((await store.inspect('acme', 'u', rules)).rules[0]!.used).to.equal(3);
+      await client.flushall();
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      expect(store.recoveries).to.equal(1);
+      expect((await store.inspect('acme', 'u', rules)).rules[0]!.used).to.equal(3);
+    } finally {
+      await store.close();
+      client.disconnect();
+    }
+  });
+
   it('without recovery, the same loss lets a process decide on an empty log (the reason it exists)', async () => {
     server = await startRedis();
     const client = new Redis(server.url);

@@ -140,6 +140,19 @@ for (const { name, make } of subjects) {
       expect(next.granted).to.equal(true);
     });
 
+    it('restore adds calls it did not decide as completed slots, and its next decisions count them', async () => {
+      const { store } = make();
+      const rules = [{ limit: 3, windowMs: 60_000 }];
+      await store.reserve(request({ rules, holdMs: 10 }));
+      // Two calls made elsewhere (decided locally while the store was down), completed 1 s from now.
+      await store.restore('ns', 'k', [{ releaseInMs: 1_000, cost: 2 }], 60_000, 0);
+      expect((await store.inspect('ns', 'k', rules)).rules[0]!.used).to.equal(3);
+      const next = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      expect(next.granted).to.equal(false);
+      // The window frees one window after the oldest slot, the call this store decided.
+      expect(next.waitMs).to.be.within(59_000, 60_010);
+    });
+
     it('keeps keys apart', async () => {
       const { store } = make();
       const rules = [{ limit: 1, windowMs: 60_000 }];

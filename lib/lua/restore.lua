@@ -15,7 +15,8 @@
            completion is not known, with SCORE its estimate (start + hold): it goes to the flight
            set too, and bookings after it start no earlier than its estimate.
 
-  Returns the number of entries added.
+  Returns the entries added, flat: MEMBER, SCORE (ms, store clock, rounded up), … so that the
+  process can journal the slots numbered here.
 ]]
 --- @include "log"
 
@@ -30,7 +31,7 @@ local now_ms = math.ceil(now)
 local state = redis.call('HMGET', meta, 'seq', 'last', 'pause')
 local seq = tonumber(state[1] or 0)
 local last = tonumber(state[2] or 0)
-local added = 0
+local added = {}
 for i = 0, count - 1 do
   local member = ARGV[5 + 3 * i]
   local score = tonumber(ARGV[6 + 3 * i])
@@ -50,7 +51,8 @@ for i = 0, count - 1 do
       redis.call('ZADD', flight, score, member)
       last = math.max(last, score)
     end
-    added = added + 1
+    added[#added + 1] = member
+    added[#added + 1] = math.ceil(score)
   end
 end
 redis.call('HSET', meta, 'seq', seq, 'last', last)

@@ -28,15 +28,23 @@ export class Journal {
 
   book(namespace: string, key: string, members: readonly string[], score: number, retainMs: number, maxHoldMs: number, storeNow: number): void {
     this.clockOffsetMs = storeNow - Date.now();
-    let keys = this.#namespaces.get(namespace);
-    if (!keys) this.#namespaces.set(namespace, (keys = new Map()));
-    let journal = keys.get(key);
-    if (!journal) keys.set(key, (journal = { retainMs, maxHoldMs, entries: new Map() }));
-    journal.retainMs = Math.max(journal.retainMs, retainMs);
-    journal.maxHoldMs = Math.max(journal.maxHoldMs, maxHoldMs);
+    const journal = this.#open(namespace, key, retainMs, maxHoldMs);
     for (const member of members) {
       if (!journal.entries.has(member)) this.#size += 1;
       journal.entries.set(member, { score, settled: false });
+    }
+  }
+
+  /**
+   * Completed calls the store numbered for this process (`restore`: calls decided locally while it
+   * was down), so that they are put back too if the store later loses its data.
+   */
+  restored(namespace: string, key: string, entries: ReadonlyArray<{ member: string; score: number }>, retainMs: number, maxHoldMs: number): void {
+    if (entries.length === 0) return;
+    const journal = this.#open(namespace, key, retainMs, maxHoldMs);
+    for (const { member, score } of entries) {
+      if (!journal.entries.has(member)) this.#size += 1;
+      journal.entries.set(member, { score, settled: true });
     }
   }
 
@@ -56,6 +64,16 @@ export class Journal {
         entry.settled = true;
       }
     }
+  }
+
+  #open(namespace: string, key: string, retainMs: number, maxHoldMs: number): KeyJournal {
+    let keys = this.#namespaces.get(namespace);
+    if (!keys) this.#namespaces.set(namespace, (keys = new Map()));
+    let journal = keys.get(key);
+    if (!journal) keys.set(key, (journal = { retainMs, maxHoldMs, entries: new Map() }));
+    journal.retainMs = Math.max(journal.retainMs, retainMs);
+    journal.maxHoldMs = Math.max(journal.maxHoldMs, maxHoldMs);
+    return journal;
   }
 
   namespaces(): string[] {

@@ -198,7 +198,12 @@ export class RedisStore implements Store {
       for (let i = 0; i < cost; i++) entries.push('', Math.ceil(releaseInMs), 1);
     }
     const { log, meta, flight } = keyNames(this.prefix, namespace, key);
-    await this.#run(scripts.restore.name, [log, meta, flight], [retainMs, maxHoldMs, 1, entries.length / 3, ...entries]);
+    const added = (await this.#run(scripts.restore.name, [log, meta, flight], [retainMs, maxHoldMs, 1, entries.length / 3, ...entries])) as Array<string | number>;
+    // Journaled like the store's own decisions: they are put back if Redis later loses its data.
+    const restored = [];
+    for (let i = 0; i + 1 < added.length; i += 2) restored.push({ member: String(added[i]), score: Number(added[i + 1]) });
+    this.#journal?.restored(namespace, key, restored, retainMs, maxHoldMs);
+    if (restored.length > 0) this.#startHeartbeat();
   }
 
   /** Stops the epoch heartbeat. The client belongs to the caller and stays open. */
