@@ -228,6 +228,7 @@ describe('vendor-throttle command line', function () {
     // Through the command, in parallel: each starts a process (about half a second).
     const cases: Array<[args: string[], message: RegExp]> = [
       [['run', '--rule', '5/s', join(dir, 'missing.ndjson')], /missing\.ndjson: no such file/],
+      [['run', '--rule', '5/s', join(dir, 'missing.csv')], /missing\.csv: no such file/],
       [['run', '--rule', '5/s', malformed], /malformed\.ndjson:2: not valid JSON/],
       [['run', '--rule', '5/s', '--out', existing, good], /already holds results: pass --resume/],
       [['run', '--rule', '5/mn', '--bogus', good], /Unknown option '--bogus'/],

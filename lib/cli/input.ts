@@ -91,9 +91,10 @@ async function readNdjson(file: string, add: Add, report: Report): Promise<void>
 }
 
 async function readCsv(file: string, add: Add, report: Report): Promise<void> {
-  const parser = createReadStream(file).pipe(
-    parseCsv({ columns: (header: string[]) => header.map((name) => name.trim()), bom: true, skip_empty_lines: true, info: true }),
-  );
+  const input = createReadStream(file);
+  const parser = input.pipe(parseCsv({ columns: (header: string[]) => header.map((name) => name.trim()), bom: true, skip_empty_lines: true, info: true }));
+  // pipe() does not pass on the input's errors (a missing file): end the parse with them.
+  input.once('error', (error: Error) => parser.destroy(error));
   try {
     for await (const { record, info } of parser as AsyncIterable<{ record: Record<string, string>; info: { lines: number } }>) {
       const fields: Record<string, unknown> = {};
