@@ -7,6 +7,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { INSPECT_FLAGS, parseRunArgs, RUN_FLAGS } from '../lib/cli/args.js';
@@ -25,9 +26,17 @@ interface Exit {
   readonly stderr: string;
 }
 
-/** Starts the command; `done` resolves when it exits (killed after 20 s). */
-function start(args: readonly string[]): { child: ChildProcess; done: Promise<Exit> } {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Starts the command; `done` resolves when it exits (killed after 20 s). With `stdin`, that text is
+ * piped into the command's standard input (then closed); without, standard input is /dev/null.
+ */
+function start(args: readonly string[], stdin?: string): { child: ChildProcess; done: Promise<Exit> } {
+  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, stdio: [stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
+  if (stdin !== undefined) {
+    // A command that exits before reading it all (bad flags) closes the pipe: not this spec's error.
+    child.stdin!.on('error', () => undefined);
+    child.stdin!.end(stdin);
+  }
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -43,6 +52,9 @@ function start(args: readonly string[]): { child: ChildProcess; done: Promise<Ex
 }
 
 const cli = (...args: string[]): Promise<Exit> => start(args).done;
+
+/** Runs the command with `input` piped into its standard input. */
+const piped = (input: string, ...args: string[]): Promise<Exit> => start(args, input).done;
 
 interface Row {
   readonly id: string;
@@ -63,7 +75,11 @@ function ndjson(vendor: Vendor, list: readonly Row[]): string {
 }
 
 function readResults(file: string): Array<Record<string, unknown>> {
-  return readFileSync(file, 'utf8')
+  return parseResults(readFileSync(file, 'utf8'));
+}
+
+function parseResults(text: string): Array<Record<string, unknown>> {
+  return text
     .split('\n')
     .filter((line) => line !== '')
     .map((line) => JSON.parse(line) as Record<string, unknown>);
@@ -216,6 +232,89 @@ describe('vendor-throttle command line', function () {
     expect(worstWindow(server, 400)).to.be.at.most(4);
   });
 
+  it("reads requests from standard input ('-'), hands them to --workers, and writes results to standard output", async () => {
+    const server = await useVendor();
+    const list = rows(['ann', 'bob', 'cy', 'dee'], 3);
+
+    const { code, stdout, stderr } = await piped(ndjson(server, list), 'run', '--rule', '2/200ms', '--workers', '2', '-');
+    expect(code, stderr).to.equal(0);
+    const results = parseResults(stdout);
+    expect(results.map((result) => result.id).sort()).to.deep.equal(list.map((row) => row.id).sort());
+    expect(results.every((result) => result.status === 200 && result.attempts === 1)).to.equal(true);
+    expect(server.arrivals).to.have.length(list.length);
+    expect(worstWindow(server, 200)).to.be.at.most(2);
+    expect(stderr).to.include('2 workers').and.to.match(/12 sent in .*12 ok, 0 failed/);
+  });
+
+  it("checks every line of standard input before sending anything: a bad one names stdin:LINE, exit 2, nothing sent", async () => {
+    const server = await useVendor();
+    const good = (id: string): string => JSON.stringify({ id, url: `${server.url}/?user=ann&id=${id}`, key: 'ann' });
+    const out = join(dir, 'results.ndjson');
+    const url = `${server.url}/?user=ann`;
+    const cases: Array<[input: string, args: string[], message: RegExp]> = [
+      [`${good('a')}\n{"url": "${url}" "key": 1}\n${good('b')}\n${JSON.stringify({ id: 'c', key: 'ann' })}\n`, [], /2 bad requests in stdin, nothing was sent:\nstdin:2: not valid JSON.*\nstdin:4: 'url' is missing/],
+      [`id,url,key\n1,${url},ann\n2,${url},\n3,${url},ann\n4,${url}\n`, ['--format', 'csv'], /2 bad requests in stdin.*\nstdin:3: no key.*\nstdin:5: not valid CSV/],
+      [`${good('a')}\n${good('a')}\n`, [], /stdin:2: duplicate id "a" \(first on line 1\)/],
+      ['', [], /stdin: no requests found/],
+    ];
+    const exits = await Promise.all(cases.map(([input, args]) => piped(input, 'run', '--rule', '5/s', '--out', out, ...args, '-')));
+    exits.forEach((exit, i) => {
+      const [, args, message] = cases[i]!;
+      expect(exit.code, `case ${i}: ${exit.stderr}`).to.equal(2);
+      expect(exit.stderr, `case ${i} ${args.join(' ')}`).to.match(message);
+      expect(exit.stderr).not.to.include('    at ');
+    });
+    expect(server.arrivals).to.have.length(0);
+    expect(existsSync(out)).to.equal(false);
+  });
+
+  it("refuses '-' when standard input is a terminal instead of waiting for it", async () => {
+    const terminal = Object.assign(Readable.from([]), { isTTY: true });
+    let error: unknown;
+    try {
+      await loadRequests({ file: '-', format: 'ndjson', key: compileKey(undefined), baseUrl: undefined, headers: {}, stdin: terminal });
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).to.be.instanceOf(CliError);
+    expect((error as CliError).exitCode).to.equal(2);
+    expect((error as CliError).message).to.match(/standard input, which is a terminal.*pipe them in/);
+    // The same stream as a pipe is read.
+    const pipe = Readable.from([`${JSON.stringify({ url: 'http://127.0.0.1:1/x', key: 'a' })}\n`]);
+    const requests = await loadRequests({ file: '-', format: 'ndjson', key: compileKey(undefined), baseUrl: undefined, headers: {}, stdin: pipe });
+    expect(requests).to.have.length(1);
+    expect(requests[0]).to.include({ id: 1, line: 1, key: 'a' });
+  });
+
+  it('stdin with --resume: a run stopped part way goes on when the same requests are piped in again, nothing twice', async () => {
+    const server = await useVendor();
+    const list = rows(['ann', 'bob', 'cy'], 4);
+    const input = ndjson(server, list);
+    const out = join(dir, 'results.ndjson');
+    // The first two of each user go at once, the rest only once the 600 ms window allows: time to stop it.
+    const args = ['run', '--rule', '2/600ms', '--out', out, '-'];
+
+    const first = start(args, input);
+    const deadline = Date.now() + 15_000;
+    while (!(existsSync(out) && readResults(out).length >= 6) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    first.child.kill('SIGINT');
+    const stopped = await first.done;
+    expect(stopped.code, stopped.stderr).to.equal(130);
+    expect(stopped.stderr).to.include('piping in the same requests, with --resume');
+    const before = readResults(out).length;
+    expect(before).to.be.within(6, list.length - 1);
+    expect(server.arrivals).to.have.length(before);
+
+    const resumed = await piped(input, ...args, '--resume');
+    expect(resumed.code, resumed.stderr).to.equal(0);
+    expect(resumed.stderr).to.include(`${list.length - before} requests for`).and.to.include(`${before} done earlier`);
+    expect(readResults(out).map((result) => result.id as string).sort()).to.deep.equal(list.map((row) => row.id).sort());
+    const sent = count(server.arrivals.map(idOf));
+    expect(sent.size).to.equal(list.length);
+    expect([...sent.values()].every((n) => n === 1)).to.equal(true);
+    expect(worstWindow(server, 600)).to.be.at.most(2);
+  });
+
   it('refuses bad files and bad flags with a clear message and a non-zero exit, sending nothing', async () => {
     const server = await useVendor();
     const good = join(dir, 'good.ndjson');
@@ -266,6 +365,10 @@ describe('vendor-throttle command line', function () {
     fails(['--rule', '5/s', '--redis', 'localhost:6379', 'f.ndjson'], /--redis: expected a URL/);
     fails(['--rule', '5/s', '--name', 'a:b', 'f.ndjson'], /--name/);
     fails(['--rule', '5/s', 'a.ndjson', 'b.ndjson'], /expected one input file, got 2/);
+    fails(['--rule', '5/s'], /missing the input file .*'-' reads standard input/);
+    fails(['--rule', '5/s', '--format', 'tsv', '-'], /--format: expected 'ndjson' or 'csv', got 'tsv'/);
+    expect(parseRunArgs(['-r', '5/s', '-'])).to.deep.include({ file: '-', format: 'ndjson' });
+    expect(parseRunArgs(['-r', '5/s', '--format', 'csv', '-'])).to.deep.include({ format: 'csv' });
     const options = parseRunArgs(['-r', '30/min', '-r', '10000/day', '--timeout', '2m', '-H', 'Authorization: Bearer x', 'in.CSV']);
     expect(options).to.deep.include({ format: 'csv', headers: { authorization: 'Bearer x' } });
     expect(options).to.have.nested.property('send.timeoutMs', 120_000);

@@ -31,6 +31,7 @@ export interface SendSettings {
 }
 
 export interface RunOptions {
+  /** The input file, or {@link STDIN} (`-`): standard input. */
   readonly file: string;
   readonly format: 'ndjson' | 'csv';
   readonly key: string | undefined;
@@ -94,6 +95,9 @@ export const INSPECT_FLAGS = {
   help: { type: 'boolean', short: 'h' },
 } as const satisfies ParseArgsConfig['options'];
 
+/** The input file name that means standard input. */
+export const STDIN = '-';
+
 /** `--help` asked for: the caller prints the command's help and exits 0. */
 export const HELP = Symbol('help');
 
@@ -102,10 +106,15 @@ export function parseRunArgs(args: readonly string[]): RunOptions | typeof HELP 
   const { values, positionals } = parse(args, RUN_FLAGS, 'run');
   if (values.help) return HELP;
   if (positionals.length !== 1) {
-    throw new CliError(positionals.length === 0 ? 'run: missing the input file (NDJSON or CSV)' : `run: expected one input file, got ${positionals.length}: ${positionals.join(' ')}`);
+    throw new CliError(
+      positionals.length === 0
+        ? "run: missing the input file (NDJSON or CSV; '-' reads standard input)"
+        : `run: expected one input file, got ${positionals.length}: ${positionals.join(' ')}`,
+    );
   }
   const file = positionals[0]!;
-  const format = values.format ?? (/\.csv$/i.test(file) ? 'csv' : 'ndjson');
+  // Standard input has no name to tell the format by: NDJSON unless --format says otherwise.
+  const format = values.format ?? (file !== STDIN && /\.csv$/i.test(file) ? 'csv' : 'ndjson');
   if (format !== 'ndjson' && format !== 'csv') throw new CliError(`--format: expected 'ndjson' or 'csv', got '${format}'`);
   const mode = values.mode ?? 'queue';
   if (mode !== 'delay' && mode !== 'queue') throw new CliError(`--mode: expected 'delay' or 'queue', got '${mode}'`);

@@ -3,24 +3,27 @@
 export const MAIN_HELP = `vendor-throttle — send batches of HTTP requests under a vendor's per-user rate limits
 
 Usage:
-  vendor-throttle run [options] <requests.ndjson|requests.csv>
+  vendor-throttle run [options] <requests.ndjson|requests.csv|->
   vendor-throttle inspect --redis <url> [options] [key]
   vendor-throttle help [run|inspect]
   vendor-throttle --version
 
 Commands:
-  run       send every request of a file through the throttle, write one result line per request
+  run       send every request of a file (or of standard input: -) through the throttle, write
+            one result line per request
   inspect   show a key's usage per rule, next free slot and pause, or the busiest keys
 
 Run 'vendor-throttle <command> --help' for the options of a command. Docs: docs/cli.md.
 `;
 
 export const RUN_HELP = `Usage: vendor-throttle run [options] <file>
+       jq -c … | vendor-throttle run [options] -
 
-Sends every request of <file> (NDJSON: one JSON object per line; CSV: a header row) through the
-throttle, and writes one result per request as NDJSON. Every request is read and checked first:
-nothing is sent when one is bad. Fields/columns: url (required), method, headers (JSON object),
-body, key, id (default: the line number), cost (slots the request takes, default 1).
+Sends every request of <file> (NDJSON: one JSON object per line; CSV: a header row), or of
+standard input for '-', through the throttle, and writes one result per request as NDJSON. Every
+request is read and checked first: nothing is sent when one is bad. Fields/columns: url
+(required), method, headers (JSON object), body, key, id (default: the line number), cost (slots
+the request takes, default 1).
 
 Limits:
   -r, --rule <rule>        a limit per key, e.g. 30/min, 5/s, 10000/day, 20/500ms (repeatable; required)
@@ -46,12 +49,13 @@ Sending:
       --timeout <d>        per attempt, from sending to the end of the body (default: 30s)
       --base-url <url>     resolve relative request URLs against it
   -H, --header <h>         'Name: value' added to every request (repeatable; a request's own wins)
-      --format <f>         ndjson or csv (default: from the file name, .csv is CSV)
+      --format <f>         ndjson or csv (default: from the file name, .csv is CSV; ndjson for -)
 
 Results:
   -o, --out <file>         results file (default: standard output); one JSON line per request:
                            {"id","key","status","startedAt","ms","attempts","body"|"error"}
       --resume             go on with an earlier run: skip the ids <file> of --out already holds
+                           (with -: pipe the same input again)
       --overwrite          replace an existing results file (without it, a non-empty one is refused)
       --no-body            leave response bodies out of the results
   -q, --quiet              no progress and no summary on stderr (errors still)
@@ -60,7 +64,7 @@ Results:
 Durations: 500ms, 30s, 2m, 1h (a bare number is ms).
 Ctrl-C (SIGINT) or SIGTERM: no new requests; those in flight finish and are written; exit 130.
 A second one cancels those in flight (written as interrupted). Then: --resume.
-Exit codes: 0 all ok, 1 some failed (no answer or status >= 400), 2 bad flags or files (nothing
+Exit codes: 0 all ok, 1 some failed (no answer or status >= 400), 2 bad flags or input (nothing
 sent), 3 the run could not go on (Redis, a worker, the results file), 130 interrupted.
 
 Example:

@@ -1,5 +1,7 @@
 import { createReadStream } from 'node:fs';
+import type { Readable } from 'node:stream';
 import { parse as parseCsv } from 'csv-parse';
+import { STDIN } from './args.js';
 import { CliError } from './errors.js';
 import { readJsonLines } from './json-lines.js';
 import type { KeyReader } from './key-template.js';
@@ -21,12 +23,15 @@ export interface BatchRequest {
 }
 
 export interface InputOptions {
+  /** A file, or `-` (`STDIN`): read `stdin`. */
   readonly file: string;
   readonly format: 'ndjson' | 'csv';
   readonly key: KeyReader;
   readonly baseUrl: string | undefined;
   /** `--header` values, lower-case names. */
   readonly headers: Readonly<Record<string, string>>;
+  /** What `-` reads. @default process.stdin */
+  readonly stdin?: Readable & { readonly isTTY?: boolean };
 }
 
 /** Problems reported at most, one line each, before "… and N more". */
@@ -35,17 +40,27 @@ const MAX_PROBLEMS = 10;
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
 /**
- * Reads and checks every request of an NDJSON or CSV file before anything is sent. Throws
- * `CliError` (exit 2) naming `file:line` and the reason for each bad line (the first 10), for a
- * missing or unreadable file, for duplicate ids and for a file without requests.
+ * Reads and checks every request of an NDJSON or CSV file — or of standard input, for `-` — before
+ * anything is sent. Throws `CliError` (exit 2) naming `file:line` (`stdin:line`) and the reason for
+ * each bad line (the first 10), for a missing or unreadable file, for duplicate ids, for input
+ * without requests, and for `-` when standard input is a terminal (nobody is piping requests in:
+ * waiting for them would look like a hang).
  */
 export async function loadRequests(options: InputOptions): Promise<BatchRequest[]> {
+  const fromStdin = options.file === STDIN;
+  const name = fromStdin ? 'stdin' : options.file;
+  const stdin = options.stdin ?? process.stdin;
+  if (fromStdin && stdin.isTTY) {
+    throw new CliError(
+      "'-' reads the requests from standard input, which is a terminal here: pipe them in (jq -c … | vendor-throttle run … -) or give the file name",
+    );
+  }
   const requests: BatchRequest[] = [];
   const problems: string[] = [];
   let problemCount = 0;
   const report = (line: number, why: string): void => {
     problemCount += 1;
-    if (problems.length < MAX_PROBLEMS) problems.push(`${options.file}:${line}: ${why}`);
+    if (problems.length < MAX_PROBLEMS) problems.push(`${name}:${line}: ${why}`);
   };
   const seen = new Map<string, number>();
   const add = (line: number, fields: Record<string, unknown>): void => {
@@ -59,25 +74,29 @@ export async function loadRequests(options: InputOptions): Promise<BatchRequest[
       report(line, (error as Error).message);
     }
   };
+  const source = fromStdin ? stdin : options.file;
   try {
-    if (options.format === 'csv') await readCsv(options.file, add, report);
-    else await readNdjson(options.file, add, report);
+    if (options.format === 'csv') await readCsv(source, add, report);
+    else await readNdjson(source, add, report);
   } catch (error) {
-    throw new CliError(`cannot read ${options.file}: ${readError(error)}`);
+    throw new CliError(`cannot read ${name}: ${readError(error)}`);
   }
   if (problemCount > 0) {
     const more = problemCount > problems.length ? `\n… and ${problemCount - problems.length} more` : '';
-    throw new CliError(`${problemCount} bad request${problemCount === 1 ? '' : 's'} in ${options.file}, nothing was sent:\n${problems.join('\n')}${more}`);
+    throw new CliError(`${problemCount} bad request${problemCount === 1 ? '' : 's'} in ${name}, nothing was sent:\n${problems.join('\n')}${more}`);
   }
-  if (requests.length === 0) throw new CliError(`${options.file}: no requests found (expected ${options.format === 'csv' ? 'a header row and one row per request' : 'one JSON object per line'})`);
+  if (requests.length === 0) throw new CliError(`${name}: no requests found (expected ${options.format === 'csv' ? 'a header row and one row per request' : 'one JSON object per line'})`);
   return requests;
 }
 
 type Add = (line: number, fields: Record<string, unknown>) => void;
 type Report = (line: number, why: string) => void;
 
-async function readNdjson(file: string, add: Add, report: Report): Promise<void> {
-  for await (const { line, value, error } of readJsonLines(file)) {
+/** A file's path, or a stream (standard input). */
+type Source = string | Readable;
+
+async function readNdjson(source: Source, add: Add, report: Report): Promise<void> {
+  for await (const { line, value, error } of readJsonLines(source)) {
     if (error) {
       report(line, `not valid JSON (${error.message})`);
       continue;
@@ -90,8 +109,8 @@ async function readNdjson(file: string, add: Add, report: Report): Promise<void>
   }
 }
 
-async function readCsv(file: string, add: Add, report: Report): Promise<void> {
-  const input = createReadStream(file);
+async function readCsv(source: Source, add: Add, report: Report): Promise<void> {
+  const input = typeof source === 'string' ? createReadStream(source) : source;
   const parser = input.pipe(parseCsv({ columns: (header: string[]) => header.map((name) => name.trim()), bom: true, skip_empty_lines: true, info: true }));
   // pipe() does not pass on the input's errors (a missing file): end the parse with them.
   input.once('error', (error: Error) => parser.destroy(error));

@@ -1,5 +1,6 @@
 import { createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
+import type { Readable } from 'node:stream';
 
 /** One non-blank line of an NDJSON file: its 1-based number, and its value or why it is not JSON. */
 export interface JsonLine {
@@ -8,9 +9,9 @@ export interface JsonLine {
   readonly error: Error | undefined;
 }
 
-/** Reads an NDJSON file line by line (a UTF-8 byte-order mark on the first line is dropped). */
-export async function* readJsonLines(path: string): AsyncGenerator<JsonLine> {
-  const lines = createInterface({ input: createReadStream(path), crlfDelay: Infinity });
+/** Reads an NDJSON file (a path) or stream line by line (a UTF-8 byte-order mark on the first line is dropped). */
+export async function* readJsonLines(source: string | Readable): AsyncGenerator<JsonLine> {
+  const lines = createInterface({ input: typeof source === 'string' ? createReadStream(source) : source, crlfDelay: Infinity });
   let line = 0;
   for await (const text of lines) {
     line += 1;

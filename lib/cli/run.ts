@@ -1,5 +1,5 @@
 import { parseRules, formatRule } from '../index.js';
-import type { RunOptions } from './args.js';
+import { STDIN, type RunOptions } from './args.js';
 import { runBatch, type BatchOutcome } from './batch.js';
 import { CliError, EXIT, errorText, type ExitCode } from './errors.js';
 import { loadRequests, type BatchRequest } from './input.js';
@@ -11,9 +11,10 @@ import { openThrottle, type RecentCall } from './setup.js';
 import { runWorkers } from './workers.js';
 
 /**
- * `vendor-throttle run`: reads and checks every request (nothing is sent if one is bad), skips the
- * ids the results file already holds (`--resume`), sends the rest through the throttle (in this
- * process or in `--workers` processes), writes each result as it comes, and says how it went.
+ * `vendor-throttle run`: reads and checks every request of the file or of standard input (nothing
+ * is sent if one is bad), skips the ids the results file already holds (`--resume`), sends the rest
+ * through the throttle (in this process or in `--workers` processes, which get their requests from
+ * this one), writes each result as it comes, and says how it went.
  * SIGINT/SIGTERM: the first stops starting requests and lets those in flight finish and be written;
  * a second cancels those in flight too (written as interrupted). Resolves with the exit code.
  */
@@ -112,7 +113,8 @@ export async function run(options: RunOptions): Promise<ExitCode> {
 
   const seconds = (performance.now() - started) / 1000;
   const left = todo.length - outcome.done;
-  const resumeHint = options.out === undefined ? '' : `; run again with --resume --out ${options.out} to send the rest`;
+  const again = options.file === STDIN ? ', piping in the same requests,' : '';
+  const resumeHint = options.out === undefined ? '' : `; run again${again} with --resume --out ${options.out} to send the rest`;
   const summary = `${outcome.done} sent in ${formatSeconds(seconds)} (${(outcome.done / Math.max(seconds, 1e-3)).toFixed(1)}/s): ${outcome.done - failed} ok, ${failed} failed${skipped > 0 ? `; ${skipped} done earlier` : ''}${options.out === undefined ? '' : `; results in ${options.out}`}`;
   if (outcome.fatal !== undefined) {
     process.stderr.write(`vendor-throttle: ${outcome.fatal instanceof CliError ? outcome.fatal.message : `the run stopped: ${errorText(outcome.fatal)}`}\n`);
