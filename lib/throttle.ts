@@ -1,7 +1,7 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
-import type { AxiosInstance } from 'axios';
 import PQueue from 'p-queue';
 import { throttleAxios } from './adapters/axios.js';
+import type { AxiosInstanceType } from './adapters/axios-types.js';
 import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { throttleWrap } from './adapters/wrap.js';
@@ -237,7 +237,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * interceptor. A vendor's 429 pauses the key in the store and is retried through the throttle.
    * `eject()` on the result restores the instance. See docs/adapters.md.
    */
-  axios<I extends AxiosInstance>(instance: I, options: AxiosThrottleOptions): AxiosThrottleHandle<I> {
+  axios<I extends AxiosInstanceType>(instance: I, options: AxiosThrottleOptions): AxiosThrottleHandle<I> {
     return throttleAxios(this, instance, options);
   }
 

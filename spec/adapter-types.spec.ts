@@ -3,6 +3,7 @@ import { expect } from 'chai';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
+import type { AxiosConfigType, AxiosGetAdapterLike, AxiosGetAdapterType, AxiosInstanceLike, AxiosInstanceType, AxiosResponseType } from '../lib/adapters/axios-types.js';
 import type { AxiosThrottleHandle, Throttle } from '../lib/index.js';
 
 /** `true` when A and B are the same type (not merely assignable). */
@@ -53,6 +54,15 @@ export function adapterTypes(throttle: Throttle): void {
   throttle.axios(acme, { key: () => ({ id: 1 }) });
   // @ts-expect-error the key option is required
   throttle.axios(acme, {});
+  // axios-types.ts: axios' own types where axios resolves (its @ts-ignore would turn a misspelt name into the fallback)…
+  assertType<Equal<AxiosInstanceType, AxiosInstance>>();
+  assertType<Equal<AxiosConfigType, InternalAxiosRequestConfig>>();
+  assertType<Equal<AxiosResponseType, AxiosResponse>>();
+  assertType<Equal<AxiosGetAdapterType, typeof axios.getAdapter>>();
+  // …and the structural fallback, for a project where they do not resolve, still takes a real instance.
+  expectType<AxiosInstanceLike>(acme);
+  expectType<AxiosInstanceLike>(axios);
+  expectType<AxiosGetAdapterLike>(axios.getAdapter);
 
   // fetch: the global fetch's signature, or the injected fetch's.
   const fetchAcme = throttle.fetch({

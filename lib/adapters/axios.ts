@@ -12,6 +12,7 @@ import type {
 import { ThrottleConfigError } from '../errors.js';
 import { describe } from '../rules.js';
 import type { Throttle } from '../throttle.js';
+import type { AxiosInstanceType } from './axios-types.js';
 import { checkCallOptions, followSignals, pickCallOptions, type SignalLike } from './call-options.js';
 import type { AxiosRequestThrottleOptions, AxiosThrottleHandle, AxiosThrottleOptions } from './options.js';
 import { checkRetries, sendThrottled, vendorSettings, type Outcome, type VendorSettings } from './retry.js';
@@ -38,7 +39,7 @@ const wrappedSettings = new WeakMap<AxiosAdapter, AdapterSetting>();
  * interceptor-free copy of the instance (`instance.create()` with `transformRequest`/`transformResponse`
  * left empty, as they already ran) — so that nothing here imports axios at run time.
  */
-export function throttleAxios<I extends AxiosInstance>(throttle: Throttle, instance: I, options: AxiosThrottleOptions): AxiosThrottleHandle<I> {
+export function throttleAxios<I extends AxiosInstanceType>(throttle: Throttle, instance: I, options: AxiosThrottleOptions): AxiosThrottleHandle<I> {
   if (!isAxiosInstance(instance)) {
     throw new TypeError(`Expected an axios instance (axios, or one from axios.create()), got ${describe(instance)}`);
   }

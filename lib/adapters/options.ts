@@ -1,4 +1,4 @@
-import type { AxiosInstance, AxiosResponse, getAdapter, InternalAxiosRequestConfig } from 'axios';
+import type { AxiosConfigType, AxiosGetAdapterType, AxiosInstanceType, AxiosResponseType } from './axios-types.js';
 import type { KeyInput } from '../keys.js';
 
 /** A value for every call, or a function that picks it for each call from the call's arguments. */
@@ -51,7 +51,7 @@ export interface CallOptions<A extends readonly unknown[]> {
   readonly priority?: PerCall<A, number>;
 }
 
-/** Per-request throttle settings of an axios request: `acme.get(url, { throttle: { cost: 5 } })`. */
+/** Per-request throttle settings of an axios request: `acme.get(url, { throttle: { cost: 5 } })` (added to axios' `AxiosRequestConfig` in axios-types.ts). */
 export interface AxiosRequestThrottleOptions {
   /** The key of this request, instead of the adapter's `key(config)`. */
   readonly key?: KeyInput;
@@ -65,20 +65,16 @@ export interface AxiosRequestThrottleOptions {
   readonly retries?: number;
 }
 
-declare module 'axios' {
-  interface AxiosRequestConfig {
-    /** vendor-throttle: per-request key, cost, maxDelayMs, priority and retries (see docs/adapters.md). */
-    throttle?: AxiosRequestThrottleOptions;
-  }
-}
-
-/** Options of `throttle.axios(instance, options)`. */
-export interface AxiosThrottleOptions extends VendorSignalOptions<AxiosResponse>, CallOptions<[config: InternalAxiosRequestConfig]> {
+/**
+ * Options of `throttle.axios(instance, options)`. The request and response types are axios' own
+ * (`InternalAxiosRequestConfig`, `AxiosResponse`) where axios is installed (see axios-types.ts).
+ */
+export interface AxiosThrottleOptions extends VendorSignalOptions<AxiosResponseType>, CallOptions<[config: AxiosConfigType]> {
   /**
    * The key (upstream user id) of a request, read from its final config — after every request
    * interceptor has run. May be async. `config.throttle.key` takes precedence.
    */
-  readonly key: (config: InternalAxiosRequestConfig) => KeyInput | PromiseLike<KeyInput>;
+  readonly key: (config: AxiosConfigType) => KeyInput | PromiseLike<KeyInput>;
   /**
    * Resolves adapter names (`['xhr', 'http', 'fetch']`, axios' default) to the adapter function:
    * pass `axios.getAdapter`. Optional: the default `axios` instance brings its own, and an instance
@@ -86,11 +82,11 @@ export interface AxiosThrottleOptions extends VendorSignalOptions<AxiosResponse>
    * (`instance.create()`), which resolves the names as axios does.
    * @default instance.getAdapter when present
    */
-  readonly getAdapter?: typeof getAdapter;
+  readonly getAdapter?: AxiosGetAdapterType;
 }
 
 /** What `throttle.axios()` returns. */
-export interface AxiosThrottleHandle<I extends AxiosInstance> {
+export interface AxiosThrottleHandle<I extends AxiosInstanceType> {
   /** The instance passed in, now throttled. */
   readonly instance: I;
   /** Restores the instance: its adapter as it was, and the interceptor the throttle added removed. Idempotent. */
