@@ -85,6 +85,11 @@ function parseResults(text: string): Array<Record<string, unknown>> {
     .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
+/** The last line of each id: its outcome (a request refused by --max-wait and resumed has two). */
+function lastOfEach(results: ReadonlyArray<Record<string, unknown>>): Map<unknown, Record<string, unknown>> {
+  return new Map(results.map((result) => [result.id, result]));
+}
+
 const idOf = (arrival: Arrival): string | null => new URL(arrival.path, 'http://vendor.invalid').searchParams.get('id');
 
 /** Per user, the most arrivals in any window of `windowMs`. */
@@ -315,6 +320,63 @@ describe('vendor-throttle command line', function () {
     expect(worstWindow(server, 600)).to.be.at.most(2);
   });
 
+  it('--max-wait refuses what would wait too long (a retry after a 429 too), sends the rest, and --resume sends the refused', async () => {
+    const seen = new Set<string>();
+    const server = await useVendor((arrival) => {
+      const id = idOf(arrival)!;
+      const first = !seen.has(id);
+      seen.add(id);
+      // The vendor pauses carl for 5 s: far beyond --max-wait, so the retry is not sent.
+      if (first && arrival.user === 'carl') return { status: 429, headers: { 'retry-after': '5' }, body: { error: 'slow down' } };
+      return { status: 200, body: { id } };
+    });
+    // ann: 2 now, 2 more once the 400 ms window has room (a wait of about 400 ms), the last 2 would
+    // wait about 800 ms: refused under --max-wait 600ms. bob's 2 go at once.
+    const list = [...rows(['ann'], 6, 'a'), ...rows(['bob'], 2, 'b'), ...rows(['carl'], 1, 'c')];
+    const input = join(dir, 'requests.ndjson');
+    writeFileSync(input, ndjson(server, list));
+    const out = join(dir, 'results.ndjson');
+    const args = ['run', '--rule', '2/400ms', '--retry-delay', '50ms', '--out', out, input];
+
+    const first = await cli(...args, '--max-wait', '600ms');
+    expect(first.code, first.stderr).to.equal(1);
+    const results = readResults(out);
+    expect(results).to.have.length(list.length);
+    const refused = results.filter((result) => result.refused !== undefined);
+    const neverSent = refused.filter((result) => result.attempts === 0);
+    expect(neverSent.map((result) => result.key)).to.deep.equal(['ann', 'ann']);
+    for (const result of neverSent) {
+      expect(result).to.include({ status: null, startedAt: null, ms: null });
+      expect(result.refused).to.match(/no slot within --max-wait \(600 ms\): rule 2\/400ms is full/);
+      expect(result.retryAfterMs).to.be.a('number').above(600);
+    }
+    const carl = results.find((result) => result.key === 'carl')!;
+    expect(carl).to.include({ status: 429, attempts: 1 });
+    expect(carl.refused).to.match(/the key is paused/);
+    expect(carl.retryAfterMs).to.be.above(4_000);
+    expect(refused).to.have.length(3);
+    // Everything else was sent once, within the rule; nothing refused reached the vendor.
+    const sentIds = count(server.arrivals.map(idOf));
+    expect(server.arrivals).to.have.length(7);
+    for (const result of neverSent) expect(sentIds.has(result.id as string)).to.equal(false);
+    expect(results.filter((result) => result.refused === undefined).every((result) => result.status === 200)).to.equal(true);
+    expect(worstWindow(server, 400)).to.be.at.most(2);
+    expect(first.stderr).to.match(/6 sent in .*: 6 ok, 0 failed; 3 refused: no slot within --max-wait \(--resume --out .* sends them again\)/);
+
+    const resumed = await cli(...args, '--resume');
+    expect(resumed.code, resumed.stderr).to.equal(0);
+    expect(resumed.stderr).to.include('3 requests for 2 keys').and.to.include('6 done earlier, skipped; 3 refused earlier by --max-wait, sent again');
+    const outcomes = lastOfEach(readResults(out));
+    expect([...outcomes.keys()].sort()).to.deep.equal(list.map((row) => row.id).sort());
+    expect([...outcomes.values()].every((result) => result.status === 200 && result.refused === undefined)).to.equal(true);
+    // The refused ones were sent now, once each; carl's twice in all (the 429, then this).
+    expect(server.arrivals).to.have.length(10);
+    const sent = count(server.arrivals.map(idOf));
+    expect(list.filter((row) => row.user !== 'carl').every((row) => sent.get(row.id) === 1)).to.equal(true);
+    expect(sent.get('c-0')).to.equal(2);
+    expect(worstWindow(server, 400)).to.be.at.most(2);
+  });
+
   it('refuses bad files and bad flags with a clear message and a non-zero exit, sending nothing', async () => {
     const server = await useVendor();
     const good = join(dir, 'good.ndjson');
@@ -328,6 +390,7 @@ describe('vendor-throttle command line', function () {
     const cases: Array<[args: string[], message: RegExp]> = [
       [['run', '--rule', '5/s', join(dir, 'missing.ndjson')], /missing\.ndjson: no such file/],
       [['run', '--rule', '5/s', join(dir, 'missing.csv')], /missing\.csv: no such file/],
+      [['run', '--rule', '5/s', '--max-wait', 'soon', good], /--max-wait: expected a duration such as 500ms, 30s or 2m/],
       [['run', '--rule', '5/s', malformed], /malformed\.ndjson:2: not valid JSON/],
       [['run', '--rule', '5/s', '--out', existing, good], /already holds results: pass --resume/],
       [['run', '--rule', '5/mn', '--bogus', good], /Unknown option '--bogus'/],
@@ -366,9 +429,17 @@ describe('vendor-throttle command line', function () {
     fails(['--rule', '5/s', '--name', 'a:b', 'f.ndjson'], /--name/);
     fails(['--rule', '5/s', 'a.ndjson', 'b.ndjson'], /expected one input file, got 2/);
     fails(['--rule', '5/s'], /missing the input file .*'-' reads standard input/);
+    fails(['--rule', '5/s', '--max-wait', 'a while', '-'], /--max-wait: expected a duration/);
+    fails(['--rule', '5/s', '--max-wait=-1s', '-'], /--max-wait: expected a duration/);
+    fails(['--rule', '5/s', '--max-wait', '2d', '-'], /--max-wait: expected a duration/);
+    fails(['--rule', '5/s', '--max-wait', '25h', '-'], /--max-wait: .*up to a day/);
     fails(['--rule', '5/s', '--format', 'tsv', '-'], /--format: expected 'ndjson' or 'csv', got 'tsv'/);
-    expect(parseRunArgs(['-r', '5/s', '-'])).to.deep.include({ file: '-', format: 'ndjson' });
-    expect(parseRunArgs(['-r', '5/s', '--format', 'csv', '-'])).to.deep.include({ format: 'csv' });
+    const stdin = parseRunArgs(['-r', '5/s', '--max-wait', '2m', '-']);
+    expect(stdin).to.deep.include({ file: '-', format: 'ndjson' });
+    expect(stdin).to.have.nested.property('send.maxWaitMs', 120_000);
+    expect(parseRunArgs(['-r', '5/s', '--format', 'csv', '--max-wait', '1500', '-'])).to.deep.include({ format: 'csv' }).and.to.have.nested.property('send.maxWaitMs', 1500);
+    expect(parseRunArgs(['-r', '5/s', '--max-wait', '0', 'in.ndjson'])).to.have.nested.property('send.maxWaitMs', 0);
+    expect(parseRunArgs(['-r', '5/s', 'in.ndjson'])).to.have.nested.property('send.maxWaitMs', undefined);
     const options = parseRunArgs(['-r', '30/min', '-r', '10000/day', '--timeout', '2m', '-H', 'Authorization: Bearer x', 'in.CSV']);
     expect(options).to.deep.include({ format: 'csv', headers: { authorization: 'Bearer x' } });
     expect(options).to.have.nested.property('send.timeoutMs', 120_000);

@@ -26,6 +26,12 @@ export interface SendSettings {
   readonly retryDelayMs: number;
   /** Limit per attempt, from sending the request to the end of its body. */
   readonly timeoutMs: number;
+  /**
+   * `--max-wait`: the longest an attempt may wait for its slot (the throttle's per-call
+   * `maxDelayMs`); a request that cannot get one within it is not sent and is recorded as refused.
+   * Undefined: no limit (so that it survives the JSON of the worker channel, where `Infinity` would not).
+   */
+  readonly maxWaitMs: number | undefined;
   /** Write the response body into the results. */
   readonly keepBody: boolean;
 }
@@ -76,6 +82,7 @@ export const RUN_FLAGS = {
   retries: { type: 'string' },
   'retry-delay': { type: 'string' },
   timeout: { type: 'string' },
+  'max-wait': { type: 'string' },
   out: { type: 'string', short: 'o' },
   resume: { type: 'boolean' },
   overwrite: { type: 'boolean' },
@@ -143,6 +150,7 @@ export function parseRunArgs(args: readonly string[]): RunOptions | typeof HELP 
       retries: whole('--retries', values.retries ?? '2', 0, 100),
       retryDelayMs: duration('--retry-delay', values['retry-delay'] ?? '1s'),
       timeoutMs: duration('--timeout', values.timeout ?? '30s', 1),
+      maxWaitMs: values['max-wait'] === undefined ? undefined : duration('--max-wait', values['max-wait']),
       keepBody: !values['no-body'],
     },
     workers: whole('--workers', values.workers ?? '1', 1, 256),

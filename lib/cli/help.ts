@@ -47,15 +47,19 @@ Sending:
       --retry-delay <d>    wait before a retry after a 5xx or a network error, doubled each time;
                            also the pause of a key after a 429 without Retry-After (default: 1s)
       --timeout <d>        per attempt, from sending to the end of the body (default: 30s)
+      --max-wait <d>       longest wait of an attempt for its slot, a vendor's pause included
+                           (default: no limit); a request that would wait longer is not sent: its
+                           result says "refused", it counts as failed, --resume sends it again
       --base-url <url>     resolve relative request URLs against it
   -H, --header <h>         'Name: value' added to every request (repeatable; a request's own wins)
       --format <f>         ndjson or csv (default: from the file name, .csv is CSV; ndjson for -)
 
 Results:
   -o, --out <file>         results file (default: standard output); one JSON line per request:
-                           {"id","key","status","startedAt","ms","attempts","body"|"error"}
-      --resume             go on with an earlier run: skip the ids <file> of --out already holds
-                           (with -: pipe the same input again)
+                           {"id","key","status","startedAt","ms","attempts","body"|"error"},
+                           and "refused","retryAfterMs" for an attempt refused by --max-wait
+      --resume             go on with an earlier run: skip the ids <file> of --out already holds,
+                           but send those refused by --max-wait again (with -: pipe the same input)
       --overwrite          replace an existing results file (without it, a non-empty one is refused)
       --no-body            leave response bodies out of the results
   -q, --quiet              no progress and no summary on stderr (errors still)
@@ -64,8 +68,9 @@ Results:
 Durations: 500ms, 30s, 2m, 1h (a bare number is ms).
 Ctrl-C (SIGINT) or SIGTERM: no new requests; those in flight finish and are written; exit 130.
 A second one cancels those in flight (written as interrupted). Then: --resume.
-Exit codes: 0 all ok, 1 some failed (no answer or status >= 400), 2 bad flags or input (nothing
-sent), 3 the run could not go on (Redis, a worker, the results file), 130 interrupted.
+Exit codes: 0 all ok, 1 some failed (no answer, status >= 400, or refused by --max-wait), 2 bad
+flags or input (nothing sent), 3 the run could not go on (Redis, a worker, the results file),
+130 interrupted.
 
 Example:
   vendor-throttle run --rule 30/min --rule 10000/day --key '{customer_id}' \\

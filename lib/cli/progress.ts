@@ -25,6 +25,7 @@ export class Progress {
   readonly #samples: Array<{ at: number; done: number }> = [{ at: performance.now(), done: 0 }];
   #done = 0;
   #failed = 0;
+  #refused = 0;
   #nextLine: number;
 
   constructor(options: ProgressOptions) {
@@ -34,7 +35,7 @@ export class Progress {
     if (!options.quiet && options.stream.isTTY && options.total > 0) {
       this.#bar = new SingleBar({
         stream: options.stream,
-        format: '{bar} {percentage}% | {value}/{total} | {rate}/s | ETA {eta_text} | {failed} failed',
+        format: '{bar} {percentage}% | {value}/{total} | {rate}/s | ETA {eta_text} | {failures}',
         barCompleteChar: '\u2588',
         barIncompleteChar: '\u2591',
         hideCursor: true,
@@ -44,10 +45,11 @@ export class Progress {
     }
   }
 
-  /** One more result. */
-  tick(failed: boolean): void {
+  /** One more result: a success, a failure, or a request refused by `--max-wait` (not sent). */
+  tick(outcome: 'ok' | 'failed' | 'refused'): void {
     this.#done += 1;
-    if (failed) this.#failed += 1;
+    if (outcome === 'failed') this.#failed += 1;
+    else if (outcome === 'refused') this.#refused += 1;
     const now = performance.now();
     this.#samples.push({ at: now, done: this.#done });
     while (this.#samples.length > 1 && this.#samples[1]!.at <= now - RATE_WINDOW_MS) this.#samples.shift();
@@ -60,8 +62,8 @@ export class Progress {
     if (percent + 1e-9 < this.#nextLine && this.#done < this.#options.total) return;
     const step = this.#options.step ?? 10;
     while (this.#nextLine <= percent + 1e-9) this.#nextLine += step;
-    const { rate, eta_text: eta, failed: failures } = this.#payload();
-    this.#options.stream.write(`vendor-throttle: ${Math.floor(percent)}% (${this.#done}/${this.#options.total}), ${rate}/s, ETA ${eta}, ${failures} failed\n`);
+    const { rate, eta_text: eta, failures } = this.#payload();
+    this.#options.stream.write(`vendor-throttle: ${Math.floor(percent)}% (${this.#done}/${this.#options.total}), ${rate}/s, ETA ${eta}, ${failures}\n`);
   }
 
   /** Removes the bar (leaving its last state on screen). */
@@ -76,10 +78,12 @@ export class Progress {
     return now > anchor.at ? (1000 * (this.#done - anchor.done)) / (now - anchor.at) : 0;
   }
 
-  #payload(): { rate: string; eta_text: string; failed: number } {
+  #payload(): { rate: string; eta_text: string; failures: string } {
     const rate = this.rate();
     const left = this.#options.total - this.#done;
-    return { rate: rate.toFixed(1), eta_text: left === 0 ? '0 s' : rate > 0 ? formatSeconds(left / rate) : '?', failed: this.#failed };
+    // Refusals only when there are some: most runs have no --max-wait.
+    const failures = `${this.#failed} failed${this.#refused > 0 ? `, ${this.#refused} refused` : ''}`;
+    return { rate: rate.toFixed(1), eta_text: left === 0 ? '0 s' : rate > 0 ? formatSeconds(left / rate) : '?', failures };
   }
 }
 

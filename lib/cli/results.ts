@@ -6,23 +6,38 @@ import { CliError, EXIT } from './errors.js';
 export interface ResultLine {
   readonly id: string | number;
   readonly key: string;
-  /** HTTP status of the last answer; null when there was none (network error, timeout, interrupted). */
+  /** HTTP status of the last answer; null when there was none (network error, timeout, interrupted, never sent). */
   readonly status: number | null;
-  /** When the last attempt was sent (ISO 8601, ms). */
-  readonly startedAt: string;
-  /** From sending the last attempt to the end of its response body, in ms. */
-  readonly ms: number;
-  /** Times the request was sent (1 + retries). */
+  /** When the last attempt was sent (ISO 8601, ms); null when it was never sent (refused by `--max-wait`). */
+  readonly startedAt: string | null;
+  /** From sending the last attempt to the end of its response body, in ms; null when it was never sent. */
+  readonly ms: number | null;
+  /** Times the request was sent (1 + retries); 0 when its first attempt was refused. */
   readonly attempts: number;
   /** The response body: parsed when it is JSON, else text (left out with --no-body). */
   readonly body?: unknown;
   /** Why there is no answer. */
   readonly error?: string;
+  /**
+   * Why an attempt was not sent: it could not get a slot within `--max-wait` (`rule 30/min is full`,
+   * `the key is paused`, …). The request's last word is not in yet: `--resume` sends it again.
+   */
+  readonly refused?: string;
+  /** With `refused`: ms until the slot the throttle could have given it, as the throttle saw it then. */
+  readonly retryAfterMs?: number;
 }
 
-/** A request that did not succeed: no answer, or a status of 400 or more after its retries. */
+/**
+ * A request that did not succeed: no answer, a status of 400 or more after its retries, or an
+ * attempt refused by `--max-wait`.
+ */
 export function isFailure(result: ResultLine): boolean {
-  return result.error !== undefined || result.status === null || result.status >= 400;
+  return result.error !== undefined || result.status === null || result.status >= 400 || isRefused(result);
+}
+
+/** An attempt was refused by `--max-wait`: `--resume` sends the request again instead of skipping it. */
+export function isRefused(result: ResultLine): boolean {
+  return result.refused !== undefined;
 }
 
 /** Where results go, one JSON line each, written as they come. */
@@ -87,7 +102,10 @@ function stdoutSink(): ResultsSink {
 
 /** What an earlier run recorded: its results by id (as text), and whether a torn last line was cut. */
 export interface DoneResults {
+  /** The last line of each id: a request refused by `--max-wait` and sent again by a `--resume` has two. */
   readonly results: Map<string, ResultLine>;
+  /** Every line, in file order: each attempt any of them records counts against the rules. */
+  readonly lines: readonly ResultLine[];
   readonly repaired: boolean;
 }
 
@@ -98,7 +116,8 @@ export interface DoneResults {
  */
 export async function readDone(path: string): Promise<DoneResults> {
   const results = new Map<string, ResultLine>();
-  if (!existsSync(path)) return { results, repaired: false };
+  const lines: ResultLine[] = [];
+  if (!existsSync(path)) return { results, lines, repaired: false };
   const repaired = cutTornTail(path);
   for await (const { line: number, value, error } of readJsonLines(path)) {
     if (error) {
@@ -109,8 +128,9 @@ export async function readDone(path: string): Promise<DoneResults> {
       throw new CliError(`${path}:${number}: a result line without an 'id'; is ${path} the results file of a vendor-throttle run?`);
     }
     results.set(String(id), value as ResultLine);
+    lines.push(value as ResultLine);
   }
-  return { results, repaired };
+  return { results, lines, repaired };
 }
 
 /** Removes a last line that has no newline and is not JSON (a write cut short). */

@@ -6,15 +6,16 @@ import { loadRequests, type BatchRequest } from './input.js';
 import { compileKey } from './key-template.js';
 import { formatSeconds, Progress } from './progress.js';
 import { closeRedis, connectRedis, redact } from './redis.js';
-import { isFailure, openResults, readDone, type ResultLine, type ResultsSink } from './results.js';
+import { isFailure, isRefused, openResults, readDone, type ResultLine, type ResultsSink } from './results.js';
 import { openThrottle, type RecentCall } from './setup.js';
 import { runWorkers } from './workers.js';
 
 /**
  * `vendor-throttle run`: reads and checks every request of the file or of standard input (nothing
- * is sent if one is bad), skips the ids the results file already holds (`--resume`), sends the rest
- * through the throttle (in this process or in `--workers` processes, which get their requests from
- * this one), writes each result as it comes, and says how it went.
+ * is sent if one is bad), skips the ids the results file already holds (`--resume`; but not those
+ * refused by `--max-wait`, which are sent again), sends the rest through the throttle (in this
+ * process or in `--workers` processes, which get their requests from this one), writes each result
+ * as it comes, and says how it went.
  * SIGINT/SIGTERM: the first stops starting requests and lets those in flight finish and be written;
  * a second cancels those in flight too (written as interrupted). Resolves with the exit code.
  */
@@ -26,26 +27,40 @@ export async function run(options: RunOptions): Promise<ExitCode> {
 
   let todo: readonly BatchRequest[] = requests;
   let failedBefore = 0;
-  let recent: RecentCall[] = [];
+  let refusedBefore = 0;
+  const recent: RecentCall[] = [];
   if (options.resume) {
     const done = await readDone(options.out!);
     if (done.repaired) say(`${options.out} ended with a line cut short (the run was killed while writing it): removed; that request is sent again`);
-    todo = requests.filter((request) => !done.results.has(String(request.id)));
+    // An id is done when its last line is an outcome; a refusal by --max-wait is not one: sent again.
+    todo = requests.filter((request) => {
+      const result = done.results.get(String(request.id));
+      return result === undefined || isRefused(result);
+    });
     for (const request of requests) {
       const result = done.results.get(String(request.id));
       if (result === undefined) continue;
-      if (isFailure(result)) failedBefore += 1;
-      const completedAt = Date.parse(result.startedAt) + (result.ms ?? 0);
-      if (Number.isFinite(completedAt)) recent.push({ key: request.key, completedAt, slots: Math.max(1, result.attempts ?? 1) * request.cost });
+      if (isRefused(result)) refusedBefore += 1;
+      else if (isFailure(result)) failedBefore += 1;
     }
-    // Redis keeps the calls of the earlier run itself.
-    if (options.throttle.redis !== undefined) recent = [];
+    // Redis keeps the calls of the earlier run itself. Without it, every attempt a line records
+    // counts (the earlier lines of an id sent again too); a request refused at once sent nothing.
+    if (options.throttle.redis === undefined) {
+      const byId = new Map(requests.map((request) => [String(request.id), request]));
+      for (const line of done.lines) {
+        const request = byId.get(String(line.id));
+        if (request === undefined || line.attempts === 0 || typeof line.startedAt !== 'string') continue;
+        const completedAt = Date.parse(line.startedAt) + (line.ms ?? 0);
+        if (Number.isFinite(completedAt)) recent.push({ key: request.key, completedAt, slots: Math.max(1, line.attempts ?? 1) * request.cost });
+      }
+    }
   }
   const skipped = requests.length - todo.length;
+  const earlier = [...(skipped > 0 ? [`${skipped} done earlier, skipped`] : []), ...(refusedBefore > 0 ? [`${refusedBefore} refused earlier by --max-wait, sent again`] : [])];
   const rules = parseRules(options.throttle.rules).map(formatRule).join(', ');
   const keys = new Set(todo.map((request) => request.key)).size;
   const where = options.throttle.redis === undefined ? 'in-memory limits' : `limits shared through ${redact(options.throttle.redis)} (${options.throttle.prefix}:${options.throttle.name})`;
-  say(`${todo.length} request${todo.length === 1 ? '' : 's'} for ${keys} key${keys === 1 ? '' : 's'}${skipped > 0 ? ` (${skipped} done earlier, skipped)` : ''}; rules ${rules}; ${where}; ${options.workers > 1 ? `${options.workers} workers × ` : ''}concurrency ${options.send.concurrency}, ${options.throttle.mode} mode`);
+  say(`${todo.length} request${todo.length === 1 ? '' : 's'} for ${keys} key${keys === 1 ? '' : 's'}${earlier.length > 0 ? ` (${earlier.join('; ')})` : ''}; rules ${rules}; ${where}; ${options.workers > 1 ? `${options.workers} workers × ` : ''}concurrency ${options.send.concurrency}, ${options.throttle.mode} mode${options.send.maxWaitMs === undefined ? '' : `; at most ${options.send.maxWaitMs} ms waiting for a slot (--max-wait)`}`);
   if (options.workers > 1 && options.throttle.redis === undefined) {
     say('without --redis each worker keeps the limits of its own keys in memory (a key stays in one worker): they hold within this run, but are not shared with other processes or machines');
   }
@@ -77,14 +92,16 @@ export async function run(options: RunOptions): Promise<ExitCode> {
 
   const started = performance.now();
   let failed = 0;
+  let refused = 0;
   let sink: ResultsSink | undefined;
   let outcome: BatchOutcome;
   try {
     const onResult = (result: ResultLine): void => {
       sink!.write(result);
-      const bad = isFailure(result);
-      if (bad) failed += 1;
-      progress?.tick(bad);
+      const kind = isRefused(result) ? 'refused' : isFailure(result) ? 'failed' : 'ok';
+      if (kind === 'refused') refused += 1;
+      else if (kind === 'failed') failed += 1;
+      progress?.tick(kind);
     };
     const begin = (): void => {
       sink = openResults(options.out, options);
@@ -115,7 +132,10 @@ export async function run(options: RunOptions): Promise<ExitCode> {
   const left = todo.length - outcome.done;
   const again = options.file === STDIN ? ', piping in the same requests,' : '';
   const resumeHint = options.out === undefined ? '' : `; run again${again} with --resume --out ${options.out} to send the rest`;
-  const summary = `${outcome.done} sent in ${formatSeconds(seconds)} (${(outcome.done / Math.max(seconds, 1e-3)).toFixed(1)}/s): ${outcome.done - failed} ok, ${failed} failed${skipped > 0 ? `; ${skipped} done earlier` : ''}${options.out === undefined ? '' : `; results in ${options.out}`}`;
+  const sent = outcome.done - refused;
+  const refusals =
+    refused === 0 ? '' : `; ${refused} refused: no slot within --max-wait${options.out === undefined ? '' : ` (--resume --out ${options.out} sends them again${again ? ' from the same input' : ''})`}`;
+  const summary = `${sent} sent in ${formatSeconds(seconds)} (${(sent / Math.max(seconds, 1e-3)).toFixed(1)}/s): ${sent - failed} ok, ${failed} failed${refusals}${skipped > 0 ? `; ${skipped} done earlier` : ''}${options.out === undefined ? '' : `; results in ${options.out}`}`;
   if (outcome.fatal !== undefined) {
     process.stderr.write(`vendor-throttle: ${outcome.fatal instanceof CliError ? outcome.fatal.message : `the run stopped: ${errorText(outcome.fatal)}`}\n`);
     process.stderr.write(`vendor-throttle: ${summary}; ${left} not sent${resumeHint}\n`);
@@ -126,5 +146,5 @@ export async function run(options: RunOptions): Promise<ExitCode> {
     return EXIT.interrupted;
   }
   say(summary);
-  return failed + failedBefore > 0 ? EXIT.failed : EXIT.ok;
+  return failed + refused + failedBefore > 0 ? EXIT.failed : EXIT.ok;
 }

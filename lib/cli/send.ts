@@ -1,4 +1,4 @@
-import { StoreUnavailableError, type Throttle } from '../index.js';
+import { formatRule, RateLimitedError, StoreUnavailableError, type Throttle } from '../index.js';
 import { sleep } from '../sleep.js';
 import type { SendSettings } from './args.js';
 import { errorText } from './errors.js';
@@ -64,13 +64,19 @@ const INTERRUPTED = 'interrupted while in flight (second SIGINT/SIGTERM): the ve
  * sharing the store, and `retries` more attempts follow a 429, a 5xx or a network error, each
  * through the throttle again (after `retryDelayMs`, doubled each time, for a 5xx or a network error).
  *
+ * With `maxWaitMs`, every attempt — a retry after a 429 too, whose wait includes the vendor's pause
+ * — waits at most that long for its slot (the throttle's `maxDelayMs`). One that would wait longer
+ * is not sent: the result says `refused` and when the slot would have come (`retryAfterMs`), with the
+ * last answer if there was one; `--resume` sends such a request again.
+ *
  * A request whose first slot wait is cut short by `stop` was never sent: no result. A request that
- * was sent at least once always gets a result: its last answer, or why there was none.
+ * was sent at least once, or refused, always gets a result: its last answer, or why there was none.
  */
 export function createSender(throttle: Throttle, settings: SendSettings, signals: StopSignals): Sender {
   const send = throttle.fetch({
     key: (_url: string, init: SendInit) => init.key,
     cost: (_url: string, init: SendInit) => init.cost,
+    maxDelayMs: settings.maxWaitMs,
     retries: 0,
     fallbackPauseMs: settings.retryDelayMs,
     fetch: (url: string, init: SendInit) => attempt(url, init, settings.timeoutMs, signals.abort),
@@ -80,6 +86,7 @@ export function createSender(throttle: Throttle, settings: SendSettings, signals
     let last: Answer | NoAnswer | undefined;
     let attempts = 0;
     let fatal: unknown;
+    let refusal: RateLimitedError | undefined;
     for (let n = 0; n <= settings.retries; n++) {
       if (n > 0 && last !== undefined && backsOff(last)) {
         try {
@@ -92,7 +99,11 @@ export function createSender(throttle: Throttle, settings: SendSettings, signals
         last = await send(request.url, { key: request.key, cost: request.cost, method: request.method, headers: request.headers, body: request.body, signal: signals.stop });
       } catch (error) {
         if (error instanceof NoAnswer) last = error;
-        else {
+        else if (error instanceof RateLimitedError) {
+          // No slot within --max-wait: not sent this time.
+          refusal = error;
+          break;
+        } else {
           // The throttle did not send it: stopped while waiting for the slot, or the store failed.
           if (error instanceof StoreUnavailableError || !signals.stop.aborted) fatal = error;
           break;
@@ -101,9 +112,25 @@ export function createSender(throttle: Throttle, settings: SendSettings, signals
       attempts = n + 1;
       if (!shouldRetry(last)) break;
     }
+    if (refusal !== undefined) return { result: refusedResult(request, last, attempts, refusal, settings), fatal };
     if (last === undefined) return { result: undefined, fatal };
     return { result: resultOf(request, last, attempts, settings.keepBody), fatal };
   };
+}
+
+/** An attempt the throttle refused (`--max-wait`): the last answer, if any, and why the next one was not sent. */
+function refusedResult(request: BatchRequest, last: Answer | NoAnswer | undefined, attempts: number, refusal: RateLimitedError, settings: SendSettings): ResultLine {
+  const why =
+    refusal.reason === 'paused'
+      ? 'the key is paused (a vendor rate-limit answer, or Redis recovering lost data)'
+      : refusal.reason === 'booked'
+        ? 'calls booked before it for the key come first'
+        : `rule ${formatRule(refusal.rule!)} is full`;
+  const base: ResultLine =
+    last === undefined
+      ? { id: request.id, key: request.key, status: null, startedAt: null, ms: null, attempts: 0 }
+      : resultOf(request, last, attempts, settings.keepBody);
+  return { ...base, refused: `no slot within --max-wait (${settings.maxWaitMs} ms): ${why}`, retryAfterMs: refusal.retryAfterMs };
 }
 
 /** A 5xx or no answer: wait before the next attempt (a 429 waits for the pause it set on the key instead). */
