@@ -32,13 +32,13 @@ export interface SlotPlan {
 export const SETTLED_SUFFIX = '!';
 
 /**
- * When to ask again about a slot deferred on a call in flight: a quarter of the call's remaining
- * estimate, or of the wait once the estimate has passed; between 5 and 50 ms (as `vt_retry_ms` in
- * lua/includes/log.lua).
+ * When to ask again about a slot deferred on a call in flight: when the call's estimate is reached
+ * (its completion is then likely known), or, once the estimate has passed, after a quarter of the
+ * wait; between 5 and 50 ms (as `vt_retry_ms` in lua/includes/log.lua).
  */
 export function retryMs(inFlightMs: number, waitMs: number): number {
-  const base = inFlightMs > 0 ? inFlightMs : waitMs;
-  return Math.min(50, Math.max(5, Math.ceil(base / 4)));
+  if (inFlightMs > 0) return Math.min(50, Math.max(5, Math.ceil(inFlightMs)));
+  return Math.min(50, Math.max(5, Math.ceil(waitMs / 4)));
 }
 
 /** Whether a slot's score is still an estimate: its call has not reported its completion. */

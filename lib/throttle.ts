@@ -6,7 +6,7 @@ import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { throttleWrap } from './adapters/wrap.js';
 import { QueueFullError, RateLimitedError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError, ThrottleError } from './errors.js';
-import { PAUSED, RECOVERING } from './decision.js';
+import { PAUSED } from './decision.js';
 import { HoldEstimator } from './hold.js';
 import { checkNamespace, encodeKey, normalizeKey, type KeyInput } from './keys.js';
 import type { KeyUsage, RulesOption, ScheduleOptions, StoreErrorPolicy, ThrottleEvents, ThrottleMode, ThrottleOptions, ThrottleStats } from './options.js';
@@ -550,12 +550,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       pending = undefined;
       result = decision.result;
       if (!result.deferred) break;
-      // The slot waits for a call still in flight: ask again once its completion is likely known,
-      // so the booking uses the real completion time rather than the estimate. A sixteenth of the
-      // longest response seen keeps the extra wait, and the number of asks per call, small.
-      const response = this.#hold.responseMs;
-      const retry = response > 0 && result.ruleIndex !== RECOVERING ? Math.min(result.retryMs, Math.max(2, Math.ceil(response / 16))) : result.retryMs;
-      await this.#sleepUnlessSettled(call.encoded, Math.min(retry, result.waitMs), signals);
+      // The slot waits for a call still in flight: ask again once its completion is likely known
+      // (the store says when: at its estimate, at most 50 ms on), or at once when this process
+      // settles a call of the key. Learning of the completion up to 50 ms late costs no quota: the
+      // slot it frees starts a whole window after it.
+      await this.#sleepUnlessSettled(call.encoded, Math.min(result.retryMs, result.waitMs), signals);
     }
     if (!result.granted) {
       const reason = result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex >= 0 ? call.rules[result.ruleIndex]! : 'booked';

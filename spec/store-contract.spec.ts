@@ -184,6 +184,13 @@ for (const { name, make } of subjects) {
       expect(deferred).to.deep.include({ granted: false, deferred: true, members: [] });
       expect(deferred.retryMs).to.equal(50);
       expect(deferred.startAt).to.equal(first.startAt + 5_000 + 60_000);
+      // A call in flight whose estimate is near: ask again when it is reached (its completion is
+      // then likely known), not in small steps before.
+      const soon = await store.reserve(request({ rules, key: 'soon', holdMs: 45 }));
+      expect(soon.granted).to.equal(true);
+      const nearly = await store.reserve(request({ rules, key: 'soon', holdMs: 45, defer: true }));
+      expect(nearly.deferred).to.equal(true);
+      expect(nearly.retryMs).to.be.within(20, 45);
       const settle = [{ member: first.members[0]!, releaseAt: first.startAt + 30 }];
       const booked = await store.reserve(request({ rules, holdMs: 5_000, defer: true, settle }));
       expect(booked).to.deep.include({ granted: true, deferred: false, startAt: first.startAt + 30 + 60_000 });

@@ -49,13 +49,12 @@ local function vt_overdue(log, flight, now, max_hold)
   end
 end
 
--- When to ask again about a slot deferred on a call in flight: a quarter of the call's remaining
--- estimate, or of the wait once the estimate has passed; between 5 ms and 50 ms. Must match
+-- When to ask again about a slot deferred on a call in flight: when the call's estimate is reached,
+-- or, once the estimate has passed, after a quarter of the wait; between 5 ms and 50 ms. Must match
 -- retryMs() in lib/decision.ts.
 local function vt_retry_ms(in_flight_ms, wait)
-  local base = in_flight_ms
-  if base <= 0 then base = wait end
-  return math.min(50, math.max(5, math.ceil(base / 4)))
+  if in_flight_ms > 0 then return math.min(50, math.max(5, math.ceil(in_flight_ms))) end
+  return math.min(50, math.max(5, math.ceil(wait / 4)))
 end
 
 -- Keeps the keys alive until the latest score in the log is older than the history kept, until a
