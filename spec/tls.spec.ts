@@ -1,0 +1,122 @@
+/**
+ * RedisStore over TLS: a redis-server this spec starts with a TLS port (the test certificates in
+ * spec/support/tls), an ioredis client that trusts the test CA, and a throttle in each mode, with
+ * recovery after a data loss. The store sends nothing that differs under TLS; this proves the
+ * scripts, batching and the heartbeat run over such a connection as they do in the clear.
+ *
+ * The certificates (valid until 2126) were made with:
+ *   openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 36500 -subj "/CN=vendor-throttle test CA"
+ *   openssl req -newkey rsa:2048 -nodes -keyout redis.key -out redis.csr -subj "/CN=localhost"
+ *   openssl x509 -req -in redis.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out redis.crt -days 36500 \
+ *     -extfile <(printf "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+ * (the CA key was then deleted).
+ */
+import { expect } from 'chai';
+import { Redis } from 'ioredis';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { RateLimitedError, Throttle, type ThrottleMode } from '../lib/index.js';
+import { freePort, startRedis, type RedisServer } from '../scripts/support/redis-server.js';
+import { redisStore, uniquePrefix } from './support/hooks.js';
+
+const certificate = (name: string): string => fileURLToPath(new URL(`./support/tls/${name}`, import.meta.url));
+
+describe('RedisStore over TLS', function () {
+  this.timeout(20_000);
+  let server: RedisServer;
+  let tlsPort: number;
+  const clients: Redis[] = [];
+
+  before(async () => {
+    tlsPort = await freePort();
+    server = await startRedis({
+      args: [
+        '--tls-port', String(tlsPort),
+        '--tls-cert-file', certificate('redis.crt'),
+        '--tls-key-file', certificate('redis.key'),
+        '--tls-ca-cert-file', certificate('ca.crt'),
+        '--tls-auth-clients', 'no',
+      ],
+    });
+  });
+
+  after(async () => {
+    await Promise.allSettled(clients.splice(0).map((client) => client.quit()));
+    await server?.stop();
+  });
+
+  function tlsClient(options: { trusted?: boolean } = {}): Redis {
+    const client = new Redis({
+      host: '127.0.0.1',
+      port: tlsPort,
+      tls: options.trusted === false ? { servername: 'localhost' } : { ca: readFileSync(certificate('ca.crt')), servername: 'localhost' },
+      maxRetriesPerRequest: 0,
+      retryStrategy: options.trusted === false ? () => null : undefined,
+      lazyConnect: true,
+    });
+    client.on('error', () => {});
+    clients.push(client);
+    return client;
+  }
+
+  it('connects only to a client that trusts the server certificate (the port really speaks TLS)', async () => {
+    const trusted = tlsClient();
+    await trusted.connect();
+    expect(await trusted.ping()).to.equal('PONG');
+    // Without the CA, the handshake fails on the certificate (ioredis reports it as an 'error' event).
+    const untrusted = tlsClient({ trusted: false });
+    const reported: unknown[] = [];
+    untrusted.on('error', (error: unknown) => reported.push(error));
+    const failed = await untrusted.connect().then(
+      () => false,
+      () => true,
+    );
+    expect(failed).to.equal(true);
+    expect(reported.map(String).join('\n')).to.match(/self[- ]signed|unable to (get|verify)/i);
+  });
+
+  for (const mode of ['delay', 'queue', 'throw'] as ThrottleMode[]) {
+    it(`${mode} mode: books, waits and refuses over TLS as in the clear`, async () => {
+      const client = tlsClient();
+      await client.connect();
+      const store = redisStore(client, { prefix: uniquePrefix() });
+      const throttle = new Throttle({ name: 'acme', rules: ['3/200ms'], mode, store, safetyMarginMs: 20 });
+      try {
+        const startedAt = performance.now();
+        const starts: number[] = [];
+        const outcomes = await Promise.allSettled(
+          Array.from({ length: 6 }, () => throttle.schedule('u', () => starts.push(performance.now() - startedAt))),
+        );
+        if (mode === 'throw') {
+          expect(outcomes.filter((outcome) => outcome.status === 'fulfilled')).to.have.length(3);
+          const refused = outcomes.find((outcome) => outcome.status === 'rejected') as PromiseRejectedResult;
+          expect(refused.reason).to.be.instanceOf(RateLimitedError);
+        } else {
+          expect(outcomes.every((outcome) => outcome.status === 'fulfilled')).to.equal(true);
+          // The second three wait for the first three to leave the 200 ms window.
+          const sorted = starts.sort((a, b) => a - b);
+          expect(sorted[3]! - sorted[0]!).to.be.at.least(200);
+        }
+        expect((await throttle.inspect('u')).rules[0]!.used).to.equal(3);
+      } finally {
+        await throttle.close();
+      }
+    });
+  }
+
+  it('finds a data loss by its heartbeat and puts the calls back, over TLS', async () => {
+    const client = tlsClient();
+    await client.connect();
+    const store = redisStore(client, { prefix: uniquePrefix(), recovery: { heartbeatMs: 100, graceMs: 400 } });
+    const throttle = new Throttle({ name: 'acme', rules: ['3/5s'], store, maxDelayMs: 0 });
+    try {
+      for (let i = 0; i < 3; i++) await throttle.schedule('u', () => i);
+      await client.flushall();
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      expect(store.recoveries).to.equal(1);
+      expect((await throttle.inspect('u')).rules[0]!.used).to.equal(3);
+    } finally {
+      await throttle.close();
+    }
+  });
+});
