@@ -119,7 +119,7 @@ describe('vendor-throttle command line', function () {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('sends every request, retries a 503 and a 429 through the throttle, keeps the rule at the vendor and writes every id once', async () => {
+  it('sends every request, retries a 503, a 429 and a 403 with Retry-After through the throttle, keeps the rule at the vendor and writes every id once', async () => {
     const seen = new Set<string>();
     const server = await useVendor((arrival) => {
       const id = idOf(arrival)!;
@@ -127,6 +127,8 @@ describe('vendor-throttle command line', function () {
       seen.add(id);
       if (first && id === 'r-4') return { status: 503, body: { error: 'busy' } };
       if (first && id === 'r-7') return { status: 429, headers: { 'retry-after': '0' }, body: { error: 'slow down' } };
+      // GitHub's way of saying "rate limited": a 403 with Retry-After.
+      if (first && id === 'r-10') return { status: 403, headers: { 'retry-after': '0' }, body: { error: 'secondary rate limit' } };
       return { status: 200, body: { id } };
     });
     const list = rows(['ann', 'bob', 'cy'], 8);
@@ -141,11 +143,12 @@ describe('vendor-throttle command line', function () {
     const byId = new Map(results.map((result) => [result.id, result]));
     expect(byId.get('r-4')).to.include({ attempts: 2 });
     expect(byId.get('r-7')).to.include({ attempts: 2 });
+    expect(byId.get('r-10')).to.include({ attempts: 2 });
     expect(byId.get('r-0')).to.include({ key: 'ann', attempts: 1 });
     expect(byId.get('r-0')!.body).to.deep.equal({ id: 'r-0' });
     expect(Date.parse(byId.get('r-0')!.startedAt as string)).to.be.closeTo(Date.now(), 30_000);
     // Every arrival counts, retries included.
-    expect(server.arrivals).to.have.length(list.length + 2);
+    expect(server.arrivals).to.have.length(list.length + 3);
     expect(worstWindow(server, 400)).to.be.at.most(4);
     expect(stderr).to.match(/24 sent in .*24 ok, 0 failed/);
   });

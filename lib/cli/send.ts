@@ -1,5 +1,6 @@
 import { formatRule, RateLimitedError, StoreUnavailableError, type Throttle } from '../index.js';
 import { sleep } from '../sleep.js';
+import { readVendorSignal } from '../vendor-signals.js';
 import type { SendSettings } from './args.js';
 import { errorText } from './errors.js';
 import type { BatchRequest } from './input.js';
@@ -59,10 +60,11 @@ const MAX_RETRY_DELAY_MS = 30_000;
 const INTERRUPTED = 'interrupted while in flight (second SIGINT/SIGTERM): the vendor may have received it';
 
 /**
- * Sends requests through `throttle.fetch()`: each attempt waits for its slot, a vendor's 429 (or
- * `Retry-After`, rate-limit headers saying the limit is used up) pauses the key for every process
- * sharing the store, and `retries` more attempts follow a 429, a 5xx or a network error, each
- * through the throttle again (after `retryDelayMs`, doubled each time, for a 5xx or a network error).
+ * Sends requests through `throttle.fetch()`: each attempt waits for its slot, a vendor's refusal (a
+ * 429, or a 403/503 with `Retry-After` or rate-limit headers saying the limit is used up) pauses the
+ * key for every process sharing the store, and `retries` more attempts follow a refusal, a 5xx or a
+ * network error, each through the throttle again (after `retryDelayMs`, doubled each time, for a 5xx
+ * or a network error).
  *
  * With `maxWaitMs`, every attempt — a retry after a 429 too, whose wait includes the vendor's pause
  * — waits at most that long for its slot (the throttle's `maxDelayMs`). One that would wait longer
@@ -139,7 +141,10 @@ function backsOff(last: Answer | NoAnswer): boolean {
 }
 
 function shouldRetry(last: Answer | NoAnswer): boolean {
-  return last instanceof NoAnswer ? last.retryable : last.status === 429 || last.status >= 500;
+  if (last instanceof NoAnswer) return last.retryable;
+  // A refusal by the vendor's rules (a 429, or a 403 or 503 with Retry-After or a used-up limit, as
+  // GitHub answers) is sent again once the pause it set on the key is over, as the adapters do.
+  return last.status >= 500 || readVendorSignal({ status: last.status, headers: last.headers }).refused;
 }
 
 /** One attempt, inside its slot: sends, reads the whole body, gives up after `timeoutMs` or when `abort` fires. */
