@@ -2,7 +2,7 @@ import type { Rule } from './rules.js';
 
 /**
  * The decision algorithm, shared by every store (the Redis store runs the same steps in
- * `lua/reserve.lua`). See docs/design.md for the proof.
+ * `vt_reserve`, lua/includes/ops.lua). See docs/design.md for the proof.
  *
  * A key's log holds one score per booked slot: the time after which the slot's call can no longer
  * be "in flight" — its completion once known, else its start plus a hold. A slot counts against a
@@ -47,7 +47,7 @@ export function isUnsettled(member: string): boolean {
 }
 
 /**
- * `confirm.lua` in TypeScript: whether a slot starting at `startAt`, numbered from `first`, still
+ * `vt_confirm` (lua/includes/ops.lua) in TypeScript: whether a slot starting at `startAt`, numbered from `first`, still
  * leaves room under every rule among the slots numbered before it.
  */
 export function stillFits(

@@ -10,9 +10,9 @@
  * only books later slots a little later. Exactness does not rest on it: a call past its estimate
  * without a completion counts as still in flight (docs/design.md §4).
  *
- * A call that wakes later than its hold allows (lag + longest response > hold) does not start: it
- * gives its slot back and books a new one (see `Throttle`), keeping the estimates others were placed
- * on close to the truth.
+ * A call that wakes so late that `maxHoldMs` no longer covers it (lateness > `maxHoldMs` − longest
+ * response) does not start: it gives its slot back and books a new one (see `Throttle`), since
+ * decisions stop counting a call without a completion `maxHoldMs` after its estimate.
  */
 export const SAMPLES = 64;
 /** Start lag every hold allows on top of the longest observed response time. */

@@ -1,7 +1,7 @@
 --[[
   inspect: reads one key's usage without changing anything.
 
-  KEYS[1]  log   sorted set of slots (see reserve.lua)
+  KEYS[1]  log   sorted set of slots (see includes/ops.lua)
   KEYS[2]  meta  hash of the key
   ARGV[1]  R, number of rules, followed by R triples: LIMIT, WINDOW (ms), BUCKET (ms, 0 = exact)
 

@@ -2,9 +2,9 @@
   pause: no call of this key may start before now + MS, in any process (the vendor said its limit
   was hit: 429 with Retry-After, X-RateLimit-Reset, ...). A later pause already set is kept.
 
-  KEYS[1]  log   sorted set of slots (see reserve.lua)
+  KEYS[1]  log   sorted set of slots (see includes/ops.lua)
   KEYS[2]  meta  hash of the key; field `pause` = no start before this (ms, store clock)
-  KEYS[3]  flight  sorted set of the slots not settled yet (see reserve.lua)
+  KEYS[3]  flight  sorted set of the slots not settled yet (see includes/ops.lua)
   ARGV[1]  MS      pause length from now, ms
   ARGV[2]  RETAIN  ms of history to keep
 

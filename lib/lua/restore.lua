@@ -4,7 +4,7 @@
   process still knows it made (its journal). Never removes anything; an entry already present is
   left as it is.
 
-  KEYS[1]  log     sorted set of slots (see reserve.lua)
+  KEYS[1]  log     sorted set of slots (see includes/ops.lua)
   KEYS[2]  meta    hash of the key
   KEYS[3]  flight  sorted set of the slots not settled yet
   ARGV[1]  RETAIN    ms of history to keep

@@ -74,8 +74,9 @@ interface Op {
 
 /**
  * Shares each key's log through Redis (standalone or Cluster), so limits hold across processes
- * and machines. Every decision is one `EVALSHA` of `lua/reserve.lua`, which reads the time with
- * `TIME` (the store's clock, never the worker's). Scripts are registered with ioredis
+ * and machines. The decisions, completions and confirmations one process has within an event-loop
+ * turn go as one `EVALSHA` of `lua/batch.lua` per namespace (per key on a Cluster), which reads the
+ * time with `TIME` (the store's clock, never the worker's). Scripts are registered with ioredis
  * `defineCommand`, which sends EVALSHA and falls back to EVAL on NOSCRIPT (also in pipelines), so a
  * `SCRIPT FLUSH` or a restarted Redis is recovered transparently.
  *
