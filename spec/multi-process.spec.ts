@@ -240,7 +240,8 @@ describe('multi-process: workers sharing one Redis against a silent vendor', fun
 
     // Each window of a burst booked ahead costs the 100 ms hold (ratio 1.2 in one process); with 4
     // processes on 2 cores some calls outlive their estimate, and the calls booked behind them book
-    // again at the end of the queue (measured 1.33–1.39 on a quiet machine, up to 1.84 on a busy one). Batches belong in queue mode (scenario a).
+    // again at the end of the queue (measured 1.33–1.39 on a quiet machine, up to 1.84 on a busy
+    // one). Batches belong in queue mode (scenario a).
     it('costs the 100 ms hold per window and some re-booking: within twice the ideal on 500 ms windows', () => {
       expect(duration / target, `duration ${Math.round(duration)} ms / ideal ${target} ms`).to.be.within(floor(target), 2);
     });
