@@ -33,11 +33,11 @@ export const SETTLED_SUFFIX = '!';
 
 /**
  * When to ask again about a slot deferred on a call in flight: when the call's estimate is reached
- * (its completion is then likely known), or, once the estimate has passed, after a quarter of the
- * wait; between 5 and 50 ms (as `vt_retry_ms` in lua/includes/log.lua).
+ * (its completion is then likely known; at least 5 ms), or, once the estimate has passed, after a
+ * quarter of the wait, between 5 and 50 ms (as `vt_retry_ms` in lua/includes/log.lua).
  */
 export function retryMs(inFlightMs: number, waitMs: number): number {
-  if (inFlightMs > 0) return Math.min(50, Math.max(5, Math.ceil(inFlightMs)));
+  if (inFlightMs > 0) return Math.max(5, Math.ceil(inFlightMs));
   return Math.min(50, Math.max(5, Math.ceil(waitMs / 4)));
 }
 

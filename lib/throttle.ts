@@ -550,11 +550,13 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       pending = undefined;
       result = decision.result;
       if (!result.deferred) break;
-      // The slot waits for a call still in flight: ask again once its completion is likely known
-      // (the store says when: at its estimate, at most 50 ms on), or at once when this process
-      // settles a call of the key. Learning of the completion up to 50 ms late costs no quota: the
-      // slot it frees starts a whole window after it.
-      await this.#sleepUnlessSettled(call.encoded, Math.min(result.retryMs, result.waitMs), signals);
+      // The slot waits for a call still in flight (or booked ahead): ask again once its completion
+      // is likely known (the store says when: at its estimate), or at once when this process settles
+      // a call of the key. Never later than this throttle's hold before the slot the estimate gives:
+      // the call started at least a hold before its estimate, so the slot its completion frees starts
+      // no earlier than that, and learning of the completion by then costs no quota.
+      const retry = result.ruleIndex >= 0 ? Math.max(5, Math.min(result.retryMs, result.waitMs - this.#hold.holdMs)) : result.retryMs;
+      await this.#sleepUnlessSettled(call.encoded, Math.min(retry, result.waitMs), signals);
     }
     if (!result.granted) {
       const reason = result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex >= 0 ? call.rules[result.ruleIndex]! : 'booked';

@@ -49,11 +49,11 @@ local function vt_overdue(log, flight, now, max_hold)
   end
 end
 
--- When to ask again about a slot deferred on a call in flight: when the call's estimate is reached,
--- or, once the estimate has passed, after a quarter of the wait; between 5 ms and 50 ms. Must match
--- retryMs() in lib/decision.ts.
+-- When to ask again about a slot deferred on a call in flight: when the call's estimate is reached
+-- (at least 5 ms), or, once the estimate has passed, after a quarter of the wait, between 5 ms and
+-- 50 ms. Must match retryMs() in lib/decision.ts.
 local function vt_retry_ms(in_flight_ms, wait)
-  if in_flight_ms > 0 then return math.min(50, math.max(5, math.ceil(in_flight_ms))) end
+  if in_flight_ms > 0 then return math.max(5, math.ceil(in_flight_ms)) end
   return math.min(50, math.max(5, math.ceil(wait / 4)))
 end
 
