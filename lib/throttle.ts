@@ -69,7 +69,9 @@ interface GiveBack {
 /** A slot decided by the local fallback while the store was down, to be put into the store once it answers. */
 interface LocalSlot {
   readonly cost: number;
-  /** Completion, on the local store's clock; undefined while the call is in flight. */
+  /** The slot's start plus the hold it was booked with, on the local store's clock: its estimate. */
+  readonly estimateAt: number;
+  /** Completion, on the local store's clock; undefined until the call completes. */
   releaseAt: number | undefined;
 }
 
@@ -437,7 +439,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
     const result = await local.reserve({ ...request, rules, settle: [] });
     if (!result.granted) return { result, store: local, rules, localSlot: undefined };
-    const localSlot: LocalSlot = { cost: call.cost, releaseAt: undefined };
+    const localSlot: LocalSlot = { cost: call.cost, estimateAt: result.startAt + request.holdMs, releaseAt: undefined };
     let entry = this.#localSlots.get(call.encoded);
     if (!entry) this.#localSlots.set(call.encoded, (entry = { retainMs: call.retainMs, slots: [] }));
     entry.slots.push(localSlot);
@@ -446,20 +448,26 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /**
-   * Puts the slots decided locally into the store: one that completed counts until its completion,
-   * one still in flight until `maxHoldMs` from now. Keys are dropped from the record once done; a
-   * failure leaves the rest for the next try.
+   * Puts the slots decided locally into the store: one that completed counts until its completion;
+   * one without a completion (still in flight, or booked ahead and not started yet) as a call in
+   * flight would, until `maxHoldMs` after its estimate (or after now, if that has passed). A slot
+   * decided while a put-back runs stays for the next one; a failure leaves the rest for the next try.
    */
   #putBackLocal(): Promise<void> {
     this.#putBack ??= (async () => {
-      for (const [encoded, { retainMs, slots }] of this.#localSlots) {
+      for (const [encoded, entry] of this.#localSlots) {
         const now = localClock();
-        const live = slots.filter((slot) => slot.releaseAt === undefined || slot.releaseAt + retainMs > now);
+        const handled = new Set(entry.slots);
+        const live = entry.slots.filter((slot) => slot.releaseAt === undefined || slot.releaseAt + entry.retainMs > now);
         if (live.length > 0) {
-          const restored = live.map((slot) => ({ releaseInMs: Math.ceil((slot.releaseAt ?? now + this.#maxHoldMs) - now), cost: slot.cost }));
-          await this.store.restore(this.name, encoded, restored, retainMs, this.#maxHoldMs);
+          const releaseAt = (slot: LocalSlot) => slot.releaseAt ?? Math.max(slot.estimateAt, now) + this.#maxHoldMs;
+          const restored = live.map((slot) => ({ releaseInMs: Math.ceil(releaseAt(slot) - now), cost: slot.cost }));
+          await this.store.restore(this.name, encoded, restored, entry.retainMs, this.#maxHoldMs);
         }
-        this.#localSlots.delete(encoded);
+        // Slots decided locally while the restore was on its way stay for the next put-back.
+        const kept = entry.slots.filter((slot) => !handled.has(slot));
+        entry.slots.splice(0, entry.slots.length, ...kept);
+        if (kept.length === 0 && this.#localSlots.get(encoded) === entry) this.#localSlots.delete(encoded);
       }
     })().finally(() => {
       this.#putBack = undefined;

@@ -3,6 +3,7 @@ import { RateLimitedError, ThrottleClosedError, ThrottleConfigError } from '../l
 import { Throttle } from '../lib/throttle.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import type { ThrottleOptions } from '../lib/options.js';
+import type { Store } from '../lib/store.js';
 import { delegatingStore } from './support/delegating-store.js';
 import { useFakeClock } from './support/fake-clock.js';
 
@@ -330,6 +331,94 @@ describe('Throttle: cancellation', () => {
     const error = await throttle.schedule('u', () => {}, { signal: AbortSignal.abort(reason) }).catch((e: unknown) => e);
     expect(error).to.equal(reason);
     expect((await throttle.inspect('u')).rules[0]!.used).to.equal(0);
+    await throttle.close();
+  });
+});
+
+describe("Throttle: onStoreError 'local' while the store comes and goes", () => {
+  const fake = useFakeClock();
+
+  /** A MemoryStore behind a switch: while `down`, every method fails as an unreachable Redis would. */
+  function flakyStore(options: { restoreDelayMs?: number } = {}) {
+    const inner = new MemoryStore();
+    const state = { down: false };
+    const guard =
+      <A extends unknown[], R>(method: (...args: A) => Promise<R>) =>
+      async (...args: A): Promise<R> => {
+        if (state.down) throw new Error('connect ECONNREFUSED 127.0.0.1:6379');
+        return method(...args);
+      };
+    const store = delegatingStore(inner, {
+      reserve: guard((request) => inner.reserve(request)),
+      settle: guard((...args: Parameters<Store['settle']>) => inner.settle(...args)),
+      confirm: guard((...args: Parameters<Store['confirm']>) => inner.confirm(...args)),
+      restore: guard(async (...args: Parameters<Store['restore']>) => {
+        await new Promise((resolve) => setTimeout(resolve, options.restoreDelayMs ?? 0));
+        if (state.down) throw new Error('connection lost');
+        return inner.restore(...args);
+      }),
+    });
+    return { store, state };
+  }
+
+  /** Most of `times` in any window of `windowMs` (half-open), as the vendor counts. */
+  function mostInWindow(times: readonly number[], windowMs: number): number {
+    const sorted = [...times].sort((a, b) => a - b);
+    let most = 0;
+    for (let i = 0, j = 0; i < sorted.length; i++) {
+      while (sorted[i]! - sorted[j]! >= windowMs) j++;
+      most = Math.max(most, i - j + 1);
+    }
+    return most;
+  }
+
+  it('puts a slot booked ahead locally into the store as in flight from its start, not as done by now', async () => {
+    const { store, state } = flakyStore();
+    const throttle = new Throttle({ rules: ['2/2s'], store, onStoreError: 'local', localShare: 1, maxHoldMs: 100, safetyMarginMs: 20, adaptiveMargin: false });
+    const t0 = Date.now();
+    const starts: number[] = [];
+    const call = () => throttle.schedule('u', () => void starts.push(Date.now() - t0));
+    state.down = true;
+    // Decided locally: two now, two booked ahead at 2 s.
+    const local = [call(), call(), call(), call()];
+    await fake.clock.tickAsync(1_200);
+    state.down = false;
+    await fake.clock.tickAsync(100);
+    const remote = [call(), call()];
+    await fake.clock.tickAsync(6_000);
+    await Promise.all([...local, ...remote]);
+    expect(starts.slice(0, 4)).to.deep.equal([0, 0, 2_020, 2_020]);
+    // The store counted the two calls booked ahead from their start: no 2 s window holds more than 2.
+    expect(mostInWindow(starts, 2_000)).to.equal(2);
+    await throttle.close();
+  });
+
+  it('keeps a slot decided locally while a put-back is on its way, for the next put-back', async () => {
+    const { store, state } = flakyStore({ restoreDelayMs: 300 });
+    const throttle = new Throttle({ rules: ['3/5s'], store, onStoreError: 'local', localShare: 1, adaptiveMargin: false });
+    const t0 = Date.now();
+    const starts: number[] = [];
+    const call = () => throttle.schedule('u', () => void starts.push(Date.now() - t0));
+    const at = (ms: number) => fake.clock.tickAsync(Math.max(0, ms - (Date.now() - t0)));
+    state.down = true;
+    await call();
+    await at(1_400);
+    const second = call();
+    await at(1_401);
+    await second;
+    await at(1_500);
+    state.down = false;
+    // The put-back that starts at 2 s takes 300 ms; a call at 2.1 s is still decided locally.
+    await at(2_100);
+    const third = call();
+    await at(2_101);
+    await third;
+    await at(2_500);
+    const fourth = call();
+    await at(9_000);
+    await fourth;
+    expect(starts.slice(0, 3)).to.deep.equal([0, 1_400, 2_100]);
+    expect(mostInWindow(starts, 5_000)).to.equal(3);
     await throttle.close();
   });
 });
