@@ -295,6 +295,33 @@ for (const { name, make } of subjects) {
       expect(fifth.startAt).to.be.below(first.startAt + 3 + 5_000 + 500);
     });
 
+    it('a pause or a restore never shortens how long folded buckets count, even with the log empty', async () => {
+      const { store, advance } = make();
+      const rules = [{ limit: 3, windowMs: 2_000, bucketMs: 200 }];
+      const refusedAt: number[] = [];
+      for (const key of ['paused', 'restored']) {
+        const booked = await store.reserve(request({ rules, key, cost: 3, holdMs: 10 }));
+        await store.settle('ns', key, booked.members.map((member) => ({ member, releaseAt: booked.startAt + 1 })), 2_000);
+        await advance(5);
+        // The next decision folds the three calls into their bucket: the log is empty, meta holds the window.
+        const refused = await store.reserve(request({ rules, key, maxDelayMs: 0 }));
+        expect(refused.granted).to.equal(false);
+        expect(refused.startAt).to.equal(Math.ceil((booked.startAt + 1) / 200) * 200 + 2_000);
+        refusedAt.push(refused.startAt);
+      }
+      await store.pause('ns', 'paused', 50, 2_000);
+      // A call made elsewhere that counts for 10 ms more (its bucket for at most 210): the log's own
+      // lifetime is that short.
+      await store.restore('ns', 'restored', [{ releaseInMs: -1_990, cost: 1 }], 2_000, 0);
+      await advance(250);
+      for (const [i, key] of ['paused', 'restored'].entries()) {
+        const again = await store.reserve(request({ rules, key, maxDelayMs: 0 }));
+        expect(again.granted, key).to.equal(false);
+        expect(again.startAt, key).to.equal(refusedAt[i]);
+        expect((await store.inspect('ns', key, rules)).rules[0]!.used, key).to.equal(3);
+      }
+    });
+
     it('starts nothing during a vendor pause, keeps the longer pause, and reports it', async () => {
       const { store } = make();
       const rules = [{ limit: 5, windowMs: 1_000 }];
@@ -410,6 +437,21 @@ describe('RedisStore specifics', () => {
     await store.reserve(request({ rules: [{ limit: 5, windowMs: 2_000 }], holdMs: 100 }));
     const { log, meta, flight } = keyNames(prefix, 'ns', 'k');
     for (const key of [log, meta, flight]) expect(await client.pttl(key)).to.be.within(1_900, 2_100);
+  });
+
+  it('gives every key a time to live of its own: a flight set that comes back after its last completion', async () => {
+    const client = redisClient();
+    const prefix = uniquePrefix();
+    const store = redisStore(client, { prefix });
+    const rules = [{ limit: 5, windowMs: 2_000 }];
+    const first = await store.reserve(request({ rules, holdMs: 10, maxHoldMs: 1_000 }));
+    await store.settle('ns', 'k', [{ member: first.members[0]!, releaseAt: first.startAt + 5 }], 2_000);
+    const { log, meta, flight } = keyNames(prefix, 'ns', 'k');
+    // The completion emptied the flight set (Redis deleted it); the next booking writes it again.
+    expect(await client.exists(flight)).to.equal(0);
+    await store.reserve(request({ rules, holdMs: 10, maxHoldMs: 1_000 }));
+    // Were it never settled (its worker died), the flight set must still go away by itself.
+    for (const key of [log, meta, flight]) expect(await client.pttl(key), key).to.be.within(1_900, 4_100);
   });
 
   it('a bucketed 100000/day key holds 20,000 completed calls in its window in under 4 KB', async () => {

@@ -57,47 +57,65 @@ local function vt_retry_ms(in_flight_ms, wait)
   return math.min(50, math.max(5, math.ceil(wait / 4)))
 end
 
+-- Sets a key's time to live to TTL_MS (ms) when it has none (-1) or a shorter one: never shortens
+-- it. A key that does not exist (-2) is left alone.
+local function vt_keep(key, ttl_ms)
+  local left = redis.call('PTTL', key)
+  if left == -1 or (left >= 0 and left < ttl_ms) then redis.call('PEXPIRE', key, ttl_ms) end
+end
+
+-- The latest time (ms) until which a bucket in META still counts (fields 'b:<WINDOW>:<BUCKET>:<index>'
+-- count until index × BUCKET + WINDOW), 0 when there is none. Meta holds few fields: the live buckets
+-- of each bucketed (WINDOW, BUCKET), see vt_fold in ops.lua.
+local function vt_buckets_until(meta)
+  local until_ms = 0
+  for _, field in ipairs(redis.call('HKEYS', meta)) do
+    local window, bucket, index = string.match(field, '^b:(%d+):(%d+):(%d+)$')
+    if index ~= nil then until_ms = math.max(until_ms, tonumber(index) * tonumber(bucket) + tonumber(window)) end
+  end
+  return until_ms
+end
+
 -- Keeps the keys alive until the latest score in the log is older than the history kept, until a
 -- call still in flight can no longer count (its estimate + MAX_HOLD + RETAIN), and until a vendor
--- pause (meta field `pause`, ms) is over. Never shortens a time to live set before.
+-- pause (meta field `pause`, ms) is over; meta also until its last bucket no longer counts (the log
+-- may be empty while meta holds a window of buckets). Each key is checked on its own time to live,
+-- and none is ever shortened.
 local function vt_expire(log, meta, flight, now_ms, retain, pause, max_hold)
   local until_ms = pause or 0
   local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
   if top[2] ~= nil then until_ms = math.max(until_ms, tonumber(top[2]) + retain) end
   local latest = redis.call('ZRANGE', flight, -1, -1, 'WITHSCORES')
   if latest[2] ~= nil then until_ms = math.max(until_ms, tonumber(latest[2]) + max_hold + retain) end
+  local meta_until = math.max(until_ms, vt_buckets_until(meta))
+  if meta_until > 0 then vt_keep(meta, math.max(1, math.ceil(meta_until - now_ms))) end
   if until_ms == 0 then return end
   local ttl = math.max(1, math.ceil(until_ms - now_ms))
-  if ttl <= redis.call('PTTL', log) then return end
-  redis.call('PEXPIRE', log, ttl)
-  redis.call('PEXPIRE', meta, ttl)
-  redis.call('PEXPIRE', flight, ttl)
+  vt_keep(log, ttl)
+  vt_keep(flight, ttl)
 end
 
 -- Keeps the keys alive until at least UNTIL_MS (store clock); FRESH: the caller created all three
 -- (no log, slot number or pause before). Each booking extends them to cover its own call
 -- (estimate + MAX_HOLD + RETAIN) and each late completion its own window, so the lifetime always
--- covers every slot that can still count. Extends by SLACK more, so that the
--- bookings that follow within it need no PEXPIRE. Never shortens a time to live set before.
+-- covers every slot that can still count. A key whose own time to live falls short of UNTIL_MS (or
+-- that has none: a flight set or log emptied and written again) is extended by SLACK more, so that
+-- the bookings that follow within it need no PEXPIRE. Never shortens a time to live set before.
 local function vt_extend(log, meta, flight, now_ms, until_ms, slack, fresh)
   local ttl = math.ceil(until_ms - now_ms)
+  local target = math.max(1, ttl + slack)
   if fresh then
     -- A key this decision created: none of the three has a time to live yet.
-    ttl = math.max(1, ttl + slack)
-    redis.call('PEXPIRE', log, ttl)
-    redis.call('PEXPIRE', meta, ttl)
-    redis.call('PEXPIRE', flight, ttl)
+    redis.call('PEXPIRE', log, target)
+    redis.call('PEXPIRE', meta, target)
+    redis.call('PEXPIRE', flight, target)
     return
   end
-  local current = redis.call('PTTL', log)
-  -- The three keys share one lifetime; the log's tells whether it covers UNTIL_MS. A log without a
-  -- time to live (new, or emptied and written again by a completion that came late) always gets one.
-  if current ~= -1 and ttl <= current then return end
-  local target = math.max(1, ttl + slack)
+  -- Each key on its own: they need not share one lifetime (meta outlives an emptied log while it
+  -- holds buckets; a flight set emptied by its last completion comes back without one).
   for _, key in ipairs({ log, meta, flight }) do
-    local left = current
-    if key ~= log then left = redis.call('PTTL', key) end
-    if left == -1 or (left >= 0 and left < target) then redis.call('PEXPIRE', key, target) end
+    local left = redis.call('PTTL', key)
+    if left == -1 or (left >= 0 and left < ttl) then redis.call('PEXPIRE', key, target) end
   end
 end
 
