@@ -322,6 +322,22 @@ for (const { name, make } of subjects) {
       }
     });
 
+    it('a bucketed rule with many narrow buckets still counts calls folded more than 64 buckets ago', async () => {
+      const { store, advance } = make();
+      // 100 buckets of 10 ms; the three calls fold into one, then no decision for 70 bucket widths.
+      const rules = [{ limit: 3, windowMs: 1_000, bucketMs: 10 }];
+      const booked = await store.reserve(request({ rules, cost: 3, holdMs: 10 }));
+      await store.settle('ns', 'k', booked.members.map((member) => ({ member, releaseAt: booked.startAt + 1 })), 1_000);
+      await advance(5);
+      const folded = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      expect(folded.granted).to.equal(false);
+      await advance(700);
+      const later = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      expect(later.granted).to.equal(false);
+      expect(later.startAt).to.equal(folded.startAt);
+      expect(later.startAt).to.equal(Math.ceil((booked.startAt + 1) / 10) * 10 + 1_000);
+    });
+
     it('starts nothing during a vendor pause, keeps the longer pause, and reports it', async () => {
       const { store } = make();
       const rules = [{ limit: 5, windowMs: 1_000 }];
@@ -452,6 +468,39 @@ describe('RedisStore specifics', () => {
     await store.reserve(request({ rules, holdMs: 10, maxHoldMs: 1_000 }));
     // Were it never settled (its worker died), the flight set must still go away by itself.
     for (const key of [log, meta, flight]) expect(await client.pttl(key), key).to.be.within(1_900, 4_100);
+  });
+
+  it('deletes the buckets that no longer count and keeps n equal to the calls in the live ones', async () => {
+    const client = redisClient();
+    const prefix = uniquePrefix();
+    const store = redisStore(client, { prefix });
+    // 10 buckets of 20 ms per 200 ms window; the 2 s rule keeps meta alive through the idle spell below.
+    const rules = [{ limit: 1_000, windowMs: 200, bucketMs: 20 }, { limit: 5_000, windowMs: 2_000, bucketMs: 1_000 }];
+    const { meta } = keyNames(prefix, 'ns', 'k');
+    const bucketsOf = async (group: string) => {
+      const all = await client.hgetall(meta);
+      const fields = Object.keys(all).filter((field) => new RegExp(`^b:${group}:\\d+$`).test(field));
+      return { fields: fields.length, calls: fields.reduce((sum, field) => sum + Number(all[field]), 0), n: Number(all[`b:${group}:n`]) };
+    };
+    let calls = 0;
+    const started = performance.now();
+    while (performance.now() - started < 600) {
+      const booked = await store.reserve(request({ rules, holdMs: 1 }));
+      await store.settle('ns', 'k', [{ member: booked.members[0]!, releaseAt: booked.startAt + 1 }], 2_000);
+      calls++;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    // Three windows of steady use: at most the live buckets (10, or 11 across a bucket's end) remain.
+    const steady = await bucketsOf('200:20');
+    expect(steady.fields).to.be.within(1, 11);
+    expect(steady.n).to.equal(steady.calls);
+    // 25 bucket widths without a decision (more than meta has fields): one decision deletes them all.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await store.reserve(request({ rules, holdMs: 1 }));
+    expect(await bucketsOf('200:20')).to.deep.equal({ fields: 0, calls: 0, n: 0 });
+    const long = await bucketsOf('2000:1000');
+    expect(long.n).to.equal(long.calls);
+    expect(long.calls).to.equal(calls);
   });
 
   it('a bucketed 100000/day key holds 20,000 completed calls in its window in under 4 KB', async () => {

@@ -17,49 +17,73 @@
 -- one bucket width, never let through early). See lib/decision.ts (bucketIndex, bucketedFreeAt).
 
 -- Moves completed calls (and calls no longer in flight) older than the fold horizon out of the log,
--- into their bucket of each bucketed rule, and drops buckets that no longer count. Per bucketed rule
--- meta keeps 'b:<WINDOW>:<BUCKET>:low' (the lowest bucket that may still hold calls) and ':n' (the
--- calls in its buckets, dropped ones subtracted). Returns the latest time a bucket still counts until
--- (0 when none was touched), for the keys' lifetime, and the calls in the buckets per rule index.
+-- into their bucket of each bucketed rule, and deletes the buckets that no longer count. Per bucketed
+-- rule meta keeps 'b:<WINDOW>:<BUCKET>:low' (no bucket field of it lies below: those were deleted)
+-- and ':n' (the calls in its buckets, all of which still count). Returns the latest time a bucket
+-- folded into still counts until (0 when none), for the keys' lifetime, and the calls in the buckets
+-- per rule index.
 local function vt_fold(log, meta, flight, a, rules_at, rule_count, now_ms)
   local horizon = 0
-  local bucketed = {}
+  local groups = {}
   for r = 0, rule_count - 1 do
     local window = tonumber(a[rules_at + 3 * r + 1])
     local bucket = tonumber(a[rules_at + 3 * r + 2])
     if bucket > 0 then
-      bucketed[#bucketed + 1] = { r, window, bucket, 'b:' .. window .. ':' .. bucket .. ':' }
+      groups[#groups + 1] = { window = window, bucket = bucket, prefix = 'b:' .. window .. ':' .. bucket .. ':', rules = { r } }
     else
       horizon = math.max(horizon, window)
     end
   end
   local totals = {}
-  if #bucketed == 0 then return 0, totals end
+  if #groups == 0 then return 0, totals end
   local fields = {}
-  for k, rule in ipairs(bucketed) do
-    fields[2 * k - 1] = rule[4] .. 'low'
-    fields[2 * k] = rule[4] .. 'n'
+  for k, group in ipairs(groups) do
+    fields[2 * k - 1] = group.prefix .. 'low'
+    fields[2 * k] = group.prefix .. 'n'
   end
   local known = redis.call('HMGET', meta, unpack(fields))
+  local all = nil
   local changes = {}
-  for k, rule in ipairs(bucketed) do
-    local window, bucket, prefix = rule[2], rule[3], rule[4]
-    local first_live = math.floor((now_ms - window) / bucket) + 1
-    local low = tonumber(known[2 * k - 1] or first_live)
-    local n = tonumber(known[2 * k] or 0)
-    if low < first_live then
-      -- Forget buckets that stopped counting since the lowest one kept (a few per decision).
-      local dead = {}
-      for index = math.max(low, first_live - 64), first_live - 1 do dead[#dead + 1] = prefix .. index end
-      if #dead > 0 then
-        for _, count in ipairs(redis.call('HMGET', meta, unpack(dead))) do n = n - tonumber(count or 0) end
-        redis.call('HDEL', meta, unpack(dead))
+  for k, group in ipairs(groups) do
+    local prefix = group.prefix
+    local first_live = math.floor((now_ms - group.window) / group.bucket) + 1
+    local low = tonumber(known[2 * k - 1])
+    local stored = tonumber(known[2 * k])
+    local n = stored or 0
+    local dead = {}
+    local recount = false
+    if low == nil and stored == nil then
+      -- Nothing folded yet: no bucket field exists.
+      low = first_live
+    elseif low == nil or first_live - low > redis.call('HLEN', meta) then
+      -- Far behind (an idle spell while meta was kept alive), or a key written before `low` was kept:
+      -- reading meta once costs less than visiting every index. n is counted again from the fields.
+      if all == nil then all = redis.call('HGETALL', meta) end
+      recount = true
+      n = 0
+      for e = 1, #all, 2 do
+        local field = all[e]
+        if string.sub(field, 1, #prefix) == prefix then
+          local index = tonumber(string.sub(field, #prefix + 1))
+          if index ~= nil then
+            if index < first_live then dead[#dead + 1] = field else n = n + tonumber(all[e + 1]) end
+          end
+        end
       end
-      if low < first_live - 64 then n = 0 end
-      n = math.max(0, n)
+    else
+      for index = low, first_live - 1 do dead[#dead + 1] = prefix .. index end
     end
-    rule[5] = n
-    if low ~= first_live or n ~= tonumber(known[2 * k] or 0) then
+    -- In chunks: unpack() takes a few thousand values at most.
+    for from = 1, #dead, 1000 do
+      local chunk = { unpack(dead, from, math.min(#dead, from + 999)) }
+      if not recount then
+        for _, count in ipairs(redis.call('HMGET', meta, unpack(chunk))) do n = n - tonumber(count or 0) end
+      end
+      redis.call('HDEL', meta, unpack(chunk))
+    end
+    group.n = n
+    group.stored = stored
+    if tonumber(known[2 * k - 1]) ~= first_live then
       changes[#changes + 1] = prefix .. 'low'
       changes[#changes + 1] = first_live
     end
@@ -71,23 +95,22 @@ local function vt_fold(log, meta, flight, a, rules_at, rule_count, now_ms)
     if string.sub(member, -1) == '!' or redis.call('ZSCORE', flight, member) == false then
       local score = tonumber(old[e + 1])
       redis.call('ZREM', log, member)
-      for _, rule in ipairs(bucketed) do
-        local window, bucket = rule[2], rule[3]
-        local index = math.ceil(score / bucket)
+      for _, group in ipairs(groups) do
+        local index = math.ceil(score / group.bucket)
         -- A call whose bucket no longer counts (not trimmed yet) just leaves.
-        if index * bucket + window > now_ms then
-          redis.call('HINCRBY', meta, rule[4] .. index, 1)
-          rule[5] = rule[5] + 1
-          until_ms = math.max(until_ms, index * bucket + window)
+        if index * group.bucket + group.window > now_ms then
+          redis.call('HINCRBY', meta, group.prefix .. index, 1)
+          group.n = group.n + 1
+          until_ms = math.max(until_ms, index * group.bucket + group.window)
         end
       end
     end
   end
-  for k, rule in ipairs(bucketed) do
-    totals[rule[1]] = rule[5]
-    if rule[5] ~= tonumber(known[2 * k] or 0) then
-      changes[#changes + 1] = rule[4] .. 'n'
-      changes[#changes + 1] = rule[5]
+  for _, group in ipairs(groups) do
+    for _, r in ipairs(group.rules) do totals[r] = group.n end
+    if group.n ~= group.stored then
+      changes[#changes + 1] = group.prefix .. 'n'
+      changes[#changes + 1] = group.n
     end
   end
   if #changes > 0 then redis.call('HSET', meta, unpack(changes)) end
