@@ -338,6 +338,24 @@ for (const { name, make } of subjects) {
       expect(later.startAt).to.equal(Math.ceil((booked.startAt + 1) / 10) * 10 + 1_000);
     });
 
+    it('bucketed rules with the same window and bucket width count each call once', async () => {
+      const { store, advance } = make();
+      // A duplicate, and a second limit over the same window ('1500/day' with '3000/day').
+      const rules = [{ limit: 3, windowMs: 1_000, bucketMs: 100 }, { limit: 3, windowMs: 1_000, bucketMs: 100 }, { limit: 6, windowMs: 1_000, bucketMs: 100 }];
+      const booked = await store.reserve(request({ rules, cost: 2, holdMs: 10 }));
+      await store.settle('ns', 'k', booked.members.map((member) => ({ member, releaseAt: booked.startAt + 1 })), 1_000);
+      await advance(5);
+      // Folded once, the two calls leave room for a third under 3 per window.
+      const third = await store.reserve(request({ rules, maxDelayMs: 0, holdMs: 10 }));
+      expect(third.granted).to.equal(true);
+      expect((await store.inspect('ns', 'k', rules)).rules.map((rule) => rule.used)).to.deep.equal([3, 3, 3]);
+      await store.settle('ns', 'k', [{ member: third.members[0]!, releaseAt: third.startAt + 1 }], 1_000);
+      await advance(5);
+      const fourth = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      expect(fourth.granted).to.equal(false);
+      expect(fourth.startAt).to.equal(Math.ceil((booked.startAt + 1) / 100) * 100 + 1_000);
+    });
+
     it('starts nothing during a vendor pause, keeps the longer pause, and reports it', async () => {
       const { store } = make();
       const rules = [{ limit: 5, windowMs: 1_000 }];

@@ -219,11 +219,13 @@ function restsOnFlight(log: KeyLog, startAt: number, rules: readonly Rule[]): bo
 /**
  * `vt_fold` in lua/includes/ops.lua: when some rules are bucketed, completed calls (and calls no
  * longer counted as in flight) older than the exact rules' longest window leave the log and are
- * counted in their bucket of each bucketed rule. Buckets that no longer count are dropped.
+ * counted in their bucket of each distinct (window, bucket width). Buckets that no longer count are dropped.
  */
 function fold(log: KeyLog, nowMs: number, rules: readonly Rule[]): void {
   if (!rules.some(isBucketed)) return;
-  const bucketed = rules.filter(isBucketed);
+  // One set of buckets per distinct (window, bucket width): rules sharing both read the same buckets,
+  // and each call is counted in them once.
+  const bucketed = [...new Map(rules.filter(isBucketed).map((rule) => [`${rule.windowMs}:${rule.bucketMs}`, rule])).values()];
   for (const [field] of log.buckets) {
     const [windowMs, bucketMs, index] = field.split(':').map(Number) as [number, number, number];
     if (index * bucketMs + windowMs <= nowMs) log.buckets.delete(field);

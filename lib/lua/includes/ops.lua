@@ -17,19 +17,29 @@
 -- one bucket width, never let through early). See lib/decision.ts (bucketIndex, bucketedFreeAt).
 
 -- Moves completed calls (and calls no longer in flight) older than the fold horizon out of the log,
--- into their bucket of each bucketed rule, and deletes the buckets that no longer count. Per bucketed
--- rule meta keeps 'b:<WINDOW>:<BUCKET>:low' (no bucket field of it lies below: those were deleted)
--- and ':n' (the calls in its buckets, all of which still count). Returns the latest time a bucket
--- folded into still counts until (0 when none), for the keys' lifetime, and the calls in the buckets
--- per rule index.
+-- into their buckets, and deletes the buckets that no longer count. Buckets belong to a distinct
+-- (WINDOW, BUCKET): rules sharing both (duplicates, or one window with several limits) read the same
+-- buckets, and each call is folded into them once. Per (WINDOW, BUCKET) meta keeps
+-- 'b:<WINDOW>:<BUCKET>:low' (no bucket field of it lies below: those were deleted) and ':n' (the
+-- calls in its buckets, all of which still count). Returns the latest time a bucket folded into
+-- still counts until (0 when none), for the keys' lifetime, and the calls in the buckets per rule
+-- index.
 local function vt_fold(log, meta, flight, a, rules_at, rule_count, now_ms)
   local horizon = 0
   local groups = {}
+  local by_prefix = {}
   for r = 0, rule_count - 1 do
     local window = tonumber(a[rules_at + 3 * r + 1])
     local bucket = tonumber(a[rules_at + 3 * r + 2])
     if bucket > 0 then
-      groups[#groups + 1] = { window = window, bucket = bucket, prefix = 'b:' .. window .. ':' .. bucket .. ':', rules = { r } }
+      local prefix = 'b:' .. window .. ':' .. bucket .. ':'
+      local group = by_prefix[prefix]
+      if group == nil then
+        group = { window = window, bucket = bucket, prefix = prefix, rules = {} }
+        by_prefix[prefix] = group
+        groups[#groups + 1] = group
+      end
+      group.rules[#group.rules + 1] = r
     else
       horizon = math.max(horizon, window)
     end
