@@ -220,6 +220,20 @@ for (const { name, make } of subjects) {
       expect(third.startAt).to.equal(second.startAt);
     });
 
+    it('neither defers on nor calls tentative a slot whose call left the flight set unsettled (maxHoldMs after its estimate)', async () => {
+      const { store, advance } = make();
+      const rules = [{ limit: 1, windowMs: 2_000 }];
+      // Two calls that never report: one past estimate + maxHoldMs at the next decision, one not.
+      const orphan = await store.reserve(request({ rules, holdMs: 10, maxHoldMs: 20 }));
+      await store.reserve(request({ rules, key: 'alive', holdMs: 10, maxHoldMs: 60_000 }));
+      await advance(50);
+      const head = await store.reserve(request({ rules, holdMs: 10, maxHoldMs: 20, defer: true }));
+      expect(head).to.deep.include({ granted: true, deferred: false, tentative: false });
+      expect(head.startAt).to.equal(orphan.startAt + 10 + 2_000);
+      const waiting = await store.reserve(request({ rules, key: 'alive', holdMs: 10, maxHoldMs: 60_000, defer: true }));
+      expect(waiting).to.deep.include({ granted: false, deferred: true });
+    });
+
     it('confirms a tentative slot only while the calls booked before it keep to their estimates', async () => {
       const { store, advance } = make();
       const rules = [{ limit: 1, windowMs: 50 }];

@@ -71,12 +71,14 @@ export class MemoryStore implements Store {
       if (log.seq > 0) this.#logs.set(id, log);
       return { granted: false, deferred: false, retryMs: 0, waitMs, startAt, now: nowMs, ruleIndex, members: [], tentative: false };
     }
-    if (request.defer && binding >= 0 && isUnsettled(log.members[binding]!)) {
+    // Only a call still in flight is worth waiting for: one that left the flight set unsettled (its
+    // worker died, its settle was lost) will never be settled (as vt_reserve).
+    const bindingInFlight = binding >= 0 && log.flight.has(log.members[binding]!);
+    if (request.defer && bindingInFlight) {
       if (log.seq > 0) this.#logs.set(id, log);
       const retry = retryMs(log.scores[binding]! - now, waitMs);
       return { granted: false, deferred: true, retryMs: retry, waitMs, startAt, now: nowMs, ruleIndex, members: [], tentative: true };
     }
-    const bindingMember = binding >= 0 ? log.members[binding] : undefined;
     const members: string[] = [];
     for (let i = 0; i < request.cost; i++) {
       log.seq += 1;
@@ -89,7 +91,9 @@ export class MemoryStore implements Store {
     // As vt_extend: each booking keeps the log for its own call; earlier ones kept it for theirs.
     log.expiresAt = Math.max(log.expiresAt, startAt + request.holdMs + request.maxHoldMs + request.retainMs);
     this.#logs.set(id, log);
-    const tentative = (binding >= 0 && isUnsettled(bindingMember!)) || (waitMs > 0 && restsOnFlight(log, startAt, request.rules));
+    // A binding slot that left the flight set unsettled is taken to have reached the vendor long ago
+    // (its score no longer moves): nothing to confirm about it.
+    const tentative = bindingInFlight || (waitMs > 0 && restsOnFlight(log, startAt, request.rules));
     return { granted: true, deferred: false, retryMs: 0, waitMs, startAt, now: nowMs, ruleIndex, members, tentative };
   }
 

@@ -186,8 +186,9 @@ end
            MAX_DELAY  ms; book only if the slot starts within it; 'inf' books any slot
            HOLD       ms a booked slot counts as in flight after its start, until settled
            RETAIN     ms of history to keep (at least the longest window)
-           DEFER      1: do not book a slot that waits for a call whose completion is not known
-                      (its member unsettled); answer 'deferred' with a time to ask again
+           DEFER      1: do not book a slot that waits for a call still in flight (in the flight
+                      set: no completion yet, not MAX_HOLD past its estimate); answer 'deferred'
+                      with a time to ask again
            MAX_HOLD   ms after its estimate an unsettled call may still be in flight
            COUNT      calls to decide, in order (the same request from several waiting callers)
            R          number of rules, followed by R triples: LIMIT, WINDOW (ms), BUCKET (ms, 0 = exact)
@@ -197,8 +198,8 @@ end
   status: 1 booked, 0 refused (wait_ms > MAX_DELAY), 2 deferred (ask again in retry_ms).
   rule_index: 0-based index of the rule that pushed the slot later, -2 = vendor pause, -1 = neither,
   -3 (deferred) = a new epoch is not ready yet (READY, see vt_epoch).
-  tentative: the slot rests on an estimate (a call whose completion is not known set its start, or
-  was taken to have left a window by then): confirm checks it again when it is due. first_member is the first of COST consecutive slot numbers (0 unless booked).
+  tentative: the slot rests on an estimate (a call still in flight set its start, or was taken to
+  have left a window by then): confirm checks it again when it is due. first_member is the first of COST consecutive slot numbers (0 unless booked).
   Once a call is refused or deferred, so are the calls after it (their slots could only start later).
 ]]
 local function vt_reserve(log, meta, flight, now, ready, a, i)
@@ -293,8 +294,11 @@ local function vt_reserve(log, meta, flight, now, ready, a, i)
       end
     elseif max_delay ~= 'inf' and wait > tonumber(max_delay) then
       reply = { 0, wait, start_at, rule_index, 0, now_ms, 0, 0 }
-    elseif defer and binding ~= nil and string.sub(binding[1], -1) ~= '!' then
-      -- The slot waits for a call whose completion is not known yet: ask again once it likely is.
+    elseif defer and binding ~= nil and redis.call('ZSCORE', flight, binding[1]) then
+      -- The slot waits for a call still in flight (its completion not known yet, and not past
+      -- MAX_HOLD after its estimate): ask again once its completion likely is. A slot that left the
+      -- flight set unsettled (its worker died, its settle was lost) will never be settled: waiting
+      -- for it would only repeat this answer until it leaves the window.
       reply = { 2, wait, start_at, rule_index, 0, now_ms, 1, vt_retry_ms(tonumber(binding[2]) - now, wait) }
     end
     if reply ~= nil then
@@ -318,13 +322,15 @@ local function vt_reserve(log, meta, flight, now, ready, a, i)
     size = size + cost
     last = start_at
     booked = true
-    -- Tentative: the start rests on an estimate, either the binding slot's (its completion is not
-    -- known) or that of a call in flight taken to have left a window by the start (it might
+    -- Tentative: the start rests on an estimate, either the binding slot's (its call is still in
+    -- flight) or that of a call in flight taken to have left a window by the start (it might
     -- complete later than its estimate). confirm checks the slot again when it is due. A slot that
     -- starts now rests on no such estimate: a call in flight past its estimate was moved to count
-    -- from now (vt_overdue) before this decision.
+    -- from now (vt_overdue) before this decision. Nor does a binding slot that left the flight set
+    -- unsettled: its call is taken to have reached the vendor long ago, and its score no longer
+    -- moves, so a confirmation could only find the same.
     local tentative = 0
-    if binding ~= nil and string.sub(binding[1], -1) ~= '!' then
+    if binding ~= nil and redis.call('ZSCORE', flight, binding[1]) then
       tentative = 1
     elseif wait > 0 and #redis.call('ZRANGEBYSCORE', flight, '-inf', start_at - shortest, 'LIMIT', 0, 1) > 0 then
       tentative = 1
