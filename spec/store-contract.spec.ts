@@ -234,6 +234,24 @@ for (const { name, make } of subjects) {
       expect(waiting).to.deep.include({ granted: false, deferred: true });
     });
 
+    it('orders slots with equal scores by member bytes, as a Redis sorted set does', async () => {
+      const { store } = make();
+      const rules = [{ limit: 2, windowMs: 1_000 }];
+      for (const [key, settled] of [['one', 0], ['ten', 1]] as const) {
+        if (key === 'ten') {
+          // Slot numbers 1 to 8 taken and given back: the pair below is 9 and 10.
+          const gone = await store.reserve(request({ rules: [{ limit: 8, windowMs: 1_000 }], key, cost: 8 }));
+          await store.settle('ns', key, gone.members.map((member) => ({ member, releaseAt: null })), 1_000);
+        }
+        const pair = await store.reserve(request({ rules, key, cost: 2, holdMs: 100, maxHoldMs: 10_000 }));
+        // A completion on the other slot's estimate: equal scores, '1!' with '2' in flight, '10!' with '9'.
+        // The settled one sorts first ('1!' < '2', '10!' < '9'), binds, and the head books on it.
+        await store.settle('ns', key, [{ member: pair.members[settled]!, releaseAt: pair.startAt + 100 }], 1_000);
+        const head = await store.reserve(request({ rules, key, holdMs: 100, maxHoldMs: 10_000, defer: true }));
+        expect(head, key).to.deep.include({ granted: true, deferred: false, startAt: pair.startAt + 100 + 1_000 });
+      }
+    });
+
     it('confirms a tentative slot only while the calls booked before it keep to their estimates', async () => {
       const { store, advance } = make();
       const rules = [{ limit: 1, windowMs: 50 }];

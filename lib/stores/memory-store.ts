@@ -322,13 +322,19 @@ function trim(log: KeyLog, before: number): void {
   }
 }
 
-/** Inserts keeping scores ascending; equal scores keep booking order, as a Redis sorted set does by member. */
+/**
+ * Inserts in the order of a Redis sorted set: scores ascending, equal scores by member compared as
+ * bytes ('10' before '9', 'n' before 'n!'), so that the slot at a rule's index, which decides
+ * `deferred` and `tentative`, is the one Redis would find. Members are ASCII (digits and '!'), where
+ * comparing UTF-16 code units is comparing bytes.
+ */
 function insert(log: KeyLog, score: number, member: string): void {
   let lo = 0;
   let hi = log.scores.length;
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
-    if (log.scores[mid]! <= score) lo = mid + 1;
+    const at = log.scores[mid]!;
+    if (at < score || (at === score && log.members[mid]! < member)) lo = mid + 1;
     else hi = mid;
   }
   log.scores.splice(lo, 0, score);
