@@ -55,6 +55,9 @@ const MAX_RECOVERIES = 3;
 /** Operations per `EVALSHA` at most; more wait for the next one (sent at once, pipelined by ioredis). */
 const MAX_BATCH = 256;
 
+/** Restores in flight at once while a journal is put back (ioredis pipelines them on one connection). */
+const RESTORE_CONCURRENCY = 128;
+
 /** One operation waiting for the next batch (see lua/includes/ops.lua for the arguments). */
 interface Op {
   readonly type: 'r' | 's' | 'c';
@@ -88,10 +91,15 @@ export class RedisStore implements Store {
   readonly prefix: string;
   readonly #client: ScriptedClient;
   readonly #timeoutMs: number;
-  /** Namespace → the epoch value this process knows (see lua/epoch.lua). */
+  /**
+   * Namespace → the epoch value this process knows (see lua/epoch.lua): set once this process has
+   * put back its journal under it (or, for a namespace seen for the first time, adopted it).
+   */
   readonly #epochs = new Map<string, string>();
   readonly #epochLookups = new Map<string, Promise<string>>();
-  readonly #recovering = new Map<string, Promise<void>>();
+  readonly #recovering = new Map<string, Promise<boolean>>();
+  /** Namespaces whose put-back did not finish: nothing is sent there before a recovery succeeds. */
+  readonly #unrecovered = new Set<string>();
   /** Bumped by every recovery: a batch that met a changed epoch after one is just sent again. */
   #generation = 0;
   #queue: Op[] = [];
@@ -167,6 +175,7 @@ export class RedisStore implements Store {
   }
 
   async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
+    await this.#recovered(namespace);
     const { log, meta } = keyNames(this.prefix, namespace, key);
     const reply = (await this.#run(scripts.inspect.name, [log, meta], ruleArgs(rules))) as number[];
     return {
@@ -188,12 +197,16 @@ export class RedisStore implements Store {
   }
 
   async pause(namespace: string, key: string, ms: number, retainMs: number): Promise<number> {
+    await this.#recovered(namespace);
     const { log, meta, flight } = keyNames(this.prefix, namespace, key);
     return (await this.#run(scripts.pause.name, [log, meta, flight], [Math.ceil(ms), retainMs])) as number;
   }
 
   async restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number, maxHoldMs: number): Promise<void> {
     if (slots.length === 0) return;
+    // New slot numbers are taken here: not before every live process has put back its journal,
+    // whose numbers they could otherwise take (restore.lua skips a number that exists).
+    await this.#untilReady(namespace);
     const entries: Array<string | number> = [];
     for (const { releaseInMs, cost } of slots) {
       for (let i = 0; i < cost; i++) entries.push('', Math.ceil(releaseInMs), 1);
@@ -262,7 +275,12 @@ export class RedisStore implements Store {
   async #send(ops: Op[]): Promise<void> {
     const namespace = ops[0]!.namespace;
     try {
-      const epoch = this.#journal === undefined ? '' : (this.#epochs.get(namespace) ?? (await this.#epochOf(namespace)));
+      let epoch = '';
+      if (this.#journal !== undefined) {
+        // Nothing of a namespace goes out while this process puts back its calls there.
+        await this.#recovered(namespace);
+        epoch = this.#epochs.get(namespace) ?? (await this.#epochOf(namespace));
+      }
       const generation = this.#generation;
       const { keys, args, deliver } = encodeBatch(this.prefix, ops);
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
@@ -270,11 +288,13 @@ export class RedisStore implements Store {
       if (checked !== '') keys.push(this.#epochKey(namespace));
       const reply = (await this.#timed(this.#call(scripts.batch.name, keys, [checked, ...args]))) as unknown[];
       if (reply[0] === 3) {
-        const retry = ops.filter((op) => op.tries++ < MAX_RECOVERIES);
+        // Sent before a recovery of this process finished, or the epoch's grace was only extended
+        // (same id): sent again, not counted as a loss.
+        const lost = generation === this.#generation && (await this.#recover(namespace));
+        const retry = lost ? ops.filter((op) => op.tries++ < MAX_RECOVERIES) : ops;
         for (const op of ops) {
           if (!retry.includes(op)) op.reject(new StoreUnavailableError('Redis lost its data again while this process was putting its calls back'));
         }
-        if (generation === this.#generation) await this.#recover(namespace);
         if (retry.length > 0) await this.#send(retry);
         return;
       }
@@ -298,14 +318,17 @@ export class RedisStore implements Store {
     return `${this.prefix}:${namespace}:epoch`;
   }
 
-  /** The namespace's epoch, created without a grace period when this process has never seen one. */
-  #epochOf(namespace: string, graceMs = 0): Promise<string> {
+  /**
+   * The namespace's epoch for a namespace this process has never seen, created without a grace
+   * period if missing (a new deployment looks the same as a wiped one).
+   */
+  #epochOf(namespace: string): Promise<string> {
     let lookup = this.#epochLookups.get(namespace);
     if (!lookup) {
-      const id = randomBytes(6).toString('base64url');
-      lookup = this.#timed(this.#call(scripts.epoch.name, [this.#epochKey(namespace)], [id, graceMs]) as Promise<string>)
+      lookup = this.#newEpoch(namespace, 0)
         .then((value) => {
-          this.#epochs.set(namespace, value);
+          // A recovery that started meanwhile decides what this process knows.
+          if (!this.#recovering.has(namespace) && !this.#unrecovered.has(namespace)) this.#epochs.set(namespace, value);
           return value;
         })
         .finally(() => this.#epochLookups.delete(namespace));
@@ -314,8 +337,57 @@ export class RedisStore implements Store {
     return lookup;
   }
 
-  /** One recovery at a time per namespace; callers that find one running wait for it. */
-  #recover(namespace: string): Promise<void> {
+  /** Runs lua/epoch.lua: the epoch in force, created (ready `graceMs` from now) if missing. */
+  #newEpoch(namespace: string, graceMs: number): Promise<string> {
+    const id = randomBytes(6).toString('base64url');
+    return this.#timed(this.#call(scripts.epoch.name, [this.#epochKey(namespace)], [id, graceMs]) as Promise<string>);
+  }
+
+  /**
+   * Returns once no recovery of the namespace is running in this process and none is owed (a
+   * put-back that failed is tried again first); rejects when that recovery fails.
+   */
+  async #recovered(namespace: string): Promise<void> {
+    for (;;) {
+      const running = this.#recovering.get(namespace);
+      if (running) await running;
+      else if (this.#unrecovered.has(namespace)) await this.#recover(namespace);
+      else return;
+    }
+  }
+
+  /**
+   * Returns once this process knows the namespace's epoch in force (checked in Redis now) and it is
+   * ready: every live process has put back its calls.
+   */
+  async #untilReady(namespace: string): Promise<void> {
+    if (this.#journal === undefined) return;
+    for (let round = 0; round < 100; round++) {
+      await this.#recovered(namespace);
+      const known = this.#epochs.get(namespace);
+      if (known === undefined) {
+        // A namespace never seen: as a first decision would.
+        await this.#epochOf(namespace);
+        continue;
+      }
+      const value = await this.#timed(this.#client.get!(this.#epochKey(namespace)) as Promise<string | null>);
+      if (value !== known) {
+        await this.#recover(namespace);
+        continue;
+      }
+      const waitMs = readyOf(value) - this.#storeNow();
+      if (waitMs <= 0) return;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(waitMs, this.#heartbeatMs)));
+    }
+    throw new StoreUnavailableError('The epoch of the namespace kept changing (Redis losing its data again and again)');
+  }
+
+  /**
+   * One recovery at a time per namespace; callers that find one running wait for it. Resolves true
+   * when Redis had lost the data (the journal was put back), false when the epoch only had its
+   * grace extended, or had not changed.
+   */
+  #recover(namespace: string): Promise<boolean> {
     let recovery = this.#recovering.get(namespace);
     if (!recovery) {
       recovery = this.#putBack(namespace).finally(() => this.#recovering.delete(namespace));
@@ -326,21 +398,130 @@ export class RedisStore implements Store {
 
   /**
    * Redis lost the namespace's data: takes (or creates, with a grace period during which nothing new
-   * is decided) the new epoch, then puts back every call of the journal still inside its window.
+   * is decided) the new epoch, then puts back every call of the journal still inside its window, and
+   * only then knows the epoch. If the put-back fails, the namespace stays owed a recovery: the next
+   * operation (or heartbeat) puts the journal back again (restores never overwrite). While the
+   * put-back runs, the epoch's ready time is kept ahead (#holdGrace), so that no process decides
+   * anything before this one is done.
    */
-  async #putBack(namespace: string): Promise<void> {
-    const known = this.#epochs.get(namespace);
-    this.#epochs.delete(namespace);
-    const epoch = await this.#epochOf(namespace, this.#graceMs);
-    if (epoch === known) return;
-    this.#generation += 1;
-    this.recoveries += 1;
-    for (const { key, retainMs, maxHoldMs, entries } of this.#journal?.entriesOf(namespace, this.#storeNow()) ?? []) {
-      const { log, meta, flight } = keyNames(this.prefix, namespace, key);
-      const args: Array<string | number> = [retainMs, maxHoldMs, 0, entries.length];
-      for (const { member, score, settled } of entries) args.push(member, score, settled ? 1 : 0);
-      await this.#run(scripts.restore.name, [log, meta, flight], args);
+  async #putBack(namespace: string): Promise<boolean> {
+    const known = this.#unrecovered.has(namespace) ? undefined : this.#epochs.get(namespace);
+    let epoch = await this.#newEpoch(namespace, this.#graceMs);
+    if (known !== undefined && idOf(epoch) === idOf(known)) {
+      // No loss: the same epoch, or its grace extended by a process still putting back.
+      this.#epochs.set(namespace, epoch);
+      return false;
     }
+    this.#epochs.delete(namespace);
+    this.#unrecovered.add(namespace);
+    this.#generation += 1;
+    for (let attempt = 1; ; attempt++) {
+      const grace = this.#holdGrace(namespace, epoch);
+      let current: string | null;
+      try {
+        await this.#restoreJournal(namespace);
+        // Still the same epoch? A second loss during the put-back wiped what was put back before it.
+        current = await this.#timed(this.#client.get!(this.#epochKey(namespace)) as Promise<string | null>);
+      } finally {
+        await grace.stop();
+      }
+      if (current !== null && idOf(current) === idOf(epoch)) {
+        epoch = current;
+        break;
+      }
+      if (attempt >= MAX_RECOVERIES) throw new StoreUnavailableError('Redis lost its data again while this process was putting its calls back');
+      epoch = await this.#newEpoch(namespace, this.#graceMs);
+    }
+    this.recoveries += 1;
+    this.#epochs.set(namespace, epoch);
+    this.#unrecovered.delete(namespace);
+    return true;
+  }
+
+  /**
+   * Puts back the namespace's journal, RESTORE_CONCURRENCY keys at a time. A key whose restore fails
+   * is tried once more after the others; a second failure rejects (once every other key is back).
+   */
+  async #restoreJournal(namespace: string): Promise<void> {
+    let todo = this.#journal?.entriesOf(namespace, this.#storeNow()) ?? [];
+    let failure: unknown;
+    for (let pass = 0; pass < 2 && todo.length > 0; pass++) {
+      const failed: typeof todo = [];
+      let next = 0;
+      const worker = async () => {
+        while (next < todo.length) {
+          const item = todo[next++]!;
+          const { key, retainMs, maxHoldMs, entries } = item;
+          const { log, meta, flight } = keyNames(this.prefix, namespace, key);
+          const args: Array<string | number> = [retainMs, maxHoldMs, 0, entries.length];
+          for (const { member, score, settled } of entries) args.push(member, score, settled ? 1 : 0);
+          try {
+            await this.#run(scripts.restore.name, [log, meta, flight], args);
+          } catch (error) {
+            failure ??= error;
+            failed.push(item);
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(RESTORE_CONCURRENCY, todo.length) }, worker));
+      todo = failed;
+    }
+    if (todo.length > 0) throw failure;
+  }
+
+  /**
+   * While this process puts back its journal, keeps the epoch's ready time at least half a grace
+   * period ahead: when less is left, `SET … XX GET` writes the same id with ready = now + graceMs
+   * (GET and SET are all it needs). Processes that knew the epoch meet a changed value, read it
+   * again and, finding the same id, only take the later ready time. If the SET finds no epoch, or
+   * another one (Redis lost its data again), it stops (putting back the other epoch it overwrote):
+   * the put-back then finds the epoch changed and starts again.
+   */
+  #holdGrace(namespace: string, epoch: string): { stop(): Promise<void> } {
+    const key = this.#epochKey(namespace);
+    let value = epoch;
+    let stopped = false;
+    let timer: NodeJS.Timeout | undefined;
+    let writing: Promise<void> = Promise.resolve();
+    const set = (next: string) => this.#timed(this.#client.set!(key, next, 'XX', 'GET') as Promise<string | null>);
+    const extend = async (): Promise<boolean> => {
+      try {
+        const next = `${idOf(value)}:${Math.ceil(this.#storeNow() + this.#graceMs)}`;
+        const old = await set(next);
+        if (old !== null && idOf(old) === idOf(value)) {
+          value = next;
+          // Another process extended it further meanwhile: keep its time (never shorten a grace).
+          if (readyOf(old) > readyOf(next)) {
+            await set(old);
+            value = old;
+          }
+        } else {
+          // Lost again: nothing written, or another epoch, which stays.
+          if (old !== null) await set(old);
+          stopped = true;
+        }
+        return true;
+      } catch {
+        // Redis unreachable: the put-back fails too, or this is tried again shortly.
+        return false;
+      }
+    };
+    const schedule = (afterMs = 0): void => {
+      if (stopped) return;
+      const lead = this.#graceMs / 2;
+      timer = setTimeout(() => {
+        writing = extend().then((ok) => schedule(ok ? 0 : 50));
+      }, Math.max(afterMs, Math.min(readyOf(value) - lead - this.#storeNow(), MAX_TIMER_MS)));
+      timer.unref();
+    };
+    schedule();
+    return {
+      stop: async () => {
+        stopped = true;
+        clearTimeout(timer);
+        await writing;
+      },
+    };
   }
 
   #storeNow(): number {
@@ -364,8 +545,13 @@ export class RedisStore implements Store {
 
   async #beat(): Promise<void> {
     for (const namespace of this.#journal!.namespaces()) {
-      const known = this.#epochs.get(namespace);
       try {
+        // A put-back that failed is tried again at once.
+        if (this.#unrecovered.has(namespace)) {
+          await this.#recover(namespace);
+          continue;
+        }
+        const known = this.#epochs.get(namespace);
         const value = await this.#timed(this.#client.get!(this.#epochKey(namespace)) as Promise<string | null>);
         if (known === undefined) await this.#epochOf(namespace);
         else if (value !== known) await this.#recover(namespace);
@@ -425,6 +611,16 @@ function encodeBatch(prefix: string, ops: readonly Op[]): { keys: string[]; args
 }
 
 const ORDER = { s: 0, r: 1, c: 2 } as const;
+
+/** The id of an epoch value `<id>:<ready ms>`. */
+function idOf(epoch: string): string {
+  return epoch.slice(0, epoch.lastIndexOf(':'));
+}
+
+/** The ready time (ms, store clock) of an epoch value `<id>:<ready ms>`. */
+function readyOf(epoch: string): number {
+  return Number(epoch.slice(epoch.lastIndexOf(':') + 1));
+}
 
 function positive(what: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) {
