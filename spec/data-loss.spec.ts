@@ -6,7 +6,8 @@
  */
 import { expect } from 'chai';
 import { Redis } from 'ioredis';
-import { Throttle } from '../lib/index.js';
+import { RateLimitedError, Throttle } from '../lib/index.js';
+import type { ReserveRequest } from '../lib/store.js';
 import { startVendor, type Vendor } from '../scripts/sim-vendor.js';
 import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
 import { redisStore, uniquePrefix } from './support/hooks.js';
@@ -14,6 +15,36 @@ import { spawnWorkers, type WorkerConfig } from './support/worker.js';
 
 const LIMIT = 10;
 const WINDOW_MS = 1_000;
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * A client whose restore script calls (vtRestore2) pass through `restore` first: to fail some of
+ * them, or slow them down as a distant Redis would. `sent` lists the scripts called, in order.
+ */
+function hookedClient(url: string, restore: (args: unknown[], send: () => Promise<unknown>) => Promise<unknown>) {
+  const raw = new Redis(url);
+  raw.on('error', () => {});
+  const sent: string[] = [];
+  const client = new Proxy(raw, {
+    get(target, prop, receiver) {
+      const value: unknown = Reflect.get(target, prop, receiver);
+      if (typeof prop !== 'string' || !/^vt[A-Z]/.test(prop) || typeof value !== 'function') return value;
+      const script = value as (...args: unknown[]) => Promise<unknown>;
+      return (...args: unknown[]) => {
+        sent.push(prop);
+        const send = () => script.apply(receiver, args);
+        return prop.startsWith('vtRestore') ? restore(args, send) : send();
+      };
+    },
+  });
+  return { raw, client, sent };
+}
+
+/** One call of cost 1 on `key`, now or never. */
+function reserveNow(key: string, rules: ReserveRequest['rules'], windowMs: number): ReserveRequest {
+  return { namespace: 'acme', key, rules, cost: 1, maxDelayMs: 0, holdMs: 50, retainMs: windowMs, defer: false, maxHoldMs: 10_000, settle: [] };
+}
 
 describe('Redis loses its data mid-run (kill -9, started again empty)', function () {
   this.timeout(90_000);
@@ -110,6 +141,171 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
     } finally {
       await store.close();
       client.disconnect();
+    }
+  });
+
+  it('a put-back that fails is tried again, and every journaled call is back before anything new is decided', async () => {
+    server = await startRedis();
+    // Process A's restores of k2 fail twice: its first put-back fails as a whole.
+    let failuresLeft = 2;
+    const a = hookedClient(server.url, (args, send) => {
+      if (failuresLeft > 0 && args.some((arg) => String(arg).includes('{k2}'))) {
+        failuresLeft -= 1;
+        return Promise.reject(new Error('Command timed out'));
+      }
+      return send();
+    });
+    const clientB = new Redis(server.url);
+    const prefix = uniquePrefix();
+    const recovery = { heartbeatMs: 100, graceMs: 400 };
+    const storeA = redisStore(a.client, { prefix, recovery });
+    const storeB = redisStore(clientB, { prefix, recovery });
+    const A = new Throttle({ name: 'acme', rules: ['3/10s'], store: storeA, mode: 'throw' });
+    const B = new Throttle({ name: 'acme', rules: ['3/10s'], store: storeB, mode: 'throw' });
+    const started: Record<string, number> = { k1: 0, k2: 0, k3: 0 };
+    const run = async (throttle: Throttle, key: string, n: number) => {
+      const outcomes = await Promise.allSettled(Array.from({ length: n }, () => throttle.schedule(key, () => void started[key]!++)));
+      return outcomes.map((outcome) => (outcome.status === 'fulfilled' ? 'ok' : outcome.reason instanceof RateLimitedError ? 'refused' : (outcome.reason as Error).name));
+    };
+    try {
+      for (const key of ['k1', 'k2', 'k3']) expect(await run(A, key, 3)).to.deep.equal(['ok', 'ok', 'ok']);
+      await clientB.flushall();
+      // A finds the loss; its put-back fails (k2, twice), so this call fails as Redis did.
+      const [first] = await run(A, 'k1', 1);
+      expect(first).to.be.oneOf(['StoreUnavailableError', 'refused']);
+      // A's heartbeat puts the journal back again, within the grace period.
+      await sleep(600);
+      expect(storeA.recoveries).to.equal(1);
+      for (const key of ['k1', 'k2', 'k3']) expect(await clientB.zcard(`${prefix}:acme:{${key}}:log`), key).to.equal(3);
+      expect(await run(B, 'k2', 3)).to.deep.equal(['refused', 'refused', 'refused']);
+      expect(await run(B, 'k3', 3)).to.deep.equal(['refused', 'refused', 'refused']);
+      expect(started).to.deep.equal({ k1: 3, k2: 3, k3: 3 });
+    } finally {
+      await A.close();
+      await B.close();
+      a.raw.disconnect();
+      clientB.disconnect();
+    }
+  });
+
+  it("a process's own operations wait for its put-back: nothing of the namespace is sent, or read, before it is done", async () => {
+    server = await startRedis();
+    // Each restore takes 600 ms (a slow Redis), longer than the grace period.
+    let restoring = 0;
+    let restoresDone = 0;
+    const a = hookedClient(server.url, async (_args, send) => {
+      restoring += 1;
+      await sleep(600);
+      const reply = await send();
+      restoring -= 1;
+      restoresDone += 1;
+      return reply;
+    });
+    const store = redisStore(a.client, { prefix: uniquePrefix(), recovery: { heartbeatMs: 100, graceMs: 200 } });
+    const rules = [{ limit: 3, windowMs: 10_000 }];
+    try {
+      for (const key of ['k1', 'k2']) {
+        for (let i = 0; i < 3; i++) expect((await store.reserve(reserveNow(key, rules, 10_000))).granted).to.equal(true);
+      }
+      await a.raw.flushall();
+      const first = store.reserve(reserveNow('k1', rules, 10_000));
+      await sleep(150);
+      expect(restoring).to.be.above(0);
+      const batchesBefore = a.sent.filter((name) => name.startsWith('vtBatch')).length;
+      // Past the original grace period, while the put-back still runs: a decision and a read.
+      await sleep(100);
+      const second = store.reserve(reserveNow('k2', rules, 10_000));
+      const used = store.inspect('acme', 'k2', rules);
+      await sleep(20);
+      expect(a.sent.filter((name) => name.startsWith('vtBatch')).length, 'batches sent during the put-back').to.equal(batchesBefore);
+      expect((await used).rules[0]!.used).to.equal(3);
+      expect(restoresDone).to.equal(2);
+      const results = await Promise.all([first, second]);
+      expect(results.map((result) => result.granted)).to.deep.equal([false, false]);
+      expect(store.recoveries).to.equal(1);
+    } finally {
+      await store.close();
+      a.raw.disconnect();
+    }
+  });
+
+  it("a put-back that outlasts the grace period extends the epoch's ready time: no other process decides before it is done", async () => {
+    server = await startRedis();
+    let restoresDone = 0;
+    const a = hookedClient(server.url, async (_args, send) => {
+      await sleep(600);
+      const reply = await send();
+      restoresDone += 1;
+      return reply;
+    });
+    const clientB = new Redis(server.url);
+    const prefix = uniquePrefix();
+    const recovery = { heartbeatMs: 100, graceMs: 200 };
+    const storeA = redisStore(a.client, { prefix, recovery });
+    const storeB = redisStore(clientB, { prefix, recovery });
+    const rules = [{ limit: 3, windowMs: 10_000 }];
+    try {
+      for (let i = 0; i < 3; i++) expect((await storeA.reserve(reserveNow('k', rules, 10_000))).granted).to.equal(true);
+      expect((await storeB.reserve(reserveNow('other', rules, 10_000))).granted).to.equal(true);
+      await clientB.flushall();
+      void storeA.reserve(reserveNow('k', rules, 10_000)).catch(() => undefined);
+      await sleep(50);
+      let answer = await storeB.reserve(reserveNow('k', rules, 10_000));
+      while (answer.ruleIndex === -2) {
+        await sleep(10);
+        answer = await storeB.reserve(reserveNow('k', rules, 10_000));
+      }
+      expect(restoresDone, 'restores done when B decided again').to.equal(1);
+      expect(answer.granted).to.equal(false);
+    } finally {
+      await storeA.close();
+      await storeB.close();
+      a.raw.disconnect();
+      clientB.disconnect();
+    }
+  });
+
+  it('a journal of thousands of keys is put back before the epoch is ready, even over a slow link', async () => {
+    server = await startRedis();
+    const KEYS = 3_000;
+    // 2 ms per restore round trip: one key after the other, 6 s; the grace period is 400 ms.
+    const a = hookedClient(server.url, async (_args, send) => {
+      await sleep(2);
+      return send();
+    });
+    const clientB = new Redis(server.url);
+    const prefix = uniquePrefix();
+    const recovery = { heartbeatMs: 100, graceMs: 400 };
+    const storeA = redisStore(a.client, { prefix, recovery });
+    const storeB = redisStore(clientB, { prefix, recovery });
+    const rules = [{ limit: 1, windowMs: 60_000 }];
+    try {
+      const booked = await Promise.all(Array.from({ length: KEYS }, (_, i) => storeA.reserve(reserveNow(`user${i}`, rules, 60_000))));
+      expect(booked.every((result) => result.granted)).to.equal(true);
+      // B is a live process of the namespace too (a new one would create the epoch without a grace).
+      expect((await storeB.reserve(reserveNow('other', rules, 60_000))).granted).to.equal(true);
+      await clientB.flushall();
+      const t0 = Date.now();
+      void storeA.reserve(reserveNow('user0', rules, 60_000)).catch(() => undefined);
+      // Process B asks for the key A puts back last until it is answered by something else than
+      // the epoch's grace (refused with rule index -2): that is when decisions resume.
+      const last = `user${KEYS - 1}`;
+      let answer = await storeB.reserve(reserveNow(last, rules, 60_000));
+      while (answer.ruleIndex === -2) {
+        await sleep(10);
+        answer = await storeB.reserve(reserveNow(last, rules, 60_000));
+      }
+      const logs = (await clientB.keys(`${prefix}:acme:*:log`)).length;
+      console.log(`    [put-back] ${KEYS} keys; decisions resumed ${Date.now() - t0} ms after the loss, with ${logs} logs back`);
+      expect(logs).to.equal(KEYS + 1); // and B's own key
+      expect(answer.granted).to.equal(false);
+      const others = await Promise.all([0, 1_000, 2_000, KEYS - 2].map((i) => storeB.reserve(reserveNow(`user${i}`, rules, 60_000))));
+      expect(others.map((result) => result.granted)).to.deep.equal([false, false, false, false]);
+    } finally {
+      await storeA.close();
+      await storeB.close();
+      a.raw.disconnect();
+      clientB.disconnect();
     }
   });
 
