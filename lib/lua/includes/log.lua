@@ -64,18 +64,6 @@ local function vt_keep(key, ttl_ms)
   if left == -1 or (left >= 0 and left < ttl_ms) then redis.call('PEXPIRE', key, ttl_ms) end
 end
 
--- The latest time (ms) until which a bucket in META still counts (fields 'b:<WINDOW>:<BUCKET>:<index>'
--- count until index × BUCKET + WINDOW), 0 when there is none. Meta holds few fields: the live buckets
--- of each bucketed (WINDOW, BUCKET), see vt_fold in ops.lua.
-local function vt_buckets_until(meta)
-  local until_ms = 0
-  for _, field in ipairs(redis.call('HKEYS', meta)) do
-    local window, bucket, index = string.match(field, '^b:(%d+):(%d+):(%d+)$')
-    if index ~= nil then until_ms = math.max(until_ms, tonumber(index) * tonumber(bucket) + tonumber(window)) end
-  end
-  return until_ms
-end
-
 -- Keeps the keys alive until the latest score in the log is older than the history kept, until a
 -- call still in flight can no longer count (its estimate + MAX_HOLD + RETAIN), and until a vendor
 -- pause (meta field `pause`, ms) is over; meta also until its last bucket no longer counts (the log
@@ -87,7 +75,8 @@ local function vt_expire(log, meta, flight, now_ms, retain, pause, max_hold)
   if top[2] ~= nil then until_ms = math.max(until_ms, tonumber(top[2]) + retain) end
   local latest = redis.call('ZRANGE', flight, -1, -1, 'WITHSCORES')
   if latest[2] ~= nil then until_ms = math.max(until_ms, tonumber(latest[2]) + max_hold + retain) end
-  local meta_until = math.max(until_ms, vt_buckets_until(meta))
+  -- 'b:until': the latest time a bucket in meta counts until (written by vt_fold in ops.lua).
+  local meta_until = math.max(until_ms, tonumber(redis.call('HGET', meta, 'b:until')) or 0)
   if meta_until > 0 then vt_keep(meta, math.max(1, math.ceil(meta_until - now_ms))) end
   if until_ms == 0 then return end
   local ttl = math.max(1, math.ceil(until_ms - now_ms))

@@ -16,6 +16,20 @@
 -- ceil(s / BUCKET) × BUCKET, the end of its bucket (never earlier: a call is held back by less than
 -- one bucket width, never let through early). See lib/decision.ts (bucketIndex, bucketedFreeAt).
 
+-- The buckets of a bucketed rule that still count at NOW_MS, ascending: { {end, count}, ... }.
+local function vt_buckets(meta, window, bucket, now_ms)
+  local fields = {}
+  local first = math.floor((now_ms - window) / bucket) + 1
+  for index = first, math.ceil(now_ms / bucket) do fields[#fields + 1] = 'b:' .. window .. ':' .. bucket .. ':' .. index end
+  local counts = redis.call('HMGET', meta, unpack(fields))
+  local out = {}
+  for k = 1, #fields do
+    local count = tonumber(counts[k] or 0)
+    if count > 0 then out[#out + 1] = { (first + k - 1) * bucket, count } end
+  end
+  return out
+end
+
 -- Moves completed calls (and calls no longer in flight) older than the fold horizon out of the log,
 -- into their buckets, and deletes the buckets that no longer count. Buckets belong to a distinct
 -- (WINDOW, BUCKET): rules sharing both (duplicates, or one window with several limits) read the same
@@ -51,8 +65,8 @@ local function vt_fold(log, meta, flight, a, rules_at, rule_count, now_ms)
     fields[2 * k - 1] = group.prefix .. 'low'
     fields[2 * k] = group.prefix .. 'n'
   end
+  fields[#fields + 1] = 'b:until'
   local known = redis.call('HMGET', meta, unpack(fields))
-  local all = nil
   local changes = {}
   for k, group in ipairs(groups) do
     local prefix = group.prefix
@@ -61,34 +75,24 @@ local function vt_fold(log, meta, flight, a, rules_at, rule_count, now_ms)
     local stored = tonumber(known[2 * k])
     local n = stored or 0
     local dead = {}
-    local recount = false
-    if low == nil and stored == nil then
-      -- Nothing folded yet: no bucket field exists.
-      low = first_live
-    elseif low == nil or first_live - low > redis.call('HLEN', meta) then
-      -- Far behind (an idle spell while meta was kept alive), or a key written before `low` was kept:
-      -- reading meta once costs less than visiting every index. n is counted again from the fields.
-      if all == nil then all = redis.call('HGETALL', meta) end
-      recount = true
-      n = 0
-      for e = 1, #all, 2 do
-        local field = all[e]
-        if string.sub(field, 1, #prefix) == prefix then
-          local index = tonumber(string.sub(field, #prefix + 1))
-          if index ~= nil then
-            if index < first_live then dead[#dead + 1] = field else n = n + tonumber(all[e + 1]) end
-          end
-        end
+    if low == nil then
+      -- Nothing folded yet (no bucket field), or a key written before `low` was kept: n is counted
+      -- again from the live buckets. (Dead buckets of such a key go with meta.)
+      if stored ~= nil then
+        n = 0
+        for _, b in ipairs(vt_buckets(meta, group.window, group.bucket, now_ms)) do n = n + b[2] end
       end
     else
-      for index = low, first_live - 1 do dead[#dead + 1] = prefix .. index end
+      -- Every field of this (WINDOW, BUCKET) was written by a decision at some time t, at an index
+      -- from first_live(t) to ceil(t / BUCKET): no field lies above low + ceil(WINDOW / BUCKET) + 1,
+      -- so however long the key was idle, at most that many indices are visited.
+      local top = math.min(first_live - 1, low + math.ceil(group.window / group.bucket) + 1)
+      for index = low, top do dead[#dead + 1] = prefix .. index end
     end
     -- In chunks: unpack() takes a few thousand values at most.
     for from = 1, #dead, 1000 do
       local chunk = { unpack(dead, from, math.min(#dead, from + 999)) }
-      if not recount then
-        for _, count in ipairs(redis.call('HMGET', meta, unpack(chunk))) do n = n - tonumber(count or 0) end
-      end
+      for _, count in ipairs(redis.call('HMGET', meta, unpack(chunk))) do n = n - tonumber(count or 0) end
       redis.call('HDEL', meta, unpack(chunk))
     end
     group.n = n
@@ -123,22 +127,13 @@ local function vt_fold(log, meta, flight, a, rules_at, rule_count, now_ms)
       changes[#changes + 1] = group.n
     end
   end
+  -- The latest time a bucket counts until, for pause.lua and restore.lua (vt_expire), which know no rules.
+  if until_ms > (tonumber(known[#fields]) or 0) then
+    changes[#changes + 1] = 'b:until'
+    changes[#changes + 1] = until_ms
+  end
   if #changes > 0 then redis.call('HSET', meta, unpack(changes)) end
   return until_ms, totals
-end
-
--- The buckets of a bucketed rule that still count at NOW_MS, ascending: { {end, count}, ... }.
-local function vt_buckets(meta, window, bucket, now_ms)
-  local fields = {}
-  local first = math.floor((now_ms - window) / bucket) + 1
-  for index = first, math.ceil(now_ms / bucket) do fields[#fields + 1] = 'b:' .. window .. ':' .. bucket .. ':' .. index end
-  local counts = redis.call('HMGET', meta, unpack(fields))
-  local out = {}
-  for k = 1, #fields do
-    local count = tonumber(counts[k] or 0)
-    if count > 0 then out[#out + 1] = { (first + k - 1) * bucket, count } end
-  end
-  return out
 end
 
 -- Earliest time from FROM at which COST more calls keep a bucketed rule (bucketedFreeAt in
