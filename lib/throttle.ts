@@ -133,6 +133,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #blocked = new Map<string, { readonly until: number; readonly cost: number; readonly reason: Rule | 'paused' | 'booked' }>();
   #putBackTimer: NodeJS.Timeout | undefined;
   #closed: Promise<void> | undefined;
+  /** A call took `maxHoldMs` or longer, and a `debug` event said so (once). */
+  #warnedSlow = false;
 
   constructor(options: ThrottleOptions) {
     super();
@@ -302,7 +304,10 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     this.#closing.abort(new ThrottleClosedError());
     for (const queue of this.#queues.values()) queue.clear();
     this.#queues.clear();
-    await Promise.allSettled([...this.#background]);
+    // The calls just rejected give their slots back once their rejections have run (microtasks,
+    // all run before the next tick): wait for those writes too, not only the ones under way.
+    await new Promise((resolve) => process.nextTick(resolve));
+    while (this.#background.size > 0) await Promise.allSettled([...this.#background]);
     clearTimeout(this.#putBackTimer);
     // Slots decided locally while the store was down: one last try to put them into the store.
     if (this.#localSlots.size > 0) await this.#putBackLocal().catch(() => undefined);
@@ -527,7 +532,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     // behind it, seconds late (an overdue call is counted from now anyway, see docs/design.md §4).
     const deferring = this.mode === 'queue';
     const holdMs = this.#hold.holdMs;
-    const lagBudgetMs = this.#maxHoldMs - this.#hold.responseMs;
+    // Once a response took maxHoldMs or longer (set it above the vendor's request timeout), no late
+    // start is covered any more, and booking again would not help: every call would book three
+    // times before starting anyway. Late starts are then let through up to maxHoldMs.
+    const response = this.#hold.responseMs;
+    const lagBudgetMs = response < this.#maxHoldMs ? this.#maxHoldMs - response : this.#maxHoldMs;
     const request: ReserveRequest = {
       settle: NO_SETTLEMENTS,
       namespace: this.name,
@@ -676,6 +685,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   #complete(call: Call, grant: Grant, startedAt: number): void {
     const completedAt = performance.now();
     this.#hold.observe(completedAt - startedAt);
+    if (completedAt - startedAt >= this.#maxHoldMs && !this.#warnedSlow) {
+      this.#warnedSlow = true;
+      const message = `a call took ${Math.round(completedAt - startedAt)} ms, not less than maxHoldMs (${this.#maxHoldMs} ms): calls without a completion stop counting maxHoldMs after their estimate, so set maxHoldMs above the vendor's request timeout`;
+      this.notify('debug', { message, key: call.key });
+    }
     const releaseAt = Math.ceil(grant.startAt + (completedAt - grant.due));
     if (grant.localSlot) grant.localSlot.releaseAt = releaseAt;
     // Written at once, whether earlier than booked (the room frees sooner) or later (the slot must

@@ -234,6 +234,48 @@ describe('Throttle: delay mode', () => {
     await throttle.close();
   });
 
+  it('close() resolves only once the slots of the calls it rejects are given back', async () => {
+    const memory = new MemoryStore();
+    const events: string[] = [];
+    const store = delegatingStore(memory, {
+      settle: async (...args) => {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        await memory.settle(...args);
+        if (args[2].some((settlement) => settlement.releaseAt === null)) events.push('slot given back');
+      },
+    });
+    const throttle = make({ rules: ['1/10s'], store });
+    await throttle.schedule('u', () => {});
+    const waiting = throttle.schedule('u', () => {}).catch((error: unknown) => events.push((error as Error).name));
+    await fake.clock.tickAsync(30);
+    const closed = throttle.close().then(() => events.push('closed'));
+    await fake.clock.tickAsync(50);
+    await Promise.all([closed, waiting]);
+    expect(events).to.deep.equal(['ThrottleClosedError', 'slot given back', 'closed']);
+  });
+
+  it('after a response of maxHoldMs or more, says so once and does not make every late call book again', async () => {
+    const memory = new MemoryStore();
+    let reserves = 0;
+    const store = delegatingStore(memory, {
+      reserve: (request) => {
+        reserves += 1;
+        return memory.reserve(request);
+      },
+    });
+    const throttle = new Throttle({ rules: ['5/s'], store, maxHoldMs: 100, safetyMarginMs: 20 });
+    const debug: string[] = [];
+    throttle.on('debug', (event) => debug.push(event.message));
+    const slow = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 150)));
+    await fake.clock.tickAsync(150);
+    await slow;
+    await Promise.all(Array.from({ length: 4 }, () => throttle.schedule('u', () => {})));
+    expect(reserves).to.equal(5);
+    expect(debug).to.have.length(1);
+    expect(debug[0]).to.match(/a call took 150 ms, not less than maxHoldMs \(100 ms\)/);
+    await throttle.close();
+  });
+
   it('rejects waiting calls on close, gives their slots back, and leaves no timer', async () => {
     const throttle = make({ rules: ['1/min'] });
     await throttle.schedule('u', () => {});
