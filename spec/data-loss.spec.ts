@@ -19,7 +19,7 @@ const WINDOW_MS = 1_000;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
- * A client whose restore script calls (vtRestore2) pass through `restore` first: to fail some of
+ * A client whose restore script calls (vtRestore3) pass through `restore` first: to fail some of
  * them, or slow them down as a distant Redis would. `sent` lists the scripts called, in order.
  */
 function hookedClient(url: string, restore: (args: unknown[], send: () => Promise<unknown>) => Promise<unknown>) {

@@ -75,7 +75,7 @@ export function diffServer(before: ServerSnapshot, after: ServerSnapshot): Serve
 
 /** Commands one ioredis client wrote, counted client-side; scripts are named by their digest. */
 export interface ClientCounts {
-  /** `vtBatch2`, `vtInspect2`, or a plain command name (`ping`, `info`, ...). */
+  /** `vtBatch3`, `vtInspect3`, or a plain command name (`ping`, `info`, ...). */
   readonly byName: Record<string, number>;
   readonly total: number;
 }
