@@ -132,6 +132,13 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    */
   readonly #blocked = new Map<string, { readonly until: number; readonly cost: number; readonly reason: Rule | 'paused' | 'booked' }>();
   #putBackTimer: NodeJS.Timeout | undefined;
+  /**
+   * Completions and releases the store failed to take, per key: sent again with the key's next
+   * decision, and every {@link STORE_RETRY_MS} until taken or no longer counting. A lost late
+   * completion would let the store stop counting a call before it reached the vendor.
+   */
+  readonly #unsent = new Map<string, { readonly retainMs: number; readonly since: number; readonly settle: Settlement[] }>();
+  #unsentTimer: NodeJS.Timeout | undefined;
   #closed: Promise<void> | undefined;
   /** A call took `maxHoldMs` or longer, and a `debug` event said so (once). */
   #warnedSlow = false;
@@ -312,6 +319,10 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     // Slots decided locally while the store was down: one last try to put them into the store.
     if (this.#localSlots.size > 0) await this.#putBackLocal().catch(() => undefined);
     clearTimeout(this.#putBackTimer);
+    // Completions and releases the store failed to take: one last try.
+    clearTimeout(this.#unsentTimer);
+    await this.#sendUnsent();
+    clearTimeout(this.#unsentTimer);
     if (this.#ownsStore) await this.store.close();
     await this.#local?.close();
   }
@@ -358,7 +369,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       const grant = await this.#book(call, giveBack);
       giveBack = { store: grant.store, settle: grant.members.map((member) => ({ member, releaseAt: null })) };
       if (grant.tentative && !(await this.#confirm(call, grant))) {
-        this.notify('debug', { message: 'a call it was booked behind is still on its way: booking again', key: call.key });
+        this.notify('debug', { message: 'the slot could not be confirmed (a call it was booked behind is still on its way, or the store did not answer): booking again', key: call.key });
         continue;
       }
       const aborted = [call.signal, this.#closing.signal].find((signal) => signal?.aborted);
@@ -377,13 +388,22 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
   }
 
-  /** Checks a tentative slot with the store; a failure to ask gives the slot back and rejects. */
+  /**
+   * Checks a tentative slot with the store. When the store cannot be asked, `onStoreError` applies
+   * as to a decision: `'fail'` gives the slot back and rejects; `'wait'` and `'local'` book again
+   * (the slot rides back with that decision), which retries or decides locally.
+   */
   async #confirm(call: Call, grant: Grant): Promise<boolean> {
     try {
       return await grant.store.confirm(this.name, call.encoded, grant.startAt, grant.members, grant.rules, this.#maxHoldMs);
     } catch (error) {
-      this.#release(call, grant);
-      throw storeError(error);
+      const failure = storeError(error);
+      if (failure instanceof StoreUnavailableError) this.notify('storeError', { key: call.key, error: failure, policy: this.#onStoreError });
+      if (!(failure instanceof StoreUnavailableError) || this.#onStoreError === 'fail') {
+        this.#release(call, grant);
+        throw failure;
+      }
+      return false;
     }
   }
 
@@ -409,6 +429,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       if (this.#onStoreError === 'local' && performance.now() < this.#storeDownUntil) {
         if (settle.length > 0) this.#settleInBackground(this.store, call.encoded, settle, call.retainMs);
         return this.#decideLocally(call, request);
+      }
+      const unsent = this.#unsent.get(call.encoded);
+      if (unsent) {
+        // Completions and releases the store failed to take before ride along (again).
+        this.#unsent.delete(call.encoded);
+        settle = [...settle, ...unsent.settle];
       }
       try {
         if (attempt === 0 && firstFailure !== NOT_FAILED) throw firstFailure;
@@ -527,6 +553,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
     }
     let pending = giveBack;
+    const unsent = this.#unsent.get(call.encoded);
+    if (unsent && (giveBack === undefined || giveBack.store === this.store)) {
+      // Completions and releases the store failed to take ride along with this decision.
+      this.#unsent.delete(call.encoded);
+      pending = { store: this.store, settle: [...(giveBack?.settle ?? []), ...unsent.settle] };
+    }
     // `queue` mode books on known completions only (`defer`). Its own slots carry the same estimate
     // as delay mode's: a longer one would make a delay-mode process sharing the key book its calls
     // behind it, seconds late (an overdue call is counted from now anyway, see docs/design.md §4).
@@ -717,12 +749,50 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
           for (const wake of this.#settledWaiters.get(encoded) ?? []) wake();
         },
         (error: unknown) => {
-          // A lost release or late completion leaves the slot counted as booked: safe, only less full.
-          this.notify('debug', { message: 'background settle failed; the slot stays counted as booked', error });
+          if (store !== this.store || this.#closing.signal.aborted) {
+            this.notify('debug', { message: 'background settle failed; the slot stays counted as booked', error });
+            return;
+          }
+          this.notify('debug', { message: "background settle failed; sent again with the key's next decision, or within a second", error });
+          this.#keepUnsent(encoded, settle, retainMs, performance.now());
         },
       )
       .finally(() => this.#background.delete(done));
     this.#background.add(done);
+  }
+
+  #keepUnsent(encoded: string, settle: readonly Settlement[], retainMs: number, since: number): void {
+    let entry = this.#unsent.get(encoded);
+    if (!entry) {
+      if (this.#unsent.size >= MAX_BLOCKED_KEYS) this.#unsent.delete(this.#unsent.keys().next().value!);
+      this.#unsent.set(encoded, (entry = { retainMs, since, settle: [] }));
+    }
+    entry.settle.push(...settle);
+    if (this.#unsentTimer === undefined && !this.#closing.signal.aborted) {
+      this.#unsentTimer = setTimeout(() => {
+        this.#unsentTimer = undefined;
+        void this.#sendUnsent();
+      }, STORE_RETRY_MS);
+      this.#unsentTimer.unref();
+    }
+  }
+
+  /** Sends the completions and releases kept in {@link #unsent}; those that still fail are kept (until they no longer count). */
+  async #sendUnsent(): Promise<void> {
+    const entries = [...this.#unsent];
+    this.#unsent.clear();
+    await Promise.all(
+      entries.map(async ([encoded, { retainMs, since, settle }]) => {
+        if (performance.now() - since > retainMs + this.#maxHoldMs) return;
+        try {
+          await this.store.settle(this.name, encoded, settle, retainMs);
+          this.#blocked.delete(encoded);
+          for (const wake of this.#settledWaiters.get(encoded) ?? []) wake();
+        } catch {
+          if (!this.#closing.signal.aborted) this.#keepUnsent(encoded, settle, retainMs, since);
+        }
+      }),
+    );
   }
 }
 

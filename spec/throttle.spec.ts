@@ -377,7 +377,7 @@ describe('Throttle: cancellation', () => {
   });
 });
 
-describe("Throttle: onStoreError 'local' while the store comes and goes", () => {
+describe('Throttle: when the store comes and goes', () => {
   const fake = useFakeClock();
 
   /** A MemoryStore behind a switch: while `down`, every method fails as an unreachable Redis would. */
@@ -432,6 +432,56 @@ describe("Throttle: onStoreError 'local' while the store comes and goes", () => 
     expect(starts.slice(0, 4)).to.deep.equal([0, 0, 2_020, 2_020]);
     // The store counted the two calls booked ahead from their start: no 2 s window holds more than 2.
     expect(mostInWindow(starts, 2_000)).to.equal(2);
+    await throttle.close();
+  });
+
+  it("applies onStoreError when a tentative slot cannot be confirmed: 'wait' books again once the store is back", async () => {
+    const { store, state } = flakyStore();
+    const throttle = new Throttle({ rules: ['1/s'], store, onStoreError: 'wait', safetyMarginMs: 100, adaptiveMargin: false });
+    const errors: string[] = [];
+    throttle.on('storeError', (event) => errors.push(event.policy));
+    const t0 = Date.now();
+    const first = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 50)));
+    await fake.clock.tickAsync(10);
+    // Booked behind the first call's estimate: tentative, confirmed when due (at 1,100 ms).
+    let startedAt = -1;
+    const second = throttle.schedule('u', () => (startedAt = Date.now() - t0));
+    await fake.clock.tickAsync(490);
+    state.down = true;
+    await fake.clock.tickAsync(1_000);
+    expect(startedAt).to.equal(-1);
+    state.down = false;
+    await fake.clock.tickAsync(2_000);
+    await Promise.all([first, second]);
+    expect(errors.length).to.be.at.least(1);
+    expect(errors.every((policy) => policy === 'wait')).to.equal(true);
+    // The slot that could not be confirmed was given back with the first decision the store took.
+    expect(startedAt).to.be.within(1_500, 2_000);
+    await throttle.close();
+  });
+
+  it('sends a completion the store failed to take again, with the key\'s next decision', async () => {
+    const memory = new MemoryStore();
+    let failures = 1;
+    const store = delegatingStore(memory, {
+      settle: async (...args) => {
+        if (failures-- > 0) throw new Error('connect ECONNREFUSED 127.0.0.1:6379');
+        return memory.settle(...args);
+      },
+    });
+    const throttle = new Throttle({ rules: ['1/2s'], store, safetyMarginMs: 20, maxHoldMs: 200, adaptiveMargin: false });
+    const t0 = Date.now();
+    // The call takes 143 ms, far past its 20 ms estimate, and its completion is lost once.
+    const first = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 143)));
+    await fake.clock.tickAsync(400);
+    await first;
+    // Past maxHoldMs the store no longer counts it as in flight: only the completion tells it that
+    // the call counts until 143 ms + the window, not 20 ms + the window.
+    let startedAt = -1;
+    const second = throttle.schedule('u', () => (startedAt = Date.now() - t0));
+    await fake.clock.tickAsync(3_000);
+    await second;
+    expect(startedAt).to.be.at.least(2_143);
     await throttle.close();
   });
 
