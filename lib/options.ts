@@ -50,7 +50,8 @@ export interface ThrottleOptions {
   readonly mode?: ThrottleMode;
   /**
    * Longest wait accepted before a call rejects with `RateLimitedError` (and books nothing).
-   * In `queue` mode it bounds the wait of the queue's head for its slot, not the time spent queued.
+   * In `queue` mode it bounds the whole wait, the time spent queued included: a call still queued
+   * when it runs out leaves the queue and rejects (`reason: 'booked'`), and a head books with what is left.
    * @default Infinity ('delay', 'queue'); 0 in 'throw' mode, whatever is set
    */
   readonly maxDelayMs?: number;

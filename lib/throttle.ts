@@ -11,7 +11,7 @@ import { HoldEstimator } from './hold.js';
 import { checkNamespace, encodeKey, normalizeKey, type KeyInput } from './keys.js';
 import type { KeyUsage, RulesOption, ScheduleOptions, StoreErrorPolicy, ThrottleEvents, ThrottleMode, ThrottleOptions, ThrottleStats } from './options.js';
 import { describe, longestWindow, MAX_WINDOW_MS, parseRules, type Rule, type RuleInput } from './rules.js';
-import { sleep } from './sleep.js';
+import { MAX_TIMER_MS, sleep } from './sleep.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { ReserveRequest, ReserveResult, Settlement, Store } from './store.js';
 
@@ -700,8 +700,40 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
     // A call that can start at once becomes a head; only calls that would wait behind the heads count.
     if (queue.pending >= this.#concurrency && queue.size >= this.#maxQueued) throw new QueueFullError(call.key, this.#maxQueued);
-    const signal = call.signal ? AbortSignal.any([call.signal, this.#closing.signal]) : this.#closing.signal;
-    return queue.add(() => this.#acquire(call), { priority: call.priority, signal });
+    if (!(call.maxDelayMs <= MAX_TIMER_MS)) {
+      const signal = call.signal ? AbortSignal.any([call.signal, this.#closing.signal]) : this.#closing.signal;
+      return queue.add(() => this.#acquire(call), { priority: call.priority, signal });
+    }
+    // maxDelayMs bounds the whole wait, the time queued included: a call still queued when it runs
+    // out leaves the queue, and a head books its slot with what is left.
+    const deadline = performance.now() + call.maxDelayMs;
+    const expiry = new AbortController();
+    const timer = setTimeout(() => expiry.abort(), call.maxDelayMs);
+    const signal = AbortSignal.any([expiry.signal, this.#closing.signal, ...(call.signal ? [call.signal] : [])]);
+    try {
+      return await queue.add(
+        () => {
+          clearTimeout(timer);
+          return this.#acquire({ ...call, maxDelayMs: Math.max(0, deadline - performance.now()) });
+        },
+        { priority: call.priority, signal },
+      );
+    } catch (error) {
+      if (!expiry.signal.aborted || call.signal?.aborted || this.#closing.signal.aborted) throw error;
+      throw new RateLimitedError(call.key, 'booked', await this.#nextFreeInMs(call));
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** When the key has room for a call again, by the store (for a call that ran out of time queued). */
+  async #nextFreeInMs(call: Call): Promise<number> {
+    try {
+      const usage = await this.store.inspect(this.name, call.encoded, call.rules);
+      return Math.max(1, Math.ceil(usage.nextFreeInMs));
+    } catch {
+      return Math.min(...call.rules.map((rule) => rule.windowMs));
+    }
   }
 
   async #run<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>): Promise<Awaited<T>> {

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { QueueFullError, ThrottleClosedError } from '../lib/errors.js';
+import { QueueFullError, RateLimitedError, ThrottleClosedError } from '../lib/errors.js';
 import { Throttle } from '../lib/throttle.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import { useFakeClock } from './support/fake-clock.js';
@@ -50,6 +50,30 @@ describe('Throttle: queue mode', () => {
     await Promise.all([first, second]);
     expect(startedAt).to.equal(1_100);
     await Promise.all([queued.close(), delayed.close()]);
+  });
+
+  it('maxDelayMs bounds the whole wait, time queued included: a call that runs out while queued leaves the queue', async () => {
+    const throttle = new Throttle({ rules: ['1/s'], mode: 'queue', ...exact });
+    const t0 = Date.now();
+    const starts: Record<string, number> = {};
+    const call = (name: string, maxDelayMs?: number) =>
+      throttle.schedule('u', () => (starts[name] = Date.now() - t0), maxDelayMs === undefined ? {} : { maxDelayMs }).catch((error: unknown) => error);
+    const refusals: Array<{ at: number; error: unknown }> = [];
+    throttle.on('refused', (event) => refusals.push({ at: Date.now() - t0, error: event.error }));
+    // a runs at once, b is the head (its slot at 1 s); c, d and e wait in the queue behind b.
+    const outcomes = [call('a'), call('b'), call('c', 500), call('d', 3_000), call('e', 1_500)];
+    await fake.clock.tickAsync(5_000);
+    const [, , c, , e] = await Promise.all(outcomes);
+    expect(starts).to.deep.equal({ a: 0, b: 1_000, d: 2_001 });
+    // c ran out queued at 500 ms, e at 1.5 s (d was the head then, with the slot at 2 s): each is
+    // refused when its time is up, with the wait for the key's next free slot.
+    expect(c).to.be.instanceOf(RateLimitedError);
+    expect(e).to.be.instanceOf(RateLimitedError);
+    expect(refusals.map((refusal) => refusal.at)).to.deep.equal([500, 1_500]);
+    expect((c as RateLimitedError).reason).to.equal('booked');
+    expect((c as RateLimitedError).retryAfterMs).to.equal(1_500);
+    expect(fake.clock.countTimers()).to.equal(0);
+    await throttle.close();
   });
 
   it('serves higher priority first among queued calls', async () => {
