@@ -122,6 +122,13 @@ export interface Store {
    * while the store was down) as completed slots, so that the store's next decisions count them.
    */
   restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number, maxHoldMs: number): Promise<void>;
+  /**
+   * Optional: this process's own calls on the key that may still count, as `restore()` takes them
+   * (release in ms from now). The throttle's local fallback (`onStoreError: 'local'`) counts them
+   * when it takes a key over, so that calls made through the store just before it failed are not
+   * forgotten. `RedisStore` answers from its recovery journal.
+   */
+  recentCalls?(namespace: string, key: string): readonly RestoredSlot[];
   /** Frees what the store itself owns. A client passed in by the user is left open. */
   close(): Promise<void>;
 }

@@ -468,6 +468,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (call.cost > smallest) {
       throw new StoreUnavailableError(`The store is down, and cost ${call.cost} is above this process's share of the limit (${smallest})`);
     }
+    if (this.store.recentCalls !== undefined && (await local.inspect(this.name, call.encoded, rules)).rules.every((rule) => rule.used === 0)) {
+      // Taking the key over: this process's calls made through the store just before it failed count too.
+      const recent = this.store.recentCalls(this.name, call.encoded);
+      if (recent.length > 0) await local.restore(this.name, call.encoded, recent, call.retainMs, this.#maxHoldMs);
+    }
     const result = await local.reserve({ ...request, rules, settle: [] });
     if (!result.granted) return { result, store: local, rules, localSlot: undefined };
     const localSlot: LocalSlot = { cost: call.cost, estimateAt: result.startAt + request.holdMs, releaseAt: undefined };

@@ -4,7 +4,7 @@
  */
 import { expect } from 'chai';
 import { Redis } from 'ioredis';
-import { StoreUnavailableError, Throttle, type StoreErrorPolicy, type ThrottleEvents } from '../lib/index.js';
+import { RateLimitedError, StoreUnavailableError, Throttle, type StoreErrorPolicy, type ThrottleEvents } from '../lib/index.js';
 import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
 import { redisStore, uniquePrefix } from './support/hooks.js';
 
@@ -128,6 +128,19 @@ describe('when Redis fails (onStoreError)', function () {
     // Redis counts them: 2 more fit, then the window is full.
     const after = await Promise.allSettled([1, 2, 3].map(() => throttle.schedule('u', () => 'redis')));
     expect(after.map((outcome) => outcome.status)).to.deep.equal(['fulfilled', 'fulfilled', 'rejected']);
+  });
+
+  it("'local' counts this process's own calls made through Redis just before it failed", async () => {
+    const { throttle } = make('local', { localShare: 1, rules: ['2/5s'], maxDelayMs: 0 });
+    expect(await throttle.schedule('u', () => 'redis')).to.equal('redis');
+    expect(await throttle.schedule('u', () => 'redis')).to.equal('redis');
+    await server.stop();
+    // The window already holds this process's two calls: the local fallback must not grant a third.
+    const error = await throttle.schedule('u', () => 'local').catch((reason: unknown) => reason);
+    expect(error).to.be.instanceOf(RateLimitedError);
+    expect((error as RateLimitedError).retryAfterMs).to.be.within(4_000, 5_100);
+    // Another key has no calls yet: it gets its share at once.
+    expect(await throttle.schedule('v', () => 'local')).to.equal('local');
   });
 
   it("'local' refuses a call whose cost is above the local share", async () => {

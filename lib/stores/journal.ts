@@ -76,6 +76,17 @@ export class Journal {
     return journal;
   }
 
+  /** The key's slots that still count at `storeNow` (as `prune` would keep them). */
+  keyEntries(namespace: string, key: string, storeNow: number): { maxHoldMs: number; entries: JournalEntry[] } {
+    const journal = this.#namespaces.get(namespace)?.get(key);
+    if (!journal) return { maxHoldMs: 0, entries: [] };
+    const entries: JournalEntry[] = [];
+    for (const [member, { score, settled }] of journal.entries) {
+      if (score + journal.retainMs + (settled ? 0 : journal.maxHoldMs) > storeNow) entries.push({ member, score, settled });
+    }
+    return { maxHoldMs: journal.maxHoldMs, entries };
+  }
+
   namespaces(): string[] {
     return [...this.#namespaces.keys()];
   }

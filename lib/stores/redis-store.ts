@@ -220,6 +220,18 @@ export class RedisStore implements Store {
     if (restored.length > 0) this.#startHeartbeat();
   }
 
+  /**
+   * This process's own calls on the key that may still count, from the recovery journal, as
+   * `restore()` takes them: a completed call until its completion, one without a completion until
+   * `maxHoldMs` after its estimate (or after now). Empty with `recovery: false`.
+   */
+  recentCalls(namespace: string, key: string): RestoredSlot[] {
+    if (this.#journal === undefined) return [];
+    const now = this.#storeNow();
+    const { maxHoldMs, entries } = this.#journal.keyEntries(namespace, key, now);
+    return entries.map(({ score, settled }) => ({ releaseInMs: Math.ceil((settled ? score : Math.max(score, now) + maxHoldMs) - now), cost: 1 }));
+  }
+
   /** Stops the epoch heartbeat. The client belongs to the caller and stays open. */
   async close(): Promise<void> {
     this.#closed = true;
