@@ -11,7 +11,16 @@ export interface JournalEntry {
 interface KeyJournal {
   retainMs: number;
   maxHoldMs: number;
-  readonly entries: Map<string, { score: number; settled: boolean }>;
+  /** Calls without a completion yet: slot number → estimate. Few: the calls in flight or booked ahead. */
+  readonly pending: Map<string, number>;
+  /**
+   * Completed calls, in the order their completions came: slot numbers and completion times as
+   * two packed arrays of numbers (16 bytes a call, where a Map entry costs about 100), since a key
+   * of a long window keeps many. Entries before `head` were pruned.
+   */
+  members: number[];
+  scores: number[];
+  head: number;
 }
 
 /**
@@ -30,8 +39,8 @@ export class Journal {
     this.clockOffsetMs = storeNow - Date.now();
     const journal = this.#open(namespace, key, retainMs, maxHoldMs);
     for (const member of members) {
-      if (!journal.entries.has(member)) this.#size += 1;
-      journal.entries.set(member, { score, settled: false });
+      if (!journal.pending.has(member)) this.#size += 1;
+      journal.pending.set(member, score);
     }
   }
 
@@ -42,35 +51,33 @@ export class Journal {
   restored(namespace: string, key: string, entries: ReadonlyArray<{ member: string; score: number }>, retainMs: number, maxHoldMs: number): void {
     if (entries.length === 0) return;
     const journal = this.#open(namespace, key, retainMs, maxHoldMs);
-    for (const { member, score } of entries) {
-      if (!journal.entries.has(member)) this.#size += 1;
-      journal.entries.set(member, { score, settled: true });
-    }
+    for (const { member, score } of entries) this.#complete(journal, member, score);
   }
 
   /** Completions and releases, as sent to the store. */
   settle(namespace: string, key: string, settle: readonly Settlement[]): void {
     if (settle.length === 0) return;
-    const entries = this.#namespaces.get(namespace)?.get(key)?.entries;
-    if (!entries) return;
+    const journal = this.#namespaces.get(namespace)?.get(key);
+    if (!journal) return;
     for (const { member, releaseAt } of settle) {
-      const entry = entries.get(member);
-      if (!entry) continue;
-      if (releaseAt === null) {
-        entries.delete(member);
-        this.#size -= 1;
-      } else {
-        entry.score = releaseAt;
-        entry.settled = true;
-      }
+      // Only a call without a completion is settled; a completion sent again is already here.
+      if (!journal.pending.delete(member)) continue;
+      this.#size -= 1;
+      if (releaseAt !== null) this.#complete(journal, member, releaseAt);
     }
+  }
+
+  #complete(journal: KeyJournal, member: string, score: number): void {
+    journal.members.push(Number(member));
+    journal.scores.push(score);
+    this.#size += 1;
   }
 
   #open(namespace: string, key: string, retainMs: number, maxHoldMs: number): KeyJournal {
     let keys = this.#namespaces.get(namespace);
     if (!keys) this.#namespaces.set(namespace, (keys = new Map()));
     let journal = keys.get(key);
-    if (!journal) keys.set(key, (journal = { retainMs, maxHoldMs, entries: new Map() }));
+    if (!journal) keys.set(key, (journal = { retainMs, maxHoldMs, pending: new Map(), members: [], scores: [], head: 0 }));
     journal.retainMs = Math.max(journal.retainMs, retainMs);
     journal.maxHoldMs = Math.max(journal.maxHoldMs, maxHoldMs);
     return journal;
@@ -80,11 +87,7 @@ export class Journal {
   keyEntries(namespace: string, key: string, storeNow: number): { maxHoldMs: number; entries: JournalEntry[] } {
     const journal = this.#namespaces.get(namespace)?.get(key);
     if (!journal) return { maxHoldMs: 0, entries: [] };
-    const entries: JournalEntry[] = [];
-    for (const [member, { score, settled }] of journal.entries) {
-      if (score + journal.retainMs + (settled ? 0 : journal.maxHoldMs) > storeNow) entries.push({ member, score, settled });
-    }
-    return { maxHoldMs: journal.maxHoldMs, entries };
+    return { maxHoldMs: journal.maxHoldMs, entries: entriesOf(journal, storeNow) };
   }
 
   namespaces(): string[] {
@@ -95,8 +98,8 @@ export class Journal {
   entriesOf(namespace: string, storeNow: number): Array<{ key: string; retainMs: number; maxHoldMs: number; entries: JournalEntry[] }> {
     this.prune(storeNow);
     const out = [];
-    for (const [key, { retainMs, maxHoldMs, entries }] of this.#namespaces.get(namespace) ?? []) {
-      out.push({ key, retainMs, maxHoldMs, entries: [...entries].map(([member, { score, settled }]) => ({ member, score, settled })) });
+    for (const [key, journal] of this.#namespaces.get(namespace) ?? []) {
+      out.push({ key, retainMs: journal.retainMs, maxHoldMs: journal.maxHoldMs, entries: entriesOf(journal, storeNow) });
     }
     return out;
   }
@@ -104,17 +107,43 @@ export class Journal {
   /** Drops slots that no longer count anywhere (as the store's own expiry would); returns the slots left. */
   prune(storeNow: number): number {
     for (const [namespace, keys] of this.#namespaces) {
-      for (const [key, { retainMs, maxHoldMs, entries }] of keys) {
-        for (const [member, { score, settled }] of entries) {
-          if (score + retainMs + (settled ? 0 : maxHoldMs) <= storeNow) {
-            entries.delete(member);
+      for (const [key, journal] of keys) {
+        const { retainMs, maxHoldMs, pending, scores } = journal;
+        for (const [member, score] of pending) {
+          if (score + retainMs + maxHoldMs <= storeNow) {
+            pending.delete(member);
             this.#size -= 1;
           }
         }
-        if (entries.size === 0) keys.delete(key);
+        // Completions come roughly in time order: drop from the front while they no longer count.
+        // One that came out of order waits behind the one before it (by at most the spread of
+        // response times): kept a little longer, never dropped early.
+        while (journal.head < scores.length && scores[journal.head]! + retainMs <= storeNow) {
+          journal.head += 1;
+          this.#size -= 1;
+        }
+        if (journal.head > 1_024 && journal.head * 2 > scores.length) {
+          journal.members = journal.members.slice(journal.head);
+          journal.scores = scores.slice(journal.head);
+          journal.head = 0;
+        }
+        if (pending.size === 0 && journal.head === journal.scores.length) keys.delete(key);
       }
       if (keys.size === 0) this.#namespaces.delete(namespace);
     }
     return this.#size;
   }
+}
+
+/** A key's slots that still count at `storeNow`: its calls without a completion, then its completed ones. */
+function entriesOf(journal: KeyJournal, storeNow: number): JournalEntry[] {
+  const { retainMs, maxHoldMs, pending, members, scores } = journal;
+  const entries: JournalEntry[] = [];
+  for (const [member, score] of pending) {
+    if (score + retainMs + maxHoldMs > storeNow) entries.push({ member, score, settled: false });
+  }
+  for (let i = journal.head; i < scores.length; i++) {
+    if (scores[i]! + retainMs > storeNow) entries.push({ member: String(members[i]), score: scores[i]!, settled: true });
+  }
+  return entries;
 }
