@@ -558,12 +558,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
     }
     let pending = giveBack;
-    const unsent = this.#unsent.get(call.encoded);
-    if (unsent && (giveBack === undefined || giveBack.store === this.store)) {
-      // Completions and releases the store failed to take ride along with this decision.
-      this.#unsent.delete(call.encoded);
-      pending = { store: this.store, settle: [...(giveBack?.settle ?? []), ...unsent.settle] };
-    }
     // `queue` mode books on known completions only (`defer`). Its own slots carry the same estimate
     // as delay mode's: a longer one would make a delay-mode process sharing the key book its calls
     // behind it, seconds late (an overdue call is counted from now anyway, see docs/design.md §4).
@@ -591,8 +585,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     let result: ReserveResult;
     for (;;) {
       sentAt = performance.now();
-      if (pending === undefined && this.#localSlots.size === 0 && this.#storeDownUntil === 0) {
-        // The common case, with one await less: nothing to give back, nothing decided locally.
+      if (pending === undefined && this.#localSlots.size === 0 && this.#storeDownUntil === 0 && !this.#unsent.has(call.encoded)) {
+        // The common case, with one await less: nothing to give back or send again, nothing decided locally.
         try {
           decision = { result: await this.store.reserve(request), store: this.store, rules: call.rules, localSlot: undefined };
         } catch (error) {
@@ -780,11 +774,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     const done = store
       .settle(this.name, encoded, settle, retainMs)
       .then(
-        () => {
-          // Room may have freed up: ask the store again rather than trust what it said before.
-          this.#blocked.delete(encoded);
-          for (const wake of this.#settledWaiters.get(encoded) ?? []) wake();
-        },
+        () => this.#settled(encoded),
         (error: unknown) => {
           if (store !== this.store || this.#closing.signal.aborted) {
             this.notify('debug', { message: 'background settle failed; the slot stays counted as booked', error });
@@ -796,6 +786,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       )
       .finally(() => this.#background.delete(done));
     this.#background.add(done);
+  }
+
+  /** A completion or release of the key reached the store: room may have freed up, ask it again rather than trust what it said before. */
+  #settled(encoded: string): void {
+    this.#blocked.delete(encoded);
+    for (const wake of this.#settledWaiters.get(encoded) ?? []) wake();
   }
 
   #keepUnsent(encoded: string, settle: readonly Settlement[], retainMs: number, since: number): void {
@@ -823,8 +819,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         if (performance.now() - since > retainMs + this.#maxHoldMs) return;
         try {
           await this.store.settle(this.name, encoded, settle, retainMs);
-          this.#blocked.delete(encoded);
-          for (const wake of this.#settledWaiters.get(encoded) ?? []) wake();
+          this.#settled(encoded);
         } catch {
           if (!this.#closing.signal.aborted) this.#keepUnsent(encoded, settle, retainMs, since);
         }
