@@ -5,9 +5,23 @@ import { MemoryStore } from '../lib/stores/memory-store.js';
 import type { ThrottleOptions } from '../lib/options.js';
 import type { Store } from '../lib/store.js';
 import { delegatingStore } from './support/delegating-store.js';
+import { mostInWindow } from './support/http-vendor.js';
 import { useFakeClock } from './support/fake-clock.js';
 
 const exact = { safetyMarginMs: 0, adaptiveMargin: false } as const;
+
+/** A MemoryStore that counts the decisions asked of it. */
+function countingReserves() {
+  const memory = new MemoryStore();
+  let count = 0;
+  const store = delegatingStore(memory, {
+    reserve: (request) => {
+      count += 1;
+      return memory.reserve(request);
+    },
+  });
+  return { store, reserves: () => count };
+}
 
 /** Starts `count` calls on `key` and records when each fn ran (fake ms since the test began). */
 function burst(throttle: Throttle, key: string, count: number, t0: number) {
@@ -255,14 +269,7 @@ describe('Throttle: delay mode', () => {
   });
 
   it('after a response of maxHoldMs or more, says so once and does not make every late call book again', async () => {
-    const memory = new MemoryStore();
-    let reserves = 0;
-    const store = delegatingStore(memory, {
-      reserve: (request) => {
-        reserves += 1;
-        return memory.reserve(request);
-      },
-    });
+    const { store, reserves } = countingReserves();
     const throttle = new Throttle({ rules: ['5/s'], store, maxHoldMs: 100, safetyMarginMs: 20 });
     const debug: string[] = [];
     throttle.on('debug', (event) => debug.push(event.message));
@@ -270,7 +277,7 @@ describe('Throttle: delay mode', () => {
     await fake.clock.tickAsync(150);
     await slow;
     await Promise.all(Array.from({ length: 4 }, () => throttle.schedule('u', () => {})));
-    expect(reserves).to.equal(5);
+    expect(reserves()).to.equal(5);
     expect(debug).to.have.length(1);
     expect(debug[0]).to.match(/a call took 150 ms, not less than maxHoldMs \(100 ms\)/);
     await throttle.close();
@@ -310,33 +317,26 @@ describe('Throttle: throw mode', () => {
   });
 
   it('refuses calls on a key known to be full without asking the store, until the slot it was told of', async () => {
-    const memory = new MemoryStore();
-    let reserves = 0;
-    const store = delegatingStore(memory, {
-      reserve: (request) => {
-        reserves += 1;
-        return memory.reserve(request);
-      },
-    });
+    const { store, reserves } = countingReserves();
     const throttle = new Throttle({ rules: ['2/s'], mode: 'throw', store, ...exact });
     await throttle.schedule('u', () => {}, { cost: 2 });
     // The first refusal asks the store; it names the slot, and the next four are refused locally.
     const refusals: unknown[] = [];
     for (let i = 0; i < 5; i++) refusals.push(await throttle.schedule('u', () => {}).catch((e: unknown) => e));
     expect(refusals.every((error) => error instanceof RateLimitedError)).to.equal(true);
-    expect(reserves).to.equal(2);
+    expect(reserves()).to.equal(2);
     expect(refusals.map((error) => (error as RateLimitedError).retryAfterMs)).to.deep.equal([1_000, 1_000, 1_000, 1_000, 1_000]);
     // The local answer counts down with the clock, still without a round trip.
     await fake.clock.tickAsync(400);
     const later = (await throttle.schedule('u', () => {}).catch((e: unknown) => e)) as RateLimitedError;
     expect(later.retryAfterMs).to.equal(600);
-    expect(reserves).to.equal(2);
+    expect(reserves()).to.equal(2);
     // Other keys are not affected.
     expect(await throttle.schedule('v', () => 'other')).to.equal('other');
     // Once the slot is due, the store is asked again.
     await fake.clock.tickAsync(600);
     expect(await throttle.schedule('u', () => 'ok')).to.equal('ok');
-    expect(reserves).to.equal(4);
+    expect(reserves()).to.equal(4);
     await throttle.close();
   });
 });
@@ -401,17 +401,6 @@ describe('Throttle: when the store comes and goes', () => {
       }),
     });
     return { store, state };
-  }
-
-  /** Most of `times` in any window of `windowMs` (half-open), as the vendor counts. */
-  function mostInWindow(times: readonly number[], windowMs: number): number {
-    const sorted = [...times].sort((a, b) => a - b);
-    let most = 0;
-    for (let i = 0, j = 0; i < sorted.length; i++) {
-      while (sorted[i]! - sorted[j]! >= windowMs) j++;
-      most = Math.max(most, i - j + 1);
-    }
-    return most;
   }
 
   it('puts a slot booked ahead locally into the store as in flight from its start, not as done by now', async () => {
