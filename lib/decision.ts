@@ -2,72 +2,33 @@ import type { Rule } from './rules.js';
 
 /**
  * The decision algorithm, shared by every store (the Redis store runs the same steps in
- * `vt_reserve`, lua/includes/ops.lua). See docs/design.md for the proof.
+ * lua/includes/decide.lua). See docs/design.md for the proof.
  *
- * A key's log holds one score per booked slot: the time after which the slot's call can no longer
- * be "in flight" — its completion once known, else its start plus a hold. A slot counts against a
- * rule `{limit N, window T}` at time t while `score + T > t`. With the scores sorted ascending
- * (x[0] ≤ … ≤ x[m-1]), `cost` more slots fit at t when at most `N - cost` scores exceed `t - T`,
- * that is when `x[m - N + cost - 1] + T ≤ t`. So the earliest start is
+ * A key's log holds one score per slot: its *release*. While the slot's call may still be on its
+ * way to the vendor, that is a bound, start + `maxHoldMs`; once the call completed, its response
+ * time, never above the bound. So a score at or before now is known, and a later one is a call in
+ * flight or booked ahead. A slot counts against a rule `{limit N, window T}` at time t while
+ * `score + T > t`. With the scores sorted ascending (x[0] ≤ … ≤ x[m-1]), `cost` more slots fit at t
+ * when at most `N - cost` scores exceed `t - T`, that is when the binding score
+ * `b = x[m - N + cost - 1]` has `b + T ≤ t`. So:
  *
- *     t = max(now, last, pausedUntil, x[m - N_r + cost - 1] + T_r  for every rule r)
- *
- * where `last` is the latest start already booked (bookings stay in order: first asked, first served)
- * and `pausedUntil` the end of a pause the vendor asked for.
+ * - every binding score known (b ≤ now): the call starts at `max(now, pause, b_r + T_r)`;
+ * - some binding score still a bound (b > now): where the call could start depends on when that
+ *   call completes. The decision books nothing and answers the bound: the caller waits for a
+ *   completion on the key, or until the bound has passed (then b is known).
  */
 export interface SlotPlan {
-  /** Earliest start (store clock, ms) at which `cost` more slots keep every rule. */
+  /** Earliest start (store clock, ms) that the known binding scores and the pause allow: `now` itself, or a whole ms after it. */
   readonly startAt: number;
-  /** Index of the rule that pushed `startAt` furthest, {@link PAUSED}, or -1 when neither did. */
+  /** Index of the rule that set `startAt`, {@link PAUSED}, or -1 when neither did. */
   readonly ruleIndex: number;
-  /** Index in the sorted log of the slot that set `startAt` when a rule did (else -1). */
-  readonly binding: number;
-}
-
-/**
- * A slot's member is its number while its call's completion is unknown (the score is then an
- * estimate, start + hold) and gets this suffix once the completion is settled (the score is then
- * the completion time). So a decision can tell a known completion from an estimate.
- */
-export const SETTLED_SUFFIX = '!';
-
-/**
- * When to ask again about a slot deferred on a call in flight: when the call's estimate is reached
- * (its completion is then likely known; at least 5 ms), or, once the estimate has passed, after a
- * quarter of the wait, between 5 and 50 ms (as `vt_retry_ms` in lua/includes/log.lua).
- */
-export function retryMs(inFlightMs: number, waitMs: number): number {
-  if (inFlightMs > 0) return Math.max(5, Math.ceil(inFlightMs));
-  return Math.min(50, Math.max(5, Math.ceil(waitMs / 4)));
-}
-
-/** Whether a slot's score is still an estimate: its call has not reported its completion. */
-export function isUnsettled(member: string): boolean {
-  return !member.endsWith(SETTLED_SUFFIX);
-}
-
-/**
- * `vt_confirm` (lua/includes/ops.lua) in TypeScript: whether a slot starting at `startAt`, numbered from `first`, still
- * leaves room under every rule among the slots numbered before it.
- */
-export function stillFits(
-  members: readonly string[],
-  scores: readonly number[],
-  startAt: number,
-  first: number,
-  cost: number,
-  rules: readonly Rule[],
-  bucketsOf: BucketsOf = () => [],
-): boolean {
-  return rules.every((rule) => {
-    const { limit, windowMs } = rule;
-    // Folded calls keep no number: every bucket that still counts at the start is counted.
-    let counted = rule.bucketMs ? bucketsOf(rule).reduce((sum, bucket) => sum + (bucket.end + windowMs > startAt ? bucket.count : 0), 0) : 0;
-    members.forEach((member, i) => {
-      if (Number.parseInt(member, 10) < first && scores[i]! + windowMs > startAt) counted++;
-    });
-    return counted <= limit - cost;
-  });
+  /** The earliest binding score still in flight (> now) whose window reaches past `startAt`, if any. */
+  readonly bound: number | undefined;
+  /**
+   * No slot before this: `startAt`, or later where a binding call in flight started after now
+   * (booked ahead): it releases at the soonest at its start, `bound - maxHoldMs`.
+   */
+  readonly earliest: number;
 }
 
 /** `ruleIndex` of a slot pushed back by a pause the vendor asked for (429 with Retry-After, …). */
@@ -151,6 +112,8 @@ export function bucketedFreeAt(
 /**
  * @param size number of scores in the log
  * @param scoreAt the i-th smallest score, 0 ≤ i < size
+ * @param now the store's clock as read (not rounded: a slot is free now only if it is free at the
+ *   moment the call can start, never before the reading); scores at or before its ceiling are known
  * @param bucketsOf the live buckets of a bucketed rule (see `Rule.bucketMs`)
  */
 export function planSlot(
@@ -159,38 +122,52 @@ export function planSlot(
   rules: readonly Rule[],
   cost: number,
   now: number,
-  last: number,
+  maxHoldMs: number,
   pausedUntil = 0,
   bucketsOf: BucketsOf = () => [],
 ): SlotPlan {
-  let startAt = Math.max(now, last);
+  const nowMs = Math.ceil(now);
+  let startAt = now;
   let ruleIndex = -1;
-  let binding = -1;
-  if (pausedUntil > now && pausedUntil >= startAt) {
+  if (pausedUntil > now) {
     startAt = pausedUntil;
     ruleIndex = PAUSED;
   }
+  const pending: Array<readonly [score: number, windowMs: number, rule: number]> = [];
   for (let r = 0; r < rules.length; r++) {
     const rule = rules[r]!;
+    let score: number | undefined;
+    let freeAt: number | undefined;
     if (rule.bucketMs) {
-      const { freeAt, index } = bucketedFreeAt(size, scoreAt, bucketsOf(rule), rule, cost, startAt);
-      if (freeAt > startAt) {
-        startAt = freeAt;
-        ruleIndex = r;
-        binding = index;
+      const buckets = bucketsOf(rule);
+      const found = bucketedFreeAt(size, scoreAt, buckets, rule, cost, nowMs);
+      freeAt = found.freeAt;
+      if (found.index >= 0) score = scoreAt(found.index);
+    } else {
+      const index = size - rule.limit + cost - 1;
+      if (index >= 0) {
+        score = scoreAt(index);
+        freeAt = score + rule.windowMs;
       }
-      continue;
     }
-    const index = size - rule.limit + cost - 1;
-    if (index < 0) continue;
-    const freeAt = scoreAt(index) + rule.windowMs;
-    if (freeAt > startAt) {
+    if (score !== undefined && score > nowMs) pending.push([score, rule.windowMs, r]);
+    else if (freeAt !== undefined && freeAt > startAt) {
       startAt = freeAt;
       ruleIndex = r;
-      binding = index;
     }
   }
-  return { startAt, ruleIndex, binding };
+  let bound: number | undefined;
+  let earliest = startAt;
+  for (const [score, windowMs, r] of pending) {
+    if (score + windowMs <= startAt) continue;
+    if (bound === undefined || score < bound) bound = score;
+    const soonest = Math.max(nowMs, score - maxHoldMs) + windowMs;
+    if (soonest > earliest) {
+      earliest = soonest;
+      ruleIndex = r;
+    }
+  }
+  return { startAt, ruleIndex, bound, earliest };
 }
 
 /** How many scores in the sorted log count against a window of `windowMs` at time `now`. */

@@ -1,4 +1,8 @@
-import type { Rule } from './rules.js';
+/** A rule as errors report it (the shape of `Rule` in lib/rules.ts, which imports this file). */
+interface Rule {
+  readonly limit: number;
+  readonly windowMs: number;
+}
 
 /** Stable machine-readable codes, one per error class. */
 export type ThrottleErrorCode =
@@ -6,7 +10,8 @@ export type ThrottleErrorCode =
   | 'ERR_RATE_LIMITED'
   | 'ERR_QUEUE_FULL'
   | 'ERR_STORE_UNAVAILABLE'
-  | 'ERR_THROTTLE_CLOSED';
+  | 'ERR_THROTTLE_CLOSED'
+  | 'ERR_CALL_TIMEOUT';
 
 /** Base class of every error vendor-throttle raises itself. */
 export class ThrottleError extends Error {
@@ -78,6 +83,22 @@ export class StoreUnavailableError extends ThrottleError {
 export class ThrottleClosedError extends ThrottleError {
   constructor() {
     super('ERR_THROTTLE_CLOSED', 'Throttle is closed');
+  }
+}
+
+/**
+ * The call's `fn` did not settle within `timeoutMs`. The call had started: its slot keeps counting
+ * for as long as the request may still reach the vendor (until its start + `maxHoldMs`, or until
+ * `fn` settles after all and its completion is written).
+ */
+export class CallTimeoutError extends ThrottleError {
+  readonly key: string;
+  readonly timeoutMs: number;
+
+  constructor(key: string, timeoutMs: number) {
+    super('ERR_CALL_TIMEOUT', `Call on key "${preview(key)}" did not settle within ${timeoutMs} ms (timeoutMs)`);
+    this.key = key;
+    this.timeoutMs = timeoutMs;
   }
 }
 

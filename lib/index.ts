@@ -1,6 +1,5 @@
 export { Throttle } from './throttle.js';
 export type {
-  AxiosRequestThrottleOptions,
   AxiosThrottleHandle,
   AxiosThrottleOptions,
   CallOptions,
@@ -12,6 +11,7 @@ export type {
   VendorSignalOptions,
   WrapOptions,
 } from './adapters/options.js';
+export type { AxiosRequestThrottleOptions } from './adapters/axios-types.js';
 export { headerValue, parseHttpDate, parseRateLimitHeaders, parseRateLimitReset, parseRetryAfter, readVendorSignal } from './vendor-signals.js';
 export type { HeaderSource, ProblemReporter, RateLimitHeaderOptions, VendorResponseInfo, VendorSignal } from './vendor-signals.js';
 export type { KeyUsage, RulesOption, ScheduleOptions, StoreErrorPolicy, ThrottleMode, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
@@ -25,6 +25,7 @@ export { RedisStore } from './stores/redis-store.js';
 export type { RedisClientLike, RedisStoreOptions } from './stores/redis-store.js';
 export type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from './store.js';
 export {
+  CallTimeoutError,
   QueueFullError,
   RateLimitedError,
   StoreUnavailableError,

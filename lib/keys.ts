@@ -10,9 +10,11 @@ const MAX_PLAIN_LENGTH = 200;
 
 /**
  * Turns a user key into the string a store uses. Numbers become their decimal text (`42` and `'42'`
- * are the same user). Throws `TypeError` for anything else.
+ * are the same user). Throws `TypeError` for anything else, the empty string included (an id that
+ * is empty is almost always a missing one: every such call would share one key).
  */
 export function normalizeKey(key: unknown): string {
+  if (key === '') throw new TypeError("Expected key to be a non-empty string or a finite number, got ''");
   if (typeof key === 'string') return key;
   if (typeof key === 'number' && Number.isFinite(key)) return String(key);
   throw new TypeError(`Expected key to be a string or a finite number, got ${describe(key)}`);
@@ -26,7 +28,7 @@ export function normalizeKey(key: unknown): string {
  * - text with lone surrogates (which UTF-8 cannot carry) becomes `u:` + hex of its UTF-16 code units;
  * - a result longer than 200 characters becomes `h:` + base64url SHA-256 of the text above;
  * - the empty key becomes `u:` (no code units): an empty hash tag `{}` is no hash tag to Redis
- *   Cluster, which would scatter the key's three keys over different slots.
+ *   Cluster, which would scatter the key's keys over different slots.
  * The output never holds `{` or `}`, so it cannot change a Redis Cluster hash tag.
  */
 export function encodeKey(key: string): string {
@@ -42,14 +44,16 @@ function utf16Hex(text: string): string {
   return out;
 }
 
-/** The storage keys of one throttled user key. Every one carries the same hash tag. */
+/**
+ * The storage keys of one throttled user key (lua/includes/log.lua). Both carry the same hash tag,
+ * so that one script can reach them on a Cluster; keys of several users can be reached by one
+ * script on a standalone Redis, or on a Cluster when their tags are made to share a slot.
+ */
 export interface KeyNames {
-  /** Sorted set: one member per reserved slot, scored by the time the slot stops counting. */
+  /** Sorted set: one member per slot, scored by its release (a bound while its call may be in flight). */
   readonly log: string;
-  /** Hash: `seq` (last member number), `last` (latest reserved start), `pause` (no start before). */
+  /** Hash: `pause` (no start before), `w` (a decision waits for a completion), bucket counts. */
   readonly meta: string;
-  /** Sorted set: the slots whose call has not reported its completion, scored by their estimate. */
-  readonly flight: string;
 }
 
 const NAME = /^[A-Za-z0-9._\-/]{1,100}$/;
@@ -70,5 +74,5 @@ export function checkNamespace(what: string, value: unknown): string {
  */
 export function keyNames(prefix: string, name: string, encodedKey: string): KeyNames {
   const base = `${prefix}:${name}:{${encodedKey}}`;
-  return { log: `${base}:log`, meta: `${base}:meta`, flight: `${base}:flight` };
+  return { log: `${base}:log`, meta: `${base}:meta` };
 }

@@ -67,7 +67,7 @@ export interface PromClientLike {
 export interface MetricsSource {
   readonly name: string;
   readonly stats: ThrottleStats;
-  readonly holdMs: number;
+  readonly maxHoldMs: number;
   on<E extends keyof ThrottleEvents>(event: E, listener: (...args: ThrottleEvents[E]) => void): unknown;
   off<E extends keyof ThrottleEvents>(event: E, listener: (...args: ThrottleEvents[E]) => void): unknown;
 }
@@ -296,7 +296,7 @@ function sharedMetrics(client: PromClientLike, registry: PromRegistryLike, prefi
       collect: () => collectWaiting(metrics.waiting, sources),
     }),
     hold: new client.Gauge({
-      ...config(names.hold, 'In-flight estimate new slots are booked with (throttle.holdMs), in seconds.', ['throttle']),
+      ...config(names.hold, 'How long after its start an unfinished call counts as on its way (throttle.maxHoldMs), in seconds.', ['throttle']),
       collect: () => collectHold(metrics.hold, sources),
     }),
   };
@@ -321,10 +321,10 @@ function collectWaiting(gauge: PromGaugeLike, sources: ReadonlySet<MetricsSource
   }
 }
 
-/** Sets the `hold_seconds` series (the longest estimate among throttles of one name). */
+/** Sets the `hold_seconds` series (the longest maxHoldMs among throttles of one name). */
 function collectHold(gauge: PromGaugeLike, sources: ReadonlySet<MetricsSource>): void {
   const holds = new Map<string, number>();
-  for (const source of sources) holds.set(source.name, Math.max(holds.get(source.name) ?? 0, source.holdMs));
+  for (const source of sources) holds.set(source.name, Math.max(holds.get(source.name) ?? 0, source.maxHoldMs));
   gauge.reset();
   for (const [throttle, holdMs] of holds) gauge.set({ throttle }, holdMs / 1000);
 }

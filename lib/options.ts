@@ -4,15 +4,14 @@ import type { Store } from './store.js';
 
 /**
  * What a call does when its slot is not free yet.
- * - `'delay'`: book the earliest slot in the shared log and sleep until it (one store round trip,
- *   no polling). Callers for one key are served in the order they asked, across processes.
- *   Costs: a burst books slots far ahead, so a process can hold much of a key's future capacity.
- * - `'queue'`: calls wait in a local queue per key (p-queue, with `priority`); only the head of the
- *   queue books a slot, so a process never hoards future capacity and bookings use the most recent
- *   completion times. Costs: order across processes is by head, not by arrival; `maxQueued` bounds memory.
+ * - `'wait'` (the default): wait in the key's line until the slot is free, then start. A slot whose
+ *   time is known (every call it depends on has completed) is booked at once and slept to; one that
+ *   depends on a call still in flight is asked for again when that call completes. Bounded by `maxDelayMs`.
  * - `'throw'`: never wait: a call whose slot is not free now rejects with `RateLimitedError`.
+ *
+ * `'delay'` and `'queue'`, the modes of version 0.1, are read as `'wait'`.
  */
-export type ThrottleMode = 'delay' | 'queue' | 'throw';
+export type ThrottleMode = 'wait' | 'throw' | 'delay' | 'queue';
 
 /**
  * What a call does when the shared store fails (refused connection, command timeout, Redis out of
@@ -46,36 +45,26 @@ export interface ThrottleOptions {
    * @default new MemoryStore() (this process only)
    */
   readonly store?: Store;
-  /** @default 'delay' */
+  /** @default 'wait' */
   readonly mode?: ThrottleMode;
   /**
-   * Longest wait accepted before a call rejects with `RateLimitedError` (and books nothing).
-   * In `queue` mode it bounds the whole wait, the time spent queued included: a call still queued
-   * when it runs out leaves the queue and rejects (`reason: 'booked'`), and a head books with what is left.
-   * @default Infinity ('delay', 'queue'); 0 in 'throw' mode, whatever is set
+   * Longest wait accepted, in ms, from `schedule()` to the start: a call that cannot start by then
+   * rejects with `RateLimitedError` (and books nothing).
+   * @default Infinity ('wait'); 0 in 'throw' mode, whatever is set
    */
   readonly maxDelayMs?: number;
   /**
-   * Floor, in ms, of the in-flight estimate: how long after its start a booked call is expected to
-   * have completed. A call counts in each window until `windowMs` after its response; until then,
-   * slots are placed on this estimate, a call past it counts as still on its way, and slots placed
-   * on it are confirmed when due (docs/design.md §4). It decides how much re-booking a burst costs,
-   * not whether the limit holds.
-   * @default 100
+   * Longest a call's `fn` may run, in ms: past it `schedule()` rejects with `CallTimeoutError` (the
+   * call goes on; its slot keeps counting until it completes or its bound passes).
+   * @default Infinity
    */
-  readonly safetyMarginMs?: number;
+  readonly timeoutMs?: number;
   /**
-   * Learn the in-flight estimate from this throttle's own calls: the longest recent time from a
-   * slot's start to its call's completion (event-loop lag plus response time), never below
-   * `safetyMarginMs` and never above `maxHoldMs`.
-   * @default true
-   */
-  readonly adaptiveMargin?: boolean;
-  /**
-   * Cap of the learned in-flight estimate, in ms, and how long after its estimate a call without a
-   * completion still counts as on its way (a crashed worker's slots stop counting then). Set it above
-   * the vendor request timeout.
-   * @default 10_000
+   * How long after its start a call may still reach the vendor, in ms: the bound every decision
+   * counts an unfinished call to (a crashed worker's slots stop counting then). It costs no quota
+   * while calls complete (a completion replaces the bound), so set it above the vendor request
+   * timeout, generously.
+   * @default 10_000, or `timeoutMs` if that is longer
    */
   readonly maxHoldMs?: number;
   /**
@@ -84,13 +73,7 @@ export interface ThrottleOptions {
    * @default the longest window of the key's rules
    */
   readonly retainMs?: number;
-  /**
-   * `queue` mode: calls per key that may be booking a slot (or sleeping until it) at once in this
-   * process. More heads fill a freed window faster; each asks the store again while its slot waits
-   * for a call still in flight. @default 4
-   */
-  readonly concurrency?: number;
-  /** `queue` mode: calls per key that may wait in this process before `QueueFullError`. @default Infinity */
+  /** Calls per key that may wait in this process behind a call waiting for a completion, before `QueueFullError`. @default Infinity */
   readonly maxQueued?: number;
   /**
    * Long windows in bounded memory: a rule whose limit is above this is counted with a bucketed log.
@@ -120,9 +103,19 @@ export interface ScheduleOptions {
   readonly cost?: number;
   /** Overrides the throttle's `maxDelayMs` for this call (ignored in `throw` mode). */
   readonly maxDelayMs?: number;
-  /** `queue` mode: higher runs first among this key's queued calls. @default 0 */
+  /** Overrides the throttle's `timeoutMs` for this call. */
+  readonly timeoutMs?: number;
+  /** Higher goes first among this key's waiting calls in this process. @default 0 */
   readonly priority?: number;
 }
+
+/** The names `new Throttle()` takes; any other is a `ThrottleConfigError`. */
+export const THROTTLE_OPTIONS = [
+  'name', 'rules', 'store', 'mode', 'maxDelayMs', 'timeoutMs', 'maxHoldMs', 'retainMs', 'maxQueued', 'bucketAbove', 'buckets', 'onStoreError', 'localShare',
+] as const satisfies ReadonlyArray<keyof ThrottleOptions>;
+
+/** The names `schedule()` takes; any other is a `ThrottleConfigError`. */
+export const SCHEDULE_OPTIONS = ['signal', 'cost', 'maxDelayMs', 'timeoutMs', 'priority'] as const satisfies ReadonlyArray<keyof ScheduleOptions>;
 
 /** What `inspect(key)` reports. */
 export interface KeyUsage {
@@ -168,9 +161,9 @@ export interface ThrottleEvents {
 
 /** What a throttle holds in this process (see `Throttle.stats`). */
 export interface ThrottleStats {
-  /** Keys with a local queue (`queue` mode); idle queues are dropped. */
+  /** Keys with calls waiting in line in this process; idle lines are dropped. */
   readonly queues: number;
-  /** Calls waiting in local queues, not yet at the head. */
+  /** Calls waiting in line for a slot. */
   readonly queued: number;
   /** Calls with a booked slot, sleeping until it starts. */
   readonly sleeping: number;

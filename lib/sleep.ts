@@ -25,8 +25,9 @@ export function sleep(ms: number, signals: ReadonlyArray<AbortSignal | undefined
     const until = performance.now() + ms;
     const arm = (left: number): NodeJS.Timeout =>
       setTimeout(() => {
+        // Timers may fire up to a millisecond early: never resolve before `ms` has passed.
         const rest = until - performance.now();
-        if (rest > 1) {
+        if (rest > 0) {
           timer = arm(rest);
           return;
         }
@@ -36,4 +37,18 @@ export function sleep(ms: number, signals: ReadonlyArray<AbortSignal | undefined
     let timer = arm(ms);
     for (const signal of active) signal.addEventListener('abort', onAbort, { once: true });
   });
+}
+
+/**
+ * `promise`, or a rejection with `error()` once `ms` have passed (no bound past {@link MAX_TIMER_MS});
+ * the timer is cleared either way. A late rejection of `promise` is left handled.
+ */
+export function withTimeout<T>(promise: Promise<T>, ms: number, error: () => Error): Promise<T> {
+  if (!(ms <= MAX_TIMER_MS)) return promise;
+  promise.catch(() => undefined);
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_resolve, reject) => {
+    timer = setTimeout(() => reject(error()), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

@@ -1,10 +1,9 @@
 import type { Rule } from './rules.js';
 
 /**
- * A change to slots already in a key's log, sent along with the next decision for that key
- * (or on its own when it must not wait):
- * - `releaseAt` a number: the slot's call completed; it stops counting `windowMs` after that time
- *   (store clock, ms);
+ * A change to a slot already in a key's log:
+ * - `releaseAt` a number: the slot's call completed at that time (store clock, ms); it stops counting
+ *   `windowMs` after it. A release only ever lowers a slot's score (never above its bound);
  * - `releaseAt` null: the call never started (aborted, closed); the slot is removed.
  */
 export interface Settlement {
@@ -12,7 +11,7 @@ export interface Settlement {
   readonly releaseAt: number | null;
 }
 
-/** One decision: find the earliest start time at which `cost` more calls keep every rule, and maybe book it. */
+/** One decision: can `cost` more slots start now, or when, under every rule? Books the slot if it can. */
 export interface ReserveRequest {
   /** The throttle's name: one namespace of keys per vendor. */
   readonly namespace: string;
@@ -24,56 +23,42 @@ export interface ReserveRequest {
   /** Book the slot only if it starts within this many ms; `Infinity` books any slot. 0 = now or never. */
   readonly maxDelayMs: number;
   /**
-   * How long after its start a booked slot keeps counting as if the call were still in flight,
-   * until a settlement tells its real completion time.
-   */
-  readonly holdMs: number;
-  /** History to keep, at least the longest window. */
-  readonly retainMs: number;
-  /**
-   * How long after its estimate a call that has not reported its completion may still be on its
-   * way: until then it counts from the time of each decision, as in flight.
+   * How long after its start a call may still reach the vendor: a booked slot counts as if its call
+   * released at start + `maxHoldMs` until its completion (`settle`) says when it really did.
    */
   readonly maxHoldMs: number;
-  /**
-   * Do not book a slot that waits for a call still in flight (its completion unknown): answer
-   * `deferred` instead, so the caller asks again once the completion is likely known and books with
-   * it. Used by `queue` mode, where only the head of a queue books.
-   */
-  readonly defer: boolean;
-  /** Earlier slots of this key to update first, in the same atomic step. */
-  readonly settle: readonly Settlement[];
+  /** History to keep, at least the longest window. */
+  readonly retainMs: number;
 }
 
+/**
+ * - `booked`: the slot is booked; it starts in `waitMs` (0 = now).
+ * - `refused`: no slot within `maxDelayMs`; nothing booked; `waitMs` says when to try again (at the soonest).
+ * - `deferred`: where the slot can start depends on a call still in flight (or booked ahead): nothing
+ *   booked; ask again once the store announces a completion on the key (`listen`), or after
+ *   `retryMs` at the latest (by then that call's release is known).
+ */
+export type ReserveStatus = 'booked' | 'refused' | 'deferred';
+
 export interface ReserveResult {
-  readonly granted: boolean;
-  /** Not booked because the slot waits for a call still in flight (`defer`); ask again in `retryMs`. */
-  readonly deferred: boolean;
-  /** When deferred: ms after which asking again is likely to find the completion known. */
-  readonly retryMs: number;
-  /**
-   * Granted: ms from the decision until the slot starts (0 = start now).
-   * Refused: ms until a slot would be free (`retryAfterMs`).
-   */
+  readonly status: ReserveStatus;
+  /** Booked: ms from the decision until the slot starts. Refused or deferred: no slot before this many ms. */
   readonly waitMs: number;
-  /** Store-clock time (ms) the slot starts at, booked or not. */
+  /** Deferred: ask again after this many ms at the latest. */
+  readonly retryMs: number;
+  /** Store-clock time (ms) the slot starts at (booked), or the earliest the known releases allow. */
   readonly startAt: number;
   /** Store-clock time (ms, rounded up) the decision was taken at. */
   readonly now: number;
-  /** Index in `rules` of the rule that pushed the slot later, -2 for a vendor pause, -1 when neither did. */
+  /** Index in `rules` of the rule that set the start, `PAUSED` (-2) for a vendor pause, -1 when neither did. */
   readonly ruleIndex: number;
-  /** Members of the booked slots (`cost` of them), empty when refused. */
+  /** Members of the booked slots (`cost` of them), empty unless booked. */
   readonly members: readonly string[];
-  /**
-   * Booked, and the start was set by an estimate: a slot whose call's completion was not known yet.
-   * The caller checks the slot again with `confirm()` when it is due.
-   */
-  readonly tentative: boolean;
 }
 
 /** Calls to count in a key's log that the store did not decide: see `Store.restore`. */
 export interface RestoredSlot {
-  /** When the call stops counting, minus the window: ms from the store's now (negative = in the past). */
+  /** The call's release (its completion, or the bound of one still in flight): ms from the store's now (negative = in the past). */
   readonly releaseInMs: number;
   /** Slots the call took. */
   readonly cost: number;
@@ -103,25 +88,32 @@ export interface InspectResult {
  */
 export interface Store {
   reserve(request: ReserveRequest): Promise<ReserveResult>;
-  /** Applies settlements without deciding anything: completions and releases. */
-  settle(namespace: string, key: string, settle: readonly Settlement[], retainMs: number): Promise<void>;
+  /** Applies completions and releases of earlier slots, and wakes decisions waiting for the key. */
+  settle(namespace: string, key: string, settle: readonly Settlement[]): Promise<void>;
   inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult>;
   /**
-   * Checks a tentative slot when it is due: do the slots booked before it (lower member numbers)
-   * still leave room at `startAt` under every rule, counting a call past its estimate without a
-   * completion as still in flight (for up to `maxHoldMs` after its estimate)? Books nothing.
+   * Calls `listener(key)` whenever a completion or release is written for a key of `namespace` on
+   * which a decision was deferred (in any process sharing the store). Resolves, with a function that
+   * stops listening, once no announcement made after it can be missed. `listener('')` means any
+   * key (announcements may have been missed: a lost connection). A store without it leaves
+   * deferred callers to ask again at their bound.
    */
-  confirm(namespace: string, key: string, startAt: number, members: readonly string[], rules: readonly Rule[], maxHoldMs: number): Promise<boolean>;
+  listen?(namespace: string, listener: (key: string) => void): Promise<() => void>;
+  /**
+   * Optional: this process no longer waits for a completion on the key (the calls that waited went
+   * away), so that announcements go to processes that still wait.
+   */
+  leave?(namespace: string, key: string): Promise<void>;
   /**
    * Starts no call of the key before `ms` from now (store clock), for every process: the vendor said
    * its limit was hit. A longer pause already in place is kept. Resolves to the pause's end (store clock).
    */
-  pause(namespace: string, key: string, ms: number, retainMs: number): Promise<number>;
+  pause(namespace: string, key: string, ms: number): Promise<number>;
   /**
    * Adds calls that started without this store deciding them (decided by a process's local fallback
-   * while the store was down) as completed slots, so that the store's next decisions count them.
+   * while the store was down), so that the store's next decisions count them.
    */
-  restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number, maxHoldMs: number): Promise<void>;
+  restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number): Promise<void>;
   /**
    * Optional: this process's own calls on the key that may still count, as `restore()` takes them
    * (release in ms from now). The throttle's local fallback (`onStoreError: 'local'`) counts them

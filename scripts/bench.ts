@@ -9,7 +9,7 @@
  * Scenarios:
  *   1. unconstrained keys, RedisStore: many keys, generous rule, nothing waits (autopipelining on/off)
  *   2. one saturated key, throw mode, RedisStore: every call rejects with RateLimitedError
- *   3. one saturated key, delay mode, RedisStore: 1,000 concurrent calls that must wait a little
+ *   3. one saturated key, the default mode ('wait'), RedisStore: 1,000 concurrent calls that must wait a little
  *   4. unconstrained keys, MemoryStore, for comparison
  * "Commands per decision" is counted twice: client-side (every command the ioredis client writes,
  * scripts named by digest) and server-side (`INFO commandstats` deltas: EVALSHA, EVAL, and the
@@ -59,7 +59,7 @@ const USAGE = `Usage: npx tsx scripts/bench.ts [--quick] [--json] [--only=1,2,3,
   --quick        about 10 s instead of about 45 s (shorter runs, fewer delay rounds)
   --json         print the results as JSON on stdout instead of tables
   --only=LIST    run only these scenarios (1 redis unconstrained, 2 throw saturated,
-                 3 delay saturated, 4 memory unconstrained)
+                 3 wait saturated, 4 memory unconstrained)
   --warm-ms      unmeasured warm-up per variant (default 1000, quick 200)
   --measure-ms   measured time per variant (default 4000, quick 800)
   --keys         distinct keys in scenarios 1 and 4 (default 10000)
@@ -159,9 +159,6 @@ interface DelayResult {
   readonly medianTotalMs: number;
   /** Rule alone: (waves - 1) × window. */
   readonly idealRuleMs: number;
-  /** Rule with the booked hold: (waves - 1) × (window + holdMs). What the design promises. */
-  readonly idealWithHoldMs: number;
-  readonly holdMs: number;
   /** Most fn starts seen in any window-long interval (local clock), over all rounds. */
   readonly maxStartsInWindow: number;
   readonly clientPerCall: number;
@@ -277,7 +274,6 @@ async function unconstrained(
     name: `bench-${id}`,
     rules: [rule],
     store: redis ? new RedisStore(redis.client) : new MemoryStore(),
-    mode: 'delay',
   });
   const latencies = new Latencies();
   const op = async (index: number): Promise<void> => {
@@ -308,7 +304,7 @@ async function unconstrained(
       scenario: store === 'redis' ? 1 : 4,
       title: `unconstrained keys, ${store === 'redis' ? 'RedisStore' : 'MemoryStore'}`,
       store,
-      mode: 'delay',
+      mode: 'wait',
       rule,
       autoPipelining,
       concurrency,
@@ -385,11 +381,11 @@ async function saturatedThrow(ctx: Context, id: string, autoPipelining: boolean)
   }
 }
 
-/** Scenario 3: many concurrent calls on one key in delay mode, under a rule that makes them wait a little. */
+/** Scenario 3: many concurrent calls on one key in the default mode ('wait'), under a rule that makes them wait a little. */
 async function saturatedDelay(ctx: Context, id: string, autoPipelining: boolean): Promise<DelayResult> {
   const { settings, control } = ctx;
   const calls = settings.delayCalls;
-  log(`${id} saturated key, delay mode, ${calls} concurrent calls, rule ${settings.delayRule}, autopipelining=${autoPipelining ? 'on' : 'off'}, ${settings.delayRounds} rounds`);
+  log(`${id} saturated key, default mode, ${calls} concurrent calls, rule ${settings.delayRule}, autopipelining=${autoPipelining ? 'on' : 'off'}, ${settings.delayRounds} rounds`);
   await control.flushall();
   const redis = await connect(ctx.server.port, autoPipelining);
   const store = new RedisStore(redis.client);
@@ -400,14 +396,12 @@ async function saturatedDelay(ctx: Context, id: string, autoPipelining: boolean)
   let client: ClientCounts = { byName: {}, total: 0 };
   let onClose: ClientCounts = { byName: {}, total: 0 };
   const server = { evalsha: 0, eval: 0, other: 0, total: 0, scriptUsec: 0, byCommand: {} as Record<string, number> };
-  let holdMs = 0;
   let windowMs = 0;
   let limit = 0;
   try {
     // One unmeasured round loads the scripts on the connection and warms the JIT.
     for (let round = -1; round < settings.delayRounds; round++) {
-      const throttle = new Throttle({ name: `bench-${id}-${round + 1}`, rules: [settings.delayRule], store, mode: 'delay' });
-      holdMs = throttle.holdMs;
+      const throttle = new Throttle({ name: `bench-${id}-${round + 1}`, rules: [settings.delayRule], store });
       const starts = new Array<number>(calls).fill(NaN);
       const serverBefore = await serverSnapshot(control);
       const clientBefore = redis.counter.snapshot();
@@ -451,7 +445,7 @@ async function saturatedDelay(ctx: Context, id: string, autoPipelining: boolean)
   return {
     id,
     scenario: 3,
-    title: 'one saturated key, delay mode, RedisStore',
+    title: 'one saturated key, default mode, RedisStore',
     autoPipelining,
     calls,
     rule: settings.delayRule,
@@ -461,8 +455,6 @@ async function saturatedDelay(ctx: Context, id: string, autoPipelining: boolean)
     medianLastWaveFirstStartMs: median(lastWaveFirstStarts),
     medianTotalMs: median(totals),
     idealRuleMs: (waves - 1) * windowMs,
-    idealWithHoldMs: (waves - 1) * (windowMs + holdMs),
-    holdMs,
     maxStartsInWindow: Math.max(...allStarts.map((starts) => maxInWindow(starts, windowMs))),
     clientPerCall: client.total / measured,
     client,
@@ -599,7 +591,7 @@ function renderReport(report: Report): string {
   if (delay.length > 0) {
     const first = delay[0]!;
     out.push(
-      `Scenario 3: one saturated key, delay mode, ${first.calls} concurrent calls, rule ${first.rule}, hold ${first.holdMs} ms  (times in ms, median of ${first.rounds} rounds)`,
+      `Scenario 3: one saturated key, default mode, ${first.calls} concurrent calls, rule ${first.rule}, fn does nothing  (times in ms, median of ${first.rounds} rounds)`,
     );
     const columns: Column[] = [
       { title: 'id', left: true },
@@ -608,8 +600,7 @@ function renderReport(report: Report): string {
       { title: 'last start', digits: 1 },
       { title: 'all settled', digits: 1 },
       { title: 'ideal (rule)', digits: 0 },
-      { title: 'ideal (rule+hold)', digits: 0 },
-      { title: 'over ideal+hold', digits: 1 },
+      { title: 'over ideal', digits: 1 },
       { title: 'max starts/window' },
       { title: 'sent/call', digits: 4 },
       { title: 'evalsha+eval/call', digits: 4 },
@@ -627,8 +618,7 @@ function renderReport(report: Report): string {
           d.medianLastStartMs,
           d.medianTotalMs,
           d.idealRuleMs,
-          d.idealWithHoldMs,
-          d.medianLastStartMs - d.idealWithHoldMs,
+          d.medianLastStartMs - d.idealRuleMs,
           d.maxStartsInWindow,
           d.clientPerCall,
           d.evalshaPerCall + d.evalPerCall,

@@ -3,16 +3,17 @@
  * machine, the same simulated vendor with a silent per-user limit (scripts/sim-vendor.ts), and
  * several worker processes sharing one Redis.
  *
- *   npx tsx scripts/compare.ts              # about 4 minutes on 2 cores
- *   npx tsx scripts/compare.ts --quick      # about 2 minutes
+ *   npx tsx scripts/compare.ts              # about 6 minutes on 2 cores
+ *   npx tsx scripts/compare.ts --quick      # smaller batches, shorter runs
  *   npx tsx scripts/compare.ts --help       # options (workers, scenarios, contenders, output files)
  *
  * Starts its own redis-server on a free port (never the one on 6379) and stops it before exiting,
  * and one worker process per `--workers` (scripts/compare/worker.ts), reused for every run. Each run
  * puts one contender in every worker, empties Redis, starts a fresh vendor and releases the load.
  * Contenders: scripts/compare/contender-*.ts; scenarios: scripts/compare/scenarios.ts. Prints one
- * Markdown table per scenario on stdout (progress on stderr) and writes an SVG chart to
- * docs/img/compare.svg. `COMPARE_DEBUG=1` passes the workers' stderr through, with their progress.
+ * Markdown table per scenario on stdout (progress on stderr), then the quota used per scenario and
+ * the cost per call of vendor-throttle beside rate-limiter-flexible (scripts/compare/summary.ts),
+ * and writes an SVG chart to docs/img/compare.svg. `COMPARE_DEBUG=1` passes the workers' stderr through, with their progress.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -24,6 +25,7 @@ import { CONTENDER_IDS, type ContenderId } from './compare/contender.js';
 import { num } from './compare/format.js';
 import { WorkerPool } from './compare/pool.js';
 import { configurations, MEASURES, scenarioTable } from './compare/report.js';
+import { costTable, quotaTable } from './compare/summary.js';
 import { idleCpu } from './compare/redis-usage.js';
 import { runOne, type RunContext, type RunOutcome } from './compare/runner.js';
 import { SCENARIO_IDS, scenarios as allScenarios, warmUpScenario, type ScenarioId } from './compare/scenarios.js';
@@ -45,7 +47,7 @@ interface Settings {
 
 const USAGE = `Usage: npx tsx scripts/compare.ts [--quick] [--workers=4] [--scenarios=LIST] [--contenders=LIST]
                               [--svg=docs/img/compare.svg | --no-svg] [--json=FILE]
-  --quick        shorter batches and runs (about 2 minutes instead of 4)
+  --quick        smaller batches and shorter runs
   --workers      worker processes sharing the Redis (default 4)
   --scenarios    ${SCENARIO_IDS.join(',')}
   --contenders   ${CONTENDER_IDS.join(',')}
@@ -130,7 +132,7 @@ async function main(): Promise<void> {
     const sections: string[] = [];
     for (const scenario of scenarios) {
       const these: RunOutcome[] = [];
-      for (const contender of settings.contenders) {
+      for (const contender of settings.contenders.filter((c) => scenario.contenders?.includes(c) ?? true)) {
         log(`${scenario.number}. ${scenario.id}: ${contender}`);
         const outcome = await runOne(ctx, scenario, contender);
         these.push(outcome);
@@ -139,7 +141,7 @@ async function main(): Promise<void> {
             ? `   failed: ${outcome.failure}`
             : `   ${num(outcome.calls)} calls${outcome.dropped !== undefined ? `, dropped ${outcome.dropped}` : ''}` +
                 `${outcome.utilization !== undefined ? `, quota used ${num(outcome.utilization * 100)} %` : ''}, ` +
-                `${num(outcome.decisionsPerSec)} decisions/s, ${num(outcome.redisCommandsPerCall, 1)} Redis cmds/call, ${num(outcome.wallSeconds, 1)} s`,
+                `${num(outcome.decisionsPerSec)} decisions/s, ${num(outcome.sentPerCall, 2)} sent/call, ${num(outcome.innerCommandsPerCall, 1)} inside Redis/call, ${num(outcome.wallSeconds, 1)} s`,
         );
       }
       outcomes.push(...these);
@@ -149,6 +151,8 @@ async function main(): Promise<void> {
     const report = [
       header(machine, settings),
       ...sections,
+      quotaTable(scenarios, outcomes),
+      costTable(scenarios, outcomes),
       configurations(scenarios, outcomes),
       MEASURES,
       `Total wall time ${num(wallSeconds, 0)} s.`,
@@ -156,7 +160,7 @@ async function main(): Promise<void> {
     process.stdout.write(`${report}\n`);
     if (settings.svg) {
       mkdirSync(dirname(settings.svg), { recursive: true });
-      writeFileSync(settings.svg, renderChart(scenarios, outcomes, settings.workers, `${settings.workers} processes sharing one Redis${settings.quick ? ' (--quick)' : ''}`));
+      writeFileSync(settings.svg, renderChart(scenarios, outcomes, `${settings.workers} processes sharing one Redis${settings.quick ? ' (--quick)' : ''}`));
       log(`chart written to ${settings.svg}`);
     }
     if (settings.json) writeFileSync(settings.json, `${JSON.stringify({ machine, command: commandLine(), settings, outcomes }, null, 2)}\n`);

@@ -6,9 +6,8 @@
  * Starts its own redis-server on a free port (needs `redis-server` on the PATH).
  *
  *     npm run soak -- [--calls 200000] [--keys 10000] [--workers 4] [--limit 5] [--window 500]
- *                     [--mode mixed|delay|queue] [--concurrency 200] [--max-hold-ms 10000]
+ *                     [--concurrency 200] [--max-hold-ms 10000]
  *
- * `--mode mixed` (the default) runs even workers in delay mode and odd ones in queue mode.
  * `--concurrency` is the number of calls a worker has under way at once (booking, sleeping or in
  * flight). Exit code 0 when the run is clean, 1 when it is not, 2 on a bad flag.
  */
@@ -28,7 +27,6 @@ function settings(): SoakOptions {
       workers: { type: 'string', default: '4' },
       limit: { type: 'string', default: '5' },
       window: { type: 'string', default: '500' },
-      mode: { type: 'string', default: 'mixed' },
       concurrency: { type: 'string', default: '200' },
       'max-hold-ms': { type: 'string', default: '10000' },
     },
@@ -40,8 +38,6 @@ function settings(): SoakOptions {
     if (!Number.isInteger(value) || value < min || value > max) throw new UsageError(`--${flag}: expected a whole number from ${min} to ${max}, got '${text}'`);
     return value;
   };
-  const mode = values.mode;
-  if (mode !== 'mixed' && mode !== 'delay' && mode !== 'queue') throw new UsageError(`--mode: expected mixed, delay or queue, got '${mode}'`);
   const calls = whole('calls', 1, 10_000_000);
   return {
     calls,
@@ -49,7 +45,7 @@ function settings(): SoakOptions {
     workers: whole('workers', 1, 64),
     limit: whole('limit', 1, 1_000),
     windowMs: whole('window', 10, 3_600_000),
-    mode,
+    mode: 'wait',
     concurrency: whole('concurrency', 1, 100_000),
     maxHoldMs: whole('max-hold-ms', 100, 600_000),
     latencyMs: { min: 5, max: 55 },

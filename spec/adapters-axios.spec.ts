@@ -17,6 +17,20 @@ function timings(label: string, values: readonly number[]): void {
   if (process.env.SPEC_TIMINGS) console.log(`      ${label}: ${values.map((v) => v.toFixed(1)).join(', ')}`);
 }
 
+/**
+ * Checks that no request waited longer than it had to: each one after the first `limit` arrived at
+ * most `windowMs` + `slackMs` after the response it waited for, the `limit`-th latest response among
+ * the requests that arrived before it (a request counts from its start until its response + the window).
+ */
+function expectNoIdleWait(requests: ReadonlyArray<{ readonly arrivedAt: number; readonly doneAt: number }>, limit: number, windowMs: number, slackMs: number): void {
+  const sorted = [...requests].sort((a, b) => a.arrivedAt - b.arrivedAt);
+  for (let i = limit; i < sorted.length; i++) {
+    const before = sorted.slice(0, i).map((request) => request.doneAt).sort((a, b) => a - b);
+    const due = before[i - limit]! + windowMs;
+    expect(sorted[i]!.arrivedAt, `arrival ${i}: ${(sorted[i]!.arrivedAt - due).toFixed(1)} ms after its slot`).to.be.at.most(due + slackMs);
+  }
+}
+
 describe('throttle.axios()', function () {
   this.timeout(10_000);
   let vendor: Vendor | undefined;
@@ -47,12 +61,13 @@ describe('throttle.axios()', function () {
   }
 
   describe('on an axios.create() instance', () => {
-    it('spaces arrivals at the vendor by the rules, per user, within the ideal plus the holds', async () => {
+    it('spaces arrivals at the vendor by the rules, per user, each a window after the response it waits for', async () => {
       const throttle = make({ rules: ['2/200ms'] });
       vendor = nockVendor(ORIGIN);
       const acme = acmeFor(throttle);
       const t0 = performance.now();
-      const calls = Array.from({ length: 6 }, (_, i) => acme.get(`/v1/orders/${i}`, as('u1')));
+      const doneAt: number[] = [];
+      const calls = Array.from({ length: 6 }, (_, i) => acme.get(`/v1/orders/${i}`, as('u1')).then((response) => ((doneAt[i] = performance.now()), response)));
       calls.push(acme.get('/v1/orders', as('u2')));
       const responses = await Promise.all(calls);
       expect(responses.map((response) => response.status)).to.deep.equal([200, 200, 200, 200, 200, 200, 200]);
@@ -60,10 +75,11 @@ describe('throttle.axios()', function () {
       timings('2/200ms, 6 requests, arrivals (ms)', times);
       expect(times).to.have.length(6);
       expect(mostInWindow(times, 200)).to.equal(2);
-      // Ideal: (ceil(6/2) - 1) * 200 = 400 ms. Slots booked ahead, before the calls before them have
-      // answered, count those for safetyMarginMs (100 ms by default) of assumed flight time: 2 * 300.
-      expect(times[5]! - times[0]!).to.be.below(2 * 300 + 50);
-      expect(Math.abs(vendor.times('u2', t0)[0]! - times[0]!)).to.be.below(50); // another user does not wait
+      expect(times[5]! - times[0]!).to.be.at.least(400); // (ceil(6/2) - 1) * 200
+      // Each request starts a window after the response it waits for, not later (100 ms for timers and the network).
+      const arrivedAt = (i: number) => vendor!.arrivals.find((arrival) => arrival.path === `/v1/orders/${i}`)!.at;
+      expectNoIdleWait(doneAt.map((done, i) => ({ arrivedAt: arrivedAt(i), doneAt: done })), 2, 200, 100);
+      expect(Math.abs(vendor.times('u2', t0)[0]! - times[0]!)).to.be.below(100); // another user does not wait a window
     });
 
     it('takes the slot in the adapter: after every request interceptor and transformRequest, keyed by the final config', async () => {
@@ -128,12 +144,12 @@ describe('throttle.axios()', function () {
       expect(times[2]! - times[1]!).to.be.at.least(300);
     });
 
-    it("priority: 'queue' mode serves higher priorities first", async () => {
-      const throttle = make({ rules: ['1/150ms'], mode: 'queue', concurrency: 1 });
+    it('priority: higher priorities are served first among the requests waiting for a key', async () => {
+      const throttle = make({ rules: ['1/150ms'] });
       vendor = nockVendor(ORIGIN);
       const acme = acmeFor(throttle);
       const first = acme.get('/first', as('u1')); // starts at once
-      const second = acme.get('/second', as('u1')); // the queue's head, sleeping until its slot
+      const second = acme.get('/second', as('u1')); // booked once /first has answered, sleeping until its slot
       await delay(20);
       const low = acme.get('/low', { ...as('u1'), throttle: { priority: 0 } });
       const high = acme.get('/high', { ...as('u1'), throttle: { priority: 10 } });
@@ -152,7 +168,9 @@ describe('throttle.axios()', function () {
       const source = axios.CancelToken.source();
       const waitingToo = acme.get('/b2', { ...as('u1'), cancelToken: source.token });
       await delay(50);
-      expect((await throttle.inspect('u1')).rules[0]!.used).to.equal(3);
+      // /a answered; /b is booked a window after its answer and sleeps; /b2 waits in line for /b's completion.
+      expect((await throttle.inspect('u1')).rules[0]!.used).to.equal(2);
+      expect(throttle.stats).to.deep.equal({ queues: 1, queued: 1, sleeping: 1 });
       controller.abort();
       source.cancel('no longer needed');
       const [error, errorToo] = await Promise.all([waiting.catch((e: unknown) => e), waitingToo.catch((e: unknown) => e)]);
@@ -165,10 +183,9 @@ describe('throttle.axios()', function () {
       const times = vendor.times('u1', t0);
       timings('1/300ms, arrivals of /a and /c after two cancelled requests (ms)', times);
       expect(vendor.arrivals.map((arrival) => arrival.path)).to.deep.equal(['/a', '/c']);
-      // Slots never move, so /c starts no earlier than the last booking made (/b2's: /a's answer + 300 ms,
-      // + 100 ms of hold for /b + 300 ms); without the two releases it would have waited another
-      // window after /b2 (about 1,100 ms).
-      expect(times[1]! - times[0]!).to.be.within(700, 850);
+      // /c takes the slot /b gave back, a window after /a's answer; had /b's slot not been given back,
+      // /c would have waited for /b's bound (maxHoldMs, 10 s) and a window more.
+      expect(times[1]! - times[0]!).to.be.within(300, 420);
     });
 
     it('a request with its own adapter goes through the throttle too', async () => {

@@ -20,6 +20,20 @@ function userFromUrl(input: string | URL | Request): string {
   return user;
 }
 
+/**
+ * Checks that no request waited longer than it had to: each one after the first `limit` arrived at
+ * most `windowMs` + `slackMs` after the response it waited for, the `limit`-th latest response among
+ * the requests that arrived before it (a request counts from its start until its response + the window).
+ */
+function expectNoIdleWait(requests: ReadonlyArray<{ readonly arrivedAt: number; readonly doneAt: number }>, limit: number, windowMs: number, slackMs: number): void {
+  const sorted = [...requests].sort((a, b) => a.arrivedAt - b.arrivedAt);
+  for (let i = limit; i < sorted.length; i++) {
+    const before = sorted.slice(0, i).map((request) => request.doneAt).sort((a, b) => a - b);
+    const due = before[i - limit]! + windowMs;
+    expect(sorted[i]!.arrivedAt, `arrival ${i}: ${(sorted[i]!.arrivedAt - due).toFixed(1)} ms after its slot`).to.be.at.most(due + slackMs);
+  }
+}
+
 describe('throttle.fetch()', function () {
   this.timeout(10_000);
   let vendor: Vendor | undefined;
@@ -38,10 +52,11 @@ describe('throttle.fetch()', function () {
     return { throttle, fetchAcme, url, vendor };
   }
 
-  it('spaces arrivals at a real HTTP server by the rules, per user, within the ideal plus the holds', async () => {
+  it('spaces arrivals at a real HTTP server by the rules, per user, each a window after the response it waits for', async () => {
     const { fetchAcme, url, vendor } = await setUp({ rules: ['2/200ms'] });
     const t0 = performance.now();
-    const calls = Array.from({ length: 6 }, (_, i) => fetchAcme(url(`/v1/orders/${i}`, 'u1')));
+    const doneAt: number[] = [];
+    const calls = Array.from({ length: 6 }, (_, i) => fetchAcme(url(`/v1/orders/${i}`, 'u1')).then((response) => ((doneAt[i] = performance.now()), response)));
     calls.push(fetchAcme(url('/v1/orders', 'u2')));
     const responses = await Promise.all(calls);
     expect(responses.map((response) => response.status)).to.deep.equal([200, 200, 200, 200, 200, 200, 200]);
@@ -50,8 +65,11 @@ describe('throttle.fetch()', function () {
     timings('2/200ms, 6 requests, arrivals (ms)', times);
     expect(times).to.have.length(6);
     expect(mostInWindow(times, 200)).to.equal(2);
-    expect(times[5]! - times[0]!).to.be.below(2 * 300 + 50); // see the axios spec: 400 ms ideal + 2 holds of 100 ms
-    expect(Math.abs(vendor.times('u2', t0)[0]! - times[0]!)).to.be.below(50); // another user does not wait
+    expect(times[5]! - times[0]!).to.be.at.least(400); // (ceil(6/2) - 1) * 200
+    // Each request starts a window after the response it waits for, not later (100 ms for timers and the network).
+    const arrivedAt = (i: number) => vendor.arrivals.find((arrival) => arrival.path === `/v1/orders/${i}?user=u1`)!.at;
+    expectNoIdleWait(doneAt.map((done, i) => ({ arrivedAt: arrivedAt(i), doneAt: done })), 2, 200, 100);
+    expect(Math.abs(vendor.times('u2', t0)[0]! - times[0]!)).to.be.below(100); // another user does not wait a window
   });
 
   it('takes Request objects, with their bodies, and URL objects', async () => {

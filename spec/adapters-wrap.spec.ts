@@ -5,10 +5,9 @@ import { useFakeClock } from './support/fake-clock.js';
 
 describe('throttle.wrap()', () => {
   const fake = useFakeClock();
-  const exact = { safetyMarginMs: 0, adaptiveMargin: false } as const;
 
   it("keeps fn's parameters, this and result, keyed and costed from the arguments", async () => {
-    const throttle = new Throttle({ rules: ['2/s'], ...exact });
+    const throttle = new Throttle({ rules: ['2/s'] });
     const starts: Array<[string, number]> = [];
     const api = {
       base: 'https://api.acme.example',
@@ -35,7 +34,7 @@ describe('throttle.wrap()', () => {
   });
 
   it("rejects with fn's own error, and a signal from the arguments cancels the wait", async () => {
-    const throttle = new Throttle({ rules: ['1/s'], ...exact });
+    const throttle = new Throttle({ rules: ['1/s'] });
     const failure = new Error('vendor down');
     let calls = 0;
     const send = throttle.wrap(

@@ -427,7 +427,7 @@ describe('vendor-throttle command line', function () {
     fails(['--rule', '5/s', '--workers', 'two', 'f.ndjson'], /--workers: expected a whole number/);
     fails(['--rule', '5/s', '--resume', 'f.ndjson'], /--resume needs --out/);
     fails(['--rule', '5/s', '--timeout', 'soon', 'f.ndjson'], /--timeout: expected a duration/);
-    fails(['--rule', '5/s', '--mode', 'throw', 'f.ndjson'], /--mode: expected 'delay' or 'queue'/);
+    fails(['--rule', '5/s', '--mode', 'throw', 'f.ndjson'], /--mode: expected 'wait'/);
     fails(['--rule', '5/s', '--redis', 'localhost:6379', 'f.ndjson'], /--redis: expected a URL/);
     fails(['--rule', '5/s', '--name', 'a:b', 'f.ndjson'], /--name/);
     fails(['--rule', '5/s', 'a.ndjson', 'b.ndjson'], /expected one input file, got 2/);

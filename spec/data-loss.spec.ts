@@ -19,7 +19,7 @@ const WINDOW_MS = 1_000;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
- * A client whose restore script calls (vtRestore3) pass through `restore` first: to fail some of
+ * A client whose restore script calls (vtRestore4) pass through `restore` first: to fail some of
  * them, or slow them down as a distant Redis would. `sent` lists the scripts called, in order.
  */
 function hookedClient(url: string, restore: (args: unknown[], send: () => Promise<unknown>) => Promise<unknown>) {
@@ -43,7 +43,7 @@ function hookedClient(url: string, restore: (args: unknown[], send: () => Promis
 
 /** One call of cost 1 on `key`, now or never. */
 function reserveNow(key: string, rules: ReserveRequest['rules'], windowMs: number): ReserveRequest {
-  return { namespace: 'acme', key, rules, cost: 1, maxDelayMs: 0, holdMs: 50, retainMs: windowMs, defer: false, maxHoldMs: 10_000, settle: [] };
+  return { namespace: 'acme', key, rules, cost: 1, maxDelayMs: 0, maxHoldMs: 10_000, retainMs: windowMs };
 }
 
 describe('Redis loses its data mid-run (kill -9, started again empty)', function () {
@@ -130,9 +130,9 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
     try {
       // Two calls decided in-process while Redis was away, put into it once it was back, and one
       // decided by Redis: all three count in the window.
-      await store.restore('acme', 'u', [{ releaseInMs: 0, cost: 2 }], 5_000, 10_000);
-      const reserve = { namespace: 'acme', key: 'u', rules, cost: 1, maxDelayMs: 0, holdMs: 100, retainMs: 5_000, defer: false, maxHoldMs: 10_000, settle: [] };
-      expect((await store.reserve(reserve)).granted).to.equal(true);
+      await store.restore('acme', 'u', [{ releaseInMs: 0, cost: 2 }], 5_000);
+      const reserve = { namespace: 'acme', key: 'u', rules, cost: 1, maxDelayMs: 0, maxHoldMs: 10_000, retainMs: 5_000 };
+      expect((await store.reserve(reserve)).status).to.equal('booked');
       expect((await store.inspect('acme', 'u', rules)).rules[0]!.used).to.equal(3);
       await client.flushall();
       await new Promise((resolve) => setTimeout(resolve, 250));
@@ -205,7 +205,7 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
     const rules = [{ limit: 3, windowMs: 10_000 }];
     try {
       for (const key of ['k1', 'k2']) {
-        for (let i = 0; i < 3; i++) expect((await store.reserve(reserveNow(key, rules, 10_000))).granted).to.equal(true);
+        for (let i = 0; i < 3; i++) expect((await store.reserve(reserveNow(key, rules, 10_000))).status).to.equal('booked');
       }
       await a.raw.flushall();
       const first = store.reserve(reserveNow('k1', rules, 10_000));
@@ -221,7 +221,7 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
       expect((await used).rules[0]!.used).to.equal(3);
       expect(restoresDone).to.equal(2);
       const results = await Promise.all([first, second]);
-      expect(results.map((result) => result.granted)).to.deep.equal([false, false]);
+      expect(results.map((result) => result.status)).to.deep.equal(['refused', 'refused']);
       expect(store.recoveries).to.equal(1);
     } finally {
       await store.close();
@@ -245,8 +245,8 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
     const storeB = redisStore(clientB, { prefix, recovery });
     const rules = [{ limit: 3, windowMs: 10_000 }];
     try {
-      for (let i = 0; i < 3; i++) expect((await storeA.reserve(reserveNow('k', rules, 10_000))).granted).to.equal(true);
-      expect((await storeB.reserve(reserveNow('other', rules, 10_000))).granted).to.equal(true);
+      for (let i = 0; i < 3; i++) expect((await storeA.reserve(reserveNow('k', rules, 10_000))).status).to.equal('booked');
+      expect((await storeB.reserve(reserveNow('other', rules, 10_000))).status).to.equal('booked');
       await clientB.flushall();
       void storeA.reserve(reserveNow('k', rules, 10_000)).catch(() => undefined);
       await sleep(50);
@@ -256,7 +256,7 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
         answer = await storeB.reserve(reserveNow('k', rules, 10_000));
       }
       expect(restoresDone, 'restores done when B decided again').to.equal(1);
-      expect(answer.granted).to.equal(false);
+      expect(answer.status).to.equal('refused');
     } finally {
       await storeA.close();
       await storeB.close();
@@ -281,9 +281,9 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
     const rules = [{ limit: 1, windowMs: 60_000 }];
     try {
       const booked = await Promise.all(Array.from({ length: KEYS }, (_, i) => storeA.reserve(reserveNow(`user${i}`, rules, 60_000))));
-      expect(booked.every((result) => result.granted)).to.equal(true);
+      expect(booked.every((result) => result.status === 'booked')).to.equal(true);
       // B is a live process of the namespace too (a new one would create the epoch without a grace).
-      expect((await storeB.reserve(reserveNow('other', rules, 60_000))).granted).to.equal(true);
+      expect((await storeB.reserve(reserveNow('other', rules, 60_000))).status).to.equal('booked');
       await clientB.flushall();
       const t0 = Date.now();
       void storeA.reserve(reserveNow('user0', rules, 60_000)).catch(() => undefined);
@@ -298,9 +298,9 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
       const logs = (await clientB.keys(`${prefix}:acme:*:log`)).length;
       console.log(`    [put-back] ${KEYS} keys; decisions resumed ${Date.now() - t0} ms after the loss, with ${logs} logs back`);
       expect(logs).to.equal(KEYS + 1); // and B's own key
-      expect(answer.granted).to.equal(false);
+      expect(answer.status).to.equal('refused');
       const others = await Promise.all([0, 1_000, 2_000, KEYS - 2].map((i) => storeB.reserve(reserveNow(`user${i}`, rules, 60_000))));
-      expect(others.map((result) => result.granted)).to.deep.equal([false, false, false, false]);
+      expect(others.map((result) => result.status)).to.deep.equal(['refused', 'refused', 'refused', 'refused']);
     } finally {
       await storeA.close();
       await storeB.close();

@@ -9,6 +9,7 @@
  * - interleavings of schedule, abort and close, with cost and maxDelayMs: typed errors only, and no
  *   window over the limit;
  * - never an unhandled rejection;
+ * - option names that do not exist (removed ones, misspelt ones, Object.prototype's): ThrottleConfigError;
  * - numbers at the edge of what validation accepts: waits and timeouts past a 32-bit timer.
  *
  * The RedisStore runs on a redis-server this spec starts for itself, so that every key in it is one
@@ -28,6 +29,8 @@ import {
   type Store,
   type ThrottleMode,
 } from '../lib/index.js';
+import { CallTimeoutError } from '../lib/errors.js';
+import { SCHEDULE_OPTIONS, THROTTLE_OPTIONS } from '../lib/options.js';
 import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -73,45 +76,60 @@ const validOptions = fc.record(
       fc.array(validRule.map(([limit, windowMs]) => ({ limit, windowMs })), { minLength: 1, maxLength: 2 }),
       validRule.map(([limit, ms]) => (key: string) => (key.length % 2 === 0 ? `${limit}/${ms}ms` : [`${limit}/${ms}ms`, `${limit + 1}/${2 * ms}ms`])),
     ),
-    mode: fc.constantFrom('delay', 'queue', 'throw'),
+    mode: fc.constantFrom('wait', 'throw', 'delay', 'queue'),
     maxDelayMs: fc.oneof(fc.integer({ min: 0, max: 100 }), fc.constant(Infinity)),
-    safetyMarginMs: fc.integer({ min: 0, max: 100 }),
-    adaptiveMargin: fc.boolean(),
-    maxHoldMs: fc.integer({ min: 0, max: 300 }),
+    timeoutMs: fc.oneof(fc.integer({ min: 0, max: 300 }), fc.constant(Infinity)),
+    maxHoldMs: fc.integer({ min: 1, max: 300 }),
     retainMs: fc.integer({ min: 0, max: 300 }),
-    concurrency: fc.oneof(fc.integer({ min: 1, max: 4 }), fc.constant(Infinity)),
     maxQueued: fc.oneof(fc.integer({ min: 0, max: 4 }), fc.constant(Infinity)),
+    bucketAbove: fc.constantFrom(0, 2, 1_000, Infinity),
+    buckets: fc.integer({ min: 2, max: 60 }),
     onStoreError: fc.constantFrom('fail', 'wait', 'local'),
     localShare: fc.double({ min: 0.01, max: 1, noNaN: true }),
   },
   { requiredKeys: ['rules'] },
 );
 
-/** The same fields, each anything at all. */
-const hostileOptions = fc.record({
+/** Every option a throttle takes but the store (each run brings its own). */
+type OptionName = Exclude<(typeof THROTTLE_OPTIONS)[number], 'store'>;
+const OPTION_NAMES = THROTTLE_OPTIONS.filter((name): name is OptionName => name !== 'store');
+
+/** The same fields, each anything at all (typed so that an option added to THROTTLE_OPTIONS needs an entry here). */
+const hostileFields: { readonly [name in OptionName]: fc.Arbitrary<unknown> } = {
   name: fc.oneof(fc.constantFrom('', 'a:b', 'a{b}', 'x'.repeat(101), 'ünï', 'a b'), jsonish),
   rules: rulesish,
-  mode: fc.oneof(fc.constantFrom('Delay', 'fifo', ''), jsonish),
+  mode: fc.oneof(fc.constantFrom('Delay', 'fifo', '', 'Wait'), jsonish),
   maxDelayMs: fc.oneof(oddNumber, jsonish),
-  safetyMarginMs: fc.oneof(oddNumber, jsonish),
-  adaptiveMargin: jsonish,
+  timeoutMs: fc.oneof(oddNumber, jsonish),
   maxHoldMs: fc.oneof(oddNumber, jsonish),
   retainMs: fc.oneof(oddNumber, jsonish),
-  concurrency: fc.oneof(oddNumber, jsonish),
   maxQueued: fc.oneof(oddNumber, jsonish),
+  bucketAbove: fc.oneof(oddNumber, jsonish),
+  buckets: fc.oneof(oddNumber, jsonish),
   onStoreError: fc.oneof(fc.constantFrom('FAIL', 'retry', ''), jsonish),
   localShare: fc.oneof(oddNumber, jsonish),
-});
+};
+const hostileOptions = fc.record(hostileFields);
 
-/** Options that work, with up to two fields replaced by anything (or removed); now and then not an object at all. */
+/** Names no throttle or call takes: options of version 0.1, near misses, Object.prototype's own. */
+const unknownOption = fc.constantFrom(
+  'safetyMarginMs', 'adaptiveMargin', 'concurrency', 'holdMs', 'maxDelay', 'maxdelayms', 'timeout', 'priority', 'signal', 'cost',
+  'constructor', 'toString', 'hasOwnProperty', 'valueOf', '', ' ', 'rules ',
+);
+
+/**
+ * Options that work, with up to two fields replaced by anything (or removed), and now and then a
+ * field no throttle takes; now and then not an object at all.
+ */
 const throttleOptions: fc.Arbitrary<unknown> = fc.oneof(
   {
     weight: 9,
     arbitrary: fc
-      .tuple(validOptions, hostileOptions, fc.subarray(['name', 'rules', 'mode', 'maxDelayMs', 'safetyMarginMs', 'adaptiveMargin', 'maxHoldMs', 'retainMs', 'concurrency', 'maxQueued', 'onStoreError', 'localShare'] as const, { maxLength: 2 }))
-      .map(([valid, hostile, fields]) => {
+      .tuple(validOptions, hostileOptions, fc.subarray(OPTION_NAMES, { maxLength: 2 }), fc.oneof({ weight: 19, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.tuple(unknownOption, jsonish) }))
+      .map(([valid, hostile, fields, unknown]) => {
         const options: Record<string, unknown> = { ...valid };
         for (const field of fields) options[field] = hostile[field];
+        if (unknown) options[unknown[0]] = unknown[1];
         return options;
       }),
   },
@@ -137,10 +155,13 @@ const hostileKey: fc.Arbitrary<string> = fc.oneof(
   },
 );
 
+/** A user id `schedule()` takes: any string but the empty one (refused with a TypeError). */
+const userKey: fc.Arbitrary<string> = hostileKey.filter((key) => key !== '');
+
 /** Two different user ids, often ones that differ only by case, normalization, encoding or a trailing character. */
 const keyPair: fc.Arbitrary<[string, string]> = fc.oneof(
-  fc.tuple(hostileKey, hostileKey),
-  hostileKey.chain((key) =>
+  fc.tuple(userKey, userKey),
+  userKey.chain((key) =>
     fc.constantFrom<[string, string]>(
       [key, key.toUpperCase()],
       [key, key.toLowerCase()],
@@ -162,7 +183,8 @@ const keyPair: fc.Arbitrary<[string, string]> = fc.oneof(
     ['a b', 'a%20b'],
     ['a b', 'a+b'],
     ['%41', 'A'],
-    ['', ' '],
+    [' ', '  '],
+    ['\0', ' '],
     ['\uD800', '\uFFFD'],
     ['\uD800', 'u:d800'],
     ['\uD800', '\uD800\uD800'],
@@ -178,18 +200,25 @@ const keyPair: fc.Arbitrary<[string, string]> = fc.oneof(
 
 const scheduleOptions: fc.Arbitrary<unknown> = fc.oneof(
   {
-    weight: 6,
+    weight: 12,
     arbitrary: fc.record(
       {
         cost: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: 1, max: 3 }) }, oddNumber, jsonish),
         maxDelayMs: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: 0, max: 50 }) }, oddNumber, jsonish),
+        // fn returns at once: no timeout, however short, may fire before it.
+        timeoutMs: fc.oneof({ weight: 8, arbitrary: fc.integer({ min: 0, max: 50 }) }, oddNumber, jsonish),
         priority: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: -5, max: 5 }) }, oddNumber, jsonish),
         signal: fc.oneof({ weight: 4, arbitrary: fc.constantFrom('live', 'aborted') }, jsonish),
-      },
+      } satisfies { readonly [name in (typeof SCHEDULE_OPTIONS)[number]]: fc.Arbitrary<unknown> },
       { requiredKeys: [] },
     ),
   },
-  jsonish,
+  {
+    weight: 1,
+    // A name schedule() does not take (a throttle option, a removed one, a misspelt one).
+    arbitrary: fc.tuple(unknownOption.filter((name) => !(SCHEDULE_OPTIONS as readonly string[]).includes(name)), jsonish).map(([name, value]) => ({ [name]: value })),
+  },
+  { weight: 2, arbitrary: jsonish },
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -305,6 +334,8 @@ describe('hostile input (fast-check)', function () {
                 return;
               }
               seen.built += 1;
+              const names = Object.keys(options as object);
+              expect(names.filter((name) => !(THROTTLE_OPTIONS as readonly string[]).includes(name)), 'option names a throttle does not take').to.deep.equal([]);
               const ran: unknown[] = [];
               const abortReasons: unknown[] = [];
               const pending = calls.map(([key, callOptions], i) => {
@@ -331,6 +362,9 @@ describe('hostile input (fast-check)', function () {
               outcomes.forEach((outcome, i) => {
                 seen[outcome.status === 'fulfilled' ? 'resolved' : 'rejected'] += 1;
                 if (outcome.status === 'fulfilled') {
+                  const given = calls[i]![1];
+                  const names = given !== null && typeof given === 'object' ? Object.keys(given) : [];
+                  expect(names.filter((name) => !(SCHEDULE_OPTIONS as readonly string[]).includes(name)), 'option names schedule() does not take').to.deep.equal([]);
                   expect(outcome.value, 'resolves with what fn returned').to.equal(i);
                   expect(ran.filter((call) => call === i), `fn of call ${i} ran once`).to.have.length(1);
                 } else {
@@ -342,22 +376,22 @@ describe('hostile input (fast-check)', function () {
             },
           ),
           {
-            numRuns: 150,
+            numRuns: 300,
             // Whole numbers as large as validation accepts, always tried first (the fuzz finds them only now and then).
-            examples: (['safetyMarginMs', 'maxHoldMs', 'retainMs'] as const).map((field): [unknown, Array<[unknown, unknown]>] => [{ rules: '5/s', [field]: 1e21 }, [['k', {}]]]),
+            examples: (['maxDelayMs', 'timeoutMs', 'maxHoldMs', 'retainMs', 'maxQueued', 'bucketAbove', 'buckets'] as const).map((field): [unknown, Array<[unknown, unknown]>] => [{ rules: '5/s', [field]: 1e21 }, [['k', {}]]]),
           },
         );
         console.log(`      ${JSON.stringify(seen)}`);
-        expect(seen.built, 'throttles built').to.be.above(seen.runs / 3);
+        expect(seen.built, 'throttles built').to.be.above(seen.runs / 4);
         // Enough calls ran for the property to say something about them (most options are refused).
-        expect(seen.resolved, 'calls that ran').to.be.above(seen.runs / 25);
+        expect(seen.resolved, 'calls that ran').to.be.above(seen.runs / 30);
       });
 
       it('two different user ids never share state: using up one never delays or refuses the other', async () => {
         let run = 0;
         await fc.assert(
           fc.asyncProperty(keyPair, async ([a, b]) => {
-            fc.pre(a !== b);
+            fc.pre(a !== b && a !== '' && b !== '');
             const store = subject.store();
             const throttle = new Throttle({ name: `pair-${(run += 1)}`, rules: [{ limit: 2, windowMs: 60_000 }], mode: 'throw', store });
             try {
@@ -402,16 +436,16 @@ describe('hostile input (fast-check)', function () {
         await fc.assert(
           fc.asyncProperty(
             fc.record({
-              mode: fc.constantFrom<ThrottleMode>('delay', 'queue', 'throw'),
+              mode: fc.constantFrom<ThrottleMode>('wait', 'throw', 'delay', 'queue'),
               rules: fc.array(fc.record({ limit: fc.integer({ min: 1, max: 3 }), windowMs: fc.integer({ min: 20, max: 80 }) }), { minLength: 1, maxLength: 2 }),
-              concurrency: fc.integer({ min: 1, max: 3 }),
+              maxHoldMs: fc.constantFrom(30, 200, 10_000),
               maxQueued: fc.constantFrom(0, 1, 3, Infinity),
-              keys: fc.uniqueArray(hostileKey, { minLength: 3, maxLength: 3 }),
+              keys: fc.uniqueArray(userKey, { minLength: 3, maxLength: 3 }),
               actions: fc.array(action, { minLength: 1, maxLength: 12 }),
             }),
-            async ({ mode, rules, concurrency, maxQueued, keys, actions }) => {
+            async ({ mode, rules, maxHoldMs, maxQueued, keys, actions }) => {
               const store = subject.store();
-              const throttle = new Throttle({ name: `seq-${(run += 1)}`, rules, mode, concurrency, maxQueued, store, safetyMarginMs: 20 });
+              const throttle = new Throttle({ name: `seq-${(run += 1)}`, rules, mode, maxHoldMs, maxQueued, store });
               const calls: Array<{ promise: Promise<unknown>; controller: AbortController | undefined; key: string; cost: number }> = [];
               const starts = new Map<string, Array<{ at: number; cost: number }>>();
               const ran = new Set<number>();
@@ -487,11 +521,17 @@ describe('hostile input (fast-check)', function () {
     }
 
     it('every key the RedisStore created starts with <prefix>:<name>:, and a key with braces has a hash tag Redis Cluster uses', async () => {
-      // The empty user id, for sure (the properties above generate it often).
+      // The empty user id is refused before anything reaches Redis (the first property generates it often).
       const store = redisStore();
       const throttle = new Throttle({ name: 'empty-id', rules: ['5/s'], store });
-      await throttle.schedule('', () => 'ran');
+      let ran = false;
+      const refused = await throttle.schedule('', () => (ran = true)).catch((error: unknown) => error);
+      expect(refused).to.be.instanceOf(TypeError);
+      expect((refused as Error).message).to.match(/non-empty/);
+      expect(ran).to.equal(false);
+      expect(await throttle.inspect('').catch((error: unknown) => error)).to.be.instanceOf(TypeError);
       await closeAll(throttle, store);
+      expect(await client.keys(`${store.prefix}:empty-id:*`), 'keys of the empty id').to.deep.equal([]);
       const keys: string[] = [];
       for (let cursor = '0'; ; ) {
         const [next, batch] = await client.scan(cursor, 'COUNT', 1000);
@@ -529,6 +569,16 @@ describe('hostile input (fast-check)', function () {
       await throttle.close();
       await second.catch(() => undefined);
       expect(ranBeforeClose, 'calls started within 50 ms under 1/30d').to.equal(1);
+    });
+
+    it('a timeoutMs above 2^31 − 1 ms does not time a call out after 1 ms; one within a timer still does', async () => {
+      const throttle = new Throttle({ rules: ['5/s'], timeoutMs: 2 ** 31 });
+      const slow = (): Promise<string> => new Promise((resolve) => setTimeout(() => resolve('ran'), 30));
+      expect(await throttle.schedule('k', slow)).to.equal('ran');
+      expect(await throttle.schedule('k', slow, { timeoutMs: 2 ** 40 })).to.equal('ran');
+      const timedOut = await throttle.schedule('k', slow, { timeoutMs: 5 }).catch((error: unknown) => error);
+      expect(timedOut).to.be.instanceOf(CallTimeoutError);
+      await throttle.close();
     });
 
     it('a RedisStore with commandTimeoutMs above 2^31 − 1 ms still waits for Redis', async () => {

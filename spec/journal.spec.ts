@@ -7,64 +7,95 @@ import { Journal } from '../lib/stores/journal.js';
 
 const RETAIN = 1_000;
 const MAX_HOLD = 500;
+const member = (number: number): string => `${number}.tag`;
+const numberOf = (name: string): number => Number.parseInt(name, 10);
 
 describe('recovery journal', () => {
-  it('lists calls in flight by their estimate and completed calls by their completion; a released call is gone', () => {
-    const journal = new Journal();
-    journal.book('ns', 'k', ['1', '2', '3'], 100, RETAIN, MAX_HOLD, 0);
+  it('lists calls in flight by their bound and completed calls by their completion; a released call is gone', () => {
+    const journal = new Journal(member);
+    journal.book('ns', 'k', 1, 3, 100 + MAX_HOLD, RETAIN, 100);
     journal.settle('ns', 'k', [
-      { member: '1', releaseAt: 40 },
-      { member: '2', releaseAt: null },
-    ]);
+      { member: '1.tag', releaseAt: 140 },
+      { member: '2.tag', releaseAt: null },
+    ], numberOf);
     // A completion sent again (a retried write) changes nothing.
-    journal.settle('ns', 'k', [{ member: '1', releaseAt: 45 }]);
-    const [key] = journal.entriesOf('ns', 50);
+    journal.settle('ns', 'k', [{ member: '1.tag', releaseAt: 145 }], numberOf);
+    const [key] = journal.entriesOf('ns', 150);
     expect(key!.key).to.equal('k');
+    expect(key!.retainMs).to.equal(RETAIN);
     expect(key!.entries).to.have.deep.members([
-      { member: '3', score: 100, settled: false },
-      { member: '1', score: 40, settled: true },
+      { member: '3.tag', score: 100 + MAX_HOLD },
+      { member: '1.tag', score: 140 },
     ]);
-    expect(journal.prune(50)).to.equal(2);
+    expect(journal.prune(150)).to.equal(2);
+    // Settles of another key, or of slots it never booked, change nothing.
+    journal.settle('ns', 'other', [{ member: '3.tag', releaseAt: 150 }], numberOf);
+    journal.settle('ns', 'k', [{ member: '9.tag', releaseAt: 150 }], numberOf);
+    expect(journal.keyEntries('ns', 'k', 150)).to.have.length(2);
+    expect(journal.keyEntries('ns', 'other', 150)).to.deep.equal([]);
   });
 
-  it('drops a completed call once its window is over, and a call without a completion maxHoldMs later', () => {
-    const journal = new Journal();
-    journal.book('ns', 'k', ['1', '2'], 100, RETAIN, MAX_HOLD, 0);
-    journal.settle('ns', 'k', [{ member: '1', releaseAt: 100 }]);
+  it('keeps a completion that came after the bound at the bound, as the store does', () => {
+    const journal = new Journal(member);
+    journal.book('ns', 'k', 7, 1, 100 + MAX_HOLD, RETAIN, 100);
+    journal.settle('ns', 'k', [{ member: '7.tag', releaseAt: 100 + MAX_HOLD + 250 }], numberOf);
+    expect(journal.keyEntries('ns', 'k', 700)).to.deep.equal([{ member: '7.tag', score: 100 + MAX_HOLD }]);
+    expect(journal.prune(100 + MAX_HOLD + RETAIN - 1)).to.equal(1);
+    expect(journal.prune(100 + MAX_HOLD + RETAIN)).to.equal(0);
+  });
+
+  it('drops a completed call once its window is over, and a call without a completion once its bound is', () => {
+    const journal = new Journal(member);
+    journal.book('ns', 'k', 1, 2, 100 + MAX_HOLD, RETAIN, 100);
+    journal.settle('ns', 'k', [{ member: '1.tag', releaseAt: 100 }], numberOf);
     expect(journal.prune(100 + RETAIN - 1)).to.equal(2);
     expect(journal.prune(100 + RETAIN)).to.equal(1);
-    expect(journal.keyEntries('ns', 'k', 100 + RETAIN).entries).to.deep.equal([{ member: '2', score: 100, settled: false }]);
-    expect(journal.prune(100 + RETAIN + MAX_HOLD)).to.equal(0);
+    expect(journal.keyEntries('ns', 'k', 100 + RETAIN)).to.deep.equal([{ member: '2.tag', score: 100 + MAX_HOLD }]);
+    expect(journal.prune(100 + MAX_HOLD + RETAIN - 1)).to.equal(1);
+    expect(journal.prune(100 + MAX_HOLD + RETAIN)).to.equal(0);
     expect(journal.namespaces()).to.deep.equal([]);
+    expect(journal.entriesOf('ns', 100 + MAX_HOLD + RETAIN)).to.deep.equal([]);
+  });
+
+  it('keeps the longest history a key was booked with, and the store clock offset of the latest booking', () => {
+    const journal = new Journal(member);
+    const storeNow = Date.now() + 60_000;
+    journal.book('ns', 'k', 1, 1, 100, RETAIN, storeNow);
+    journal.book('ns', 'k', 2, 1, 100, 3 * RETAIN, storeNow);
+    journal.book('ns', 'k', 3, 1, 100, RETAIN, storeNow);
+    expect(journal.clockOffsetMs).to.be.within(59_900, 60_000);
+    expect(journal.entriesOf('ns', 100)[0]!.retainMs).to.equal(3 * RETAIN);
+    expect(journal.keyEntries('ns', 'k', 100 + 3 * RETAIN - 1)).to.have.length(3);
+    expect(journal.prune(100 + 3 * RETAIN)).to.equal(0);
   });
 
   it('never lists a completed call that no longer counts, even when completions came out of order', () => {
-    const journal = new Journal();
-    journal.book('ns', 'k', ['1', '2'], 100, RETAIN, MAX_HOLD, 0);
+    const journal = new Journal(member);
+    journal.book('ns', 'k', 1, 2, 100 + MAX_HOLD, RETAIN, 100);
     // The later completion is written first.
-    journal.settle('ns', 'k', [{ member: '2', releaseAt: 300 }]);
-    journal.settle('ns', 'k', [{ member: '1', releaseAt: 100 }]);
+    journal.settle('ns', 'k', [{ member: '2.tag', releaseAt: 300 }], numberOf);
+    journal.settle('ns', 'k', [{ member: '1.tag', releaseAt: 100 }], numberOf);
     const at = 100 + RETAIN;
-    expect(journal.keyEntries('ns', 'k', at).entries).to.deep.equal([{ member: '2', score: 300, settled: true }]);
-    expect(journal.entriesOf('ns', at)[0]!.entries).to.deep.equal([{ member: '2', score: 300, settled: true }]);
+    expect(journal.keyEntries('ns', 'k', at)).to.deep.equal([{ member: '2.tag', score: 300 }]);
+    expect(journal.entriesOf('ns', at)[0]!.entries).to.deep.equal([{ member: '2.tag', score: 300 }]);
     expect(journal.prune(300 + RETAIN)).to.equal(0);
   });
 
   it('keeps every call of a long window, and forgets them as they leave it (thousands per key)', () => {
-    const journal = new Journal();
-    const members = Array.from({ length: 5_000 }, (_, i) => String(i + 1));
-    journal.book('ns', 'k', members, 0, RETAIN, MAX_HOLD, 0);
-    journal.settle('ns', 'k', members.map((member, i) => ({ member, releaseAt: i })));
+    const journal = new Journal(member);
+    journal.book('ns', 'k', 1, 5_000, 10_000, RETAIN, 0);
+    journal.settle('ns', 'k', Array.from({ length: 5_000 }, (_, i) => ({ member: member(i + 1), releaseAt: i })), numberOf);
     expect(journal.prune(0)).to.equal(5_000);
     // 3,000 have left their window (the arrays are compacted): the rest is listed exactly, in full.
     expect(journal.prune(2_999 + RETAIN)).to.equal(2_000);
-    const entries = journal.keyEntries('ns', 'k', 2_999 + RETAIN).entries;
+    const entries = journal.keyEntries('ns', 'k', 2_999 + RETAIN);
     expect(entries).to.have.length(2_000);
-    expect(entries[0]).to.deep.equal({ member: '3001', score: 3_000, settled: true });
-    expect(entries.at(-1)).to.deep.equal({ member: '5000', score: 4_999, settled: true });
+    expect(entries[0]).to.deep.equal({ member: '3001.tag', score: 3_000 });
+    expect(entries.at(-1)).to.deep.equal({ member: '5000.tag', score: 4_999 });
     // Calls put back for the local fallback count like the others.
-    journal.restored('ns', 'k', [{ member: '6000', score: 5_000 }], RETAIN, MAX_HOLD);
-    expect(journal.keyEntries('ns', 'k', 5_000 + RETAIN - 1).entries).to.deep.equal([{ member: '6000', score: 5_000, settled: true }]);
+    journal.restored('ns', 'k', [{ number: 6_000, score: 5_000 }], RETAIN);
+    expect(journal.keyEntries('ns', 'k', 5_000 + RETAIN - 1)).to.deep.equal([{ member: '6000.tag', score: 5_000 }]);
     expect(journal.prune(5_000 + RETAIN)).to.equal(0);
+    expect(journal.namespaces()).to.deep.equal([]);
   });
 });

@@ -8,8 +8,6 @@ import type { Store } from '../lib/store.js';
 import { Throttle } from '../lib/throttle.js';
 import { useFakeClock } from './support/fake-clock.js';
 
-const exact = { safetyMarginMs: 0, adaptiveMargin: false } as const;
-
 /**
  * The value of one sample in Prometheus text format: `name{labels} value`, where the sample's labels
  * are exactly `labels` (in any order). Undefined when there is no such sample.
@@ -50,7 +48,7 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
 /** A store that fails every call, like an unreachable Redis. */
 function downStore(): Store {
   const down = (): Promise<never> => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:1'));
-  return { reserve: down, settle: down, inspect: down, pause: down, confirm: down, restore: down, close: async () => {} } as unknown as Store;
+  return { reserve: down, settle: down, inspect: down, pause: down, restore: down, close: async () => {} };
 }
 
 describe('metrics: throttleMetrics() with prom-client', () => {
@@ -68,7 +66,7 @@ describe('metrics: throttleMetrics() with prom-client', () => {
   });
 
   function make(options: Partial<ThrottleOptions>): Throttle {
-    const throttle = new Throttle({ name: 'acme', rules: ['2/s'], store: new MemoryStore(), ...exact, ...options });
+    const throttle = new Throttle({ name: 'acme', rules: ['2/s'], store: new MemoryStore(), ...options });
     throttles.push(throttle);
     return throttle;
   }
@@ -104,7 +102,7 @@ describe('metrics: throttleMetrics() with prom-client', () => {
 
   it('counts refusals by reason and rule: a full rule, a pause, a full queue', async () => {
     const strict = make({ name: 'strict', mode: 'throw', rules: ['1/min'] });
-    const queued = make({ name: 'queued', mode: 'queue', rules: ['1/s'], concurrency: 1, maxQueued: 0 });
+    const queued = make({ name: 'queued', rules: ['1/s'], maxQueued: 0 });
     const m1 = throttleMetrics(strict, { client, registry });
     throttleMetrics(queued, { client, registry });
 
@@ -114,11 +112,14 @@ describe('metrics: throttleMetrics() with prom-client', () => {
     expect(await rejection(strict.schedule('v', () => undefined))).to.be.instanceOf(RateLimitedError);
 
     await queued.schedule('u', () => undefined);
-    const head = queued.schedule('u', () => undefined).catch((error: unknown) => error); // sleeps for its slot
+    const booked = queued.schedule('u', () => undefined).catch((error: unknown) => error); // sleeps for its slot
+    await fake.clock.tickAsync(10);
+    const head = queued.schedule('u', () => undefined).catch((error: unknown) => error); // waits in line for its completion
     await fake.clock.tickAsync(10);
     expect(await rejection(queued.schedule('u', () => undefined))).to.be.instanceOf(QueueFullError);
     await queued.close();
-    expect(await head).to.be.instanceOf(ThrottleClosedError); // not a refusal
+    expect(await booked).to.be.instanceOf(ThrottleClosedError); // not a refusal
+    expect(await head).to.be.instanceOf(ThrottleClosedError);
 
     const text = await registry.metrics();
     expect(samples(text, m1.names.refused)).to.have.deep.members([
@@ -152,18 +153,19 @@ describe('metrics: throttleMetrics() with prom-client', () => {
     expect(sample(text, metrics.names.storeErrors, { throttle: 'acme', policy: 'fail' })).to.equal(2);
   });
 
-  it('reads queued and sleeping calls from throttle.stats when scraped, and the in-flight estimate', async () => {
-    const throttle = make({ mode: 'queue', rules: ['1/s'], concurrency: 1, safetyMarginMs: 250 });
+  it('reads queued and sleeping calls from throttle.stats when scraped, and maxHoldMs', async () => {
+    const throttle = make({ rules: ['1/s'], maxHoldMs: 2_500 });
     const metrics = throttleMetrics(throttle, { client, registry });
     const done = Promise.all(Array.from({ length: 4 }, () => throttle.schedule('alice', () => undefined)));
     await fake.clock.tickAsync(10);
     const { queued, sleeping } = throttle.stats;
-    expect(queued + sleeping).to.be.greaterThan(0);
+    // One ran; the second sleeps until its slot at 1 s; the other two wait in line for its completion.
+    expect({ queued, sleeping }).to.deep.equal({ queued: 2, sleeping: 1 });
 
     let text = await registry.metrics();
     expect(sample(text, metrics.names.waiting, { throttle: 'acme', state: 'queued' })).to.equal(queued);
     expect(sample(text, metrics.names.waiting, { throttle: 'acme', state: 'sleeping' })).to.equal(sleeping);
-    expect(sample(text, metrics.names.hold, { throttle: 'acme' })).to.equal(throttle.holdMs / 1000);
+    expect(sample(text, metrics.names.hold, { throttle: 'acme' })).to.equal(2.5);
 
     await fake.clock.tickAsync(4_000);
     await done;

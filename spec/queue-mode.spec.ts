@@ -4,137 +4,193 @@ import { Throttle } from '../lib/throttle.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import { useFakeClock } from './support/fake-clock.js';
 
-// One head per key unless a spec says otherwise, so that who books when is easy to follow.
-const exact = { safetyMarginMs: 0, adaptiveMargin: false, concurrency: 1 } as const;
+/** A fn that runs until `finish()` is called: a call kept in flight for as long as a spec needs. */
+function inFlight() {
+  let finish: () => void = () => {};
+  const fn = () => new Promise<void>((resolve) => (finish = resolve));
+  return { fn, finish: () => finish() };
+}
 
-describe('Throttle: queue mode', () => {
+describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 'wait')", () => {
   const fake = useFakeClock();
 
-  it('runs queued calls as slots free, and only the head holds a booked slot', async () => {
-    const throttle = new Throttle({ rules: ['2/s'], mode: 'queue', ...exact });
+  it("reads the modes of version 0.1 as 'wait'", async () => {
+    const throttles = (['queue', 'delay', 'wait', undefined] as const).map((mode) => new Throttle({ rules: ['1/s'], ...(mode ? { mode } : {}) }));
+    expect(throttles.map((throttle) => throttle.mode)).to.deep.equal(['wait', 'wait', 'wait', 'wait']);
+    await Promise.all(throttles.map((throttle) => throttle.close()));
+  });
+
+  it('books a slot once the calls it depends on have completed; calls behind it wait in line, booking nothing', async () => {
+    const throttle = new Throttle({ rules: ['2/s'], mode: 'queue' });
     const t0 = Date.now();
     const starts: number[] = [];
     const calls = Array.from({ length: 6 }, () => throttle.schedule('u', () => starts.push(Date.now() - t0)));
     await fake.clock.tickAsync(10);
     expect(starts).to.deep.equal([0, 0]);
     const usage = await throttle.inspect('u');
-    // Two slots started, one booked by the head; three more wait locally without booking anything.
-    expect(usage.rules[0]!.used).to.equal(3);
-    expect(throttle.stats).to.deep.include({ queues: 1, queued: 3, sleeping: 1 });
+    // Two slots started and completed at once, so two more are booked at 1 s; the last two depend on
+    // those (still to come) and wait in line without booking anything.
+    expect(usage.rules[0]!.used).to.equal(4);
+    expect(throttle.stats).to.deep.equal({ queues: 1, queued: 2, sleeping: 2 });
     expect(usage.waitingHere).to.equal(4);
     await fake.clock.tickAsync(2_000);
     await Promise.all(calls);
-    // A slot that was waited for counts from 1 ms before its start (the wait is rounded up to whole
-    // ms, so the local reading is taken early on purpose). Call 3 waited for 1000; call 4 asked at
-    // 1000 and started at once. So call 5, bound by call 4's completion, starts at 2000, and
-    // call 6, bound by call 3's, 1 ms later.
-    expect(starts).to.deep.equal([0, 0, 1_000, 1_000, 2_000, 2_001]);
+    // A slot that was waited for counts from 1 ms before its start (completion times are read late,
+    // never early): calls 3 and 4 complete at 1,001 on the store's clock, so 5 and 6 start at 2,001.
+    expect(starts).to.deep.equal([0, 0, 1_000, 1_000, 2_001, 2_001]);
     await throttle.close();
   });
 
-  it('estimates its calls in flight like delay mode, so a delay-mode throttle sharing the key is not held back', async () => {
-    // Two throttles on one store and key, as two processes sharing Redis would be. The queue-mode
-    // call takes 50 ms; the delay-mode call asks while it is in flight and books behind its estimate
-    // (the 100 ms margin), then confirms the slot once the completion is known. With the queue's
-    // slot counted until maxHoldMs (10 s), the delay-mode call used to wait 11 s.
+  it('a call of another throttle sharing the store is woken by the completion it waits for, not held back to maxHoldMs', async () => {
+    // Two throttles on one store and key, as two processes sharing Redis would be. The first call
+    // takes 50 ms; the other throttle's call asks while it is in flight, and books once it completes.
     const store = new MemoryStore();
-    const options = { rules: ['1/s'], store, safetyMarginMs: 100, adaptiveMargin: false } as const;
-    const queued = new Throttle({ ...options, mode: 'queue' });
-    const delayed = new Throttle({ ...options, mode: 'delay' });
+    const options = { rules: ['1/s'], store } as const;
+    const one = new Throttle({ ...options, mode: 'queue' });
+    const other = new Throttle({ ...options, mode: 'delay' });
     const t0 = Date.now();
-    const first = queued.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 50)));
+    const first = one.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 50)));
     await fake.clock.tickAsync(10);
     let startedAt = -1;
-    const second = delayed.schedule('u', () => (startedAt = Date.now() - t0));
+    const second = other.schedule('u', () => (startedAt = Date.now() - t0));
+    await fake.clock.tickAsync(10);
+    expect(other.stats).to.deep.equal({ queues: 1, queued: 1, sleeping: 0 });
     await fake.clock.tickAsync(1_200);
     await Promise.all([first, second]);
-    expect(startedAt).to.equal(1_100);
-    await Promise.all([queued.close(), delayed.close()]);
+    expect(startedAt).to.be.within(1_050, 1_051);
+    await Promise.all([one.close(), other.close()]);
   });
 
-  it('maxDelayMs bounds the whole wait, time queued included: a call that runs out while queued leaves the queue', async () => {
-    const throttle = new Throttle({ rules: ['1/s'], mode: 'queue', ...exact });
+  it('maxDelayMs bounds the whole wait, time in line included: a call that runs out in line leaves it, booking nothing', async () => {
+    const throttle = new Throttle({ rules: ['1/100ms'] });
     const t0 = Date.now();
     const starts: Record<string, number> = {};
-    const call = (name: string, maxDelayMs?: number) =>
-      throttle.schedule('u', () => (starts[name] = Date.now() - t0), maxDelayMs === undefined ? {} : { maxDelayMs }).catch((error: unknown) => error);
+    const call = (name: string, fn: () => unknown, maxDelayMs?: number) =>
+      throttle.schedule('u', () => ((starts[name] = Date.now() - t0), fn()), maxDelayMs === undefined ? {} : { maxDelayMs }).catch((error: unknown) => error);
     const refusals: Array<{ at: number; error: unknown }> = [];
     throttle.on('refused', (event) => refusals.push({ at: Date.now() - t0, error: event.error }));
-    // a runs at once, b is the head (its slot at 1 s); c, d and e wait in the queue behind b.
-    const outcomes = [call('a'), call('b'), call('c', 500), call('d', 3_000), call('e', 1_500)];
-    await fake.clock.tickAsync(5_000);
-    const [, , c, , e] = await Promise.all(outcomes);
-    expect(starts).to.deep.equal({ a: 0, b: 1_000, d: 2_001 });
-    // c ran out queued at 500 ms, e at 1.5 s (d was the head then, with the slot at 2 s): each is
-    // refused when its time is up, with the wait for the key's next free slot.
-    expect(c).to.be.instanceOf(RateLimitedError);
-    expect(e).to.be.instanceOf(RateLimitedError);
-    expect(refusals.map((refusal) => refusal.at)).to.deep.equal([500, 1_500]);
-    expect((c as RateLimitedError).reason).to.equal('booked');
-    expect((c as RateLimitedError).retryAfterMs).to.equal(1_500);
+    // a stays in flight until 1.2 s; b, c and d wait in line for its completion (each could start
+    // 100 ms after it, within its maxDelayMs).
+    const flight = inFlight();
+    const a = call('a', flight.fn);
+    await fake.clock.tickAsync(10);
+    const [b, c, d] = [call('b', () => 'b', 500), call('c', () => 'c', 3_000), call('d', () => 'd', 1_350)];
+    await fake.clock.tickAsync(10);
+    expect(throttle.stats).to.deep.equal({ queues: 1, queued: 3, sleeping: 0 });
+    // b runs out in line at 510 ms (asked at 10 ms): refused then, with the rule that held it.
+    await fake.clock.tickAsync(490);
+    expect(refusals.map((refusal) => refusal.at)).to.deep.equal([510]);
+    expect(await b).to.be.instanceOf(RateLimitedError);
+    expect(refusals[0]!.error).to.equal(await b);
+    expect((await b as RateLimitedError).rule).to.deep.equal({ limit: 1, windowMs: 100 });
+    expect((await b as RateLimitedError).retryAfterMs).to.be.at.least(1);
+    expect(throttle.stats).to.deep.equal({ queues: 1, queued: 2, sleeping: 0 });
+    // a completes at 1.2 s: c books the next slot (1.3 s), and d, which could start only after c's
+    // window (1.4 s, past its 1.36 s), is refused at once instead of waiting for nothing.
+    await fake.clock.tickAsync(690);
+    flight.finish();
+    await fake.clock.tickAsync(0);
+    expect(refusals.map((refusal) => refusal.at)).to.deep.equal([510, 1_200]);
+    expect(await d).to.be.instanceOf(RateLimitedError);
+    // Neither b nor d booked anything: only c, sleeping until its slot, counts besides a.
+    expect((await throttle.inspect('u')).rules[0]!.used).to.equal(2);
+    await fake.clock.tickAsync(1_000);
+    await a;
+    expect(await c).to.equal('c');
+    expect(starts).to.deep.equal({ a: 0, c: 1_300 });
     expect(fake.clock.countTimers()).to.equal(0);
     await throttle.close();
   });
 
-  it('serves higher priority first among queued calls', async () => {
-    const throttle = new Throttle({ rules: ['1/s'], mode: 'queue', ...exact });
+  it('serves higher priority first among waiting calls, then first come, first served', async () => {
+    const throttle = new Throttle({ rules: ['1/s'], mode: 'queue' });
     const order: string[] = [];
     const calls = [
       throttle.schedule('u', () => order.push('first')),
-      throttle.schedule('u', () => order.push('low'), { priority: 0 }),
+      throttle.schedule('u', () => order.push('low')),
+      throttle.schedule('u', () => order.push('low too'), { priority: 0 }),
       throttle.schedule('u', () => order.push('high'), { priority: 10 }),
+      throttle.schedule('u', () => order.push('middle'), { priority: 5 }),
+      throttle.schedule('u', () => order.push('negative'), { priority: -1 }),
     ];
-    await fake.clock.tickAsync(3_000);
+    await fake.clock.tickAsync(6_000);
     await Promise.all(calls);
-    expect(order).to.deep.equal(['first', 'high', 'low']);
+    expect(order).to.deep.equal(['first', 'high', 'middle', 'low', 'low too', 'negative']);
     await throttle.close();
   });
 
-  it('rejects with QueueFullError past maxQueued, without queueing', async () => {
-    const throttle = new Throttle({ rules: ['1/s'], mode: 'queue', maxQueued: 2, ...exact });
-    // The first call is the head (booking its slot); two more wait behind it: the queue is full.
-    const accepted = [1, 2, 3].map(() => throttle.schedule('u', () => {}));
-    const error = (await throttle.schedule('u', () => {}).catch((e: unknown) => e)) as QueueFullError;
-    expect(error).to.be.instanceOf(QueueFullError);
-    expect(error.maxQueued).to.equal(2);
+  it('rejects with QueueFullError a call that would join a line waiting for a completion that already holds maxQueued calls', async () => {
+    const throttle = new Throttle({ rules: ['1/s'], maxQueued: 2 });
+    const flight = inFlight();
+    const first = throttle.schedule('u', flight.fn);
+    await fake.clock.tickAsync(10);
+    // The first call is in flight: the next ones wait in line for its completion.
+    const accepted = [throttle.schedule('u', () => 'second')];
+    await fake.clock.tickAsync(10);
+    accepted.push(throttle.schedule('u', () => 'third'));
+    await fake.clock.tickAsync(10);
     expect(throttle.stats.queued).to.equal(2);
+    const refusals: unknown[] = [];
+    throttle.on('refused', (event) => refusals.push(event.error));
+    let called = false;
+    const error = (await throttle.schedule('u', () => (called = true)).catch((e: unknown) => e)) as QueueFullError;
+    expect(error).to.be.instanceOf(QueueFullError);
+    expect(error.code).to.equal('ERR_QUEUE_FULL');
+    expect(error.key).to.equal('u');
+    expect(error.maxQueued).to.equal(2);
+    expect(refusals).to.deep.equal([error]);
+    expect(called).to.equal(false);
+    expect(throttle.stats.queued).to.equal(2);
+    // Other keys have lines of their own.
+    expect(await throttle.schedule('v', () => 'other')).to.equal('other');
+    flight.finish();
     await fake.clock.tickAsync(3_000);
-    await Promise.all(accepted);
+    await first;
+    expect(await Promise.all(accepted)).to.deep.equal(['second', 'third']);
     await throttle.close();
   });
 
-  it('with maxQueued 0 a call runs when the key has a free head, and is refused otherwise', async () => {
-    const throttle = new Throttle({ rules: ['1/s'], mode: 'queue', maxQueued: 0, ...exact });
-    const first = throttle.schedule('u', () => 'first');
-    const second = throttle.schedule('u', () => 'second').catch((e: unknown) => e);
-    expect(await first).to.equal('first');
-    expect(await second).to.be.instanceOf(QueueFullError);
+  it('with maxQueued 0 a call may wait for a completion only when nothing else waits on its key', async () => {
+    const throttle = new Throttle({ rules: ['1/s'], maxQueued: 0 });
+    const flight = inFlight();
+    const first = throttle.schedule('u', flight.fn);
+    await fake.clock.tickAsync(10);
+    const second = throttle.schedule('u', () => 'second');
+    await fake.clock.tickAsync(10);
+    expect(await throttle.schedule('u', () => 'third').catch((e: unknown) => e)).to.be.instanceOf(QueueFullError);
+    flight.finish();
+    await fake.clock.tickAsync(1_100);
+    await first;
+    expect(await second).to.equal('second');
     await throttle.close();
   });
 
-  it('aborting a queued call removes it; close rejects the rest and leaves no timer', async () => {
-    const throttle = new Throttle({ rules: ['1/min'], mode: 'queue', ...exact });
+  it('aborting a waiting call removes it; close rejects the rest and leaves no timer', async () => {
+    const throttle = new Throttle({ rules: ['1/min'], mode: 'queue' });
     await throttle.schedule('u', () => {});
     const controller = new AbortController();
     const head = throttle.schedule('u', () => {});
     const aborted = throttle.schedule('u', () => {}, { signal: controller.signal });
     const rest = throttle.schedule('u', () => {});
     await fake.clock.tickAsync(5);
+    expect(throttle.stats).to.deep.equal({ queues: 1, queued: 2, sleeping: 1 });
     controller.abort(new Error('stop'));
     expect(((await aborted.catch((e: unknown) => e)) as Error).message).to.equal('stop');
+    expect(throttle.stats).to.deep.equal({ queues: 1, queued: 1, sleeping: 1 });
     await throttle.close();
     for (const call of [head, rest]) expect(await call.catch((e: unknown) => e)).to.be.instanceOf(ThrottleClosedError);
+    expect(throttle.stats).to.deep.equal({ queues: 0, queued: 0, sleeping: 0 });
     expect(fake.clock.countTimers()).to.equal(0);
   });
 
-  it('drops idle queues: 100,000 distinct keys leave nothing behind', async function () {
+  it('drops idle lines: 100,000 distinct keys leave nothing behind', async function () {
     this.timeout(60_000);
-    const throttle = new Throttle({ rules: ['5/s'], mode: 'queue', ...exact });
+    const throttle = new Throttle({ rules: ['5/s'], mode: 'queue' });
     for (let batch = 0; batch < 100; batch++) {
       await Promise.all(Array.from({ length: 1_000 }, (_, i) => throttle.schedule(`user-${batch}-${i}`, () => {})));
     }
     await fake.clock.tickAsync(0);
-    expect(throttle.stats).to.deep.include({ queues: 0, queued: 0, sleeping: 0 });
+    expect(throttle.stats).to.deep.equal({ queues: 0, queued: 0, sleeping: 0 });
     await throttle.close();
   });
 });

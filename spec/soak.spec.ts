@@ -1,7 +1,7 @@
 /**
  * The soak (`npm run soak`, scripts/soak.ts), shortened: 4 worker processes × 5,000 calls over 500
  * keys, sharing a redis-server the run starts itself, against the simulated vendor with a silent
- * limit of 5 calls per 150 ms per user. Even workers run in delay mode, odd ones in queue mode.
+ * limit of 5 calls per 150 ms per user, every worker in the one waiting mode, 'wait'.
  */
 import { expect } from 'chai';
 import { formatReport } from '../scripts/soak/report.js';
@@ -23,7 +23,7 @@ describe('soak (shortened): 4 processes × 5,000 calls over 500 keys, rule 5/150
       workers: 4,
       limit: 5,
       windowMs: 150,
-      mode: 'mixed',
+      mode: 'wait',
       concurrency: 200,
       maxHoldMs: 2_000,
       latencyMs: { min: 5, max: 55 },

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { RateLimitedError, ThrottleClosedError, ThrottleConfigError } from '../lib/errors.js';
+import { CallTimeoutError, RateLimitedError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError } from '../lib/errors.js';
 import { Throttle } from '../lib/throttle.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import type { ThrottleOptions } from '../lib/options.js';
@@ -7,8 +7,6 @@ import type { Store } from '../lib/store.js';
 import { delegatingStore } from './support/delegating-store.js';
 import { mostInWindow } from './support/http-vendor.js';
 import { useFakeClock } from './support/fake-clock.js';
-
-const exact = { safetyMarginMs: 0, adaptiveMargin: false } as const;
 
 /** A MemoryStore that counts the decisions asked of it. */
 function countingReserves() {
@@ -41,7 +39,7 @@ describe('Throttle: delay mode', () => {
   const fake = useFakeClock();
 
   function make(options: Partial<ThrottleOptions> = {}) {
-    return new Throttle({ rules: ['3/s'], ...exact, ...options });
+    return new Throttle({ rules: ['3/s'], ...options });
   }
 
   it('runs calls at once while the window has room, then each as soon as it frees', async () => {
@@ -135,13 +133,13 @@ describe('Throttle: delay mode', () => {
 
   it('keeps a live key history when its rules change, and is exact from that moment', async () => {
     const store = new MemoryStore();
-    const before = new Throttle({ rules: ['3/min'], store, ...exact, maxDelayMs: 0 });
+    const before = new Throttle({ rules: ['3/min'], store, maxDelayMs: 0 });
     for (let i = 0; i < 3; i++) await before.schedule('u', () => {});
     await fake.clock.tickAsync(10_000);
-    const doubled = new Throttle({ rules: ['6/min'], store, ...exact, maxDelayMs: 0 });
+    const doubled = new Throttle({ rules: ['6/min'], store, maxDelayMs: 0 });
     const results = await Promise.allSettled(Array.from({ length: 4 }, () => doubled.schedule('u', () => {})));
     expect(results.map((r) => r.status)).to.deep.equal(['fulfilled', 'fulfilled', 'fulfilled', 'rejected']);
-    const withDaily = new Throttle({ rules: ['6/min', '7/day'], store, ...exact, maxDelayMs: 0, retainMs: 86_400_000 });
+    const withDaily = new Throttle({ rules: ['6/min', '7/day'], store, maxDelayMs: 0, retainMs: 86_400_000 });
     await fake.clock.tickAsync(50_000);
     const day = await Promise.allSettled(Array.from({ length: 3 }, () => withDaily.schedule('u', () => {})));
     expect(day.map((r) => r.status)).to.deep.equal(['fulfilled', 'rejected', 'rejected']);
@@ -149,7 +147,7 @@ describe('Throttle: delay mode', () => {
   });
 
   it('counts a call until its response plus the window: a slow call holds its slot longer', async () => {
-    const throttle = new Throttle({ rules: ['1/s'], safetyMarginMs: 50, adaptiveMargin: false });
+    const throttle = new Throttle({ rules: ['1/s'] });
     const t0 = Date.now();
     const slow = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 400)));
     await fake.clock.tickAsync(400);
@@ -162,33 +160,67 @@ describe('Throttle: delay mode', () => {
     await throttle.close();
   });
 
-  it('frees the slot early when a call completes before the safety margin', async () => {
-    const throttle = new Throttle({ rules: ['1/s'], safetyMarginMs: 300, adaptiveMargin: false });
+  it('a call that asks while the binding call is in flight waits for its completion, not for maxHoldMs', async () => {
+    const { store, reserves } = countingReserves();
+    const throttle = new Throttle({ rules: ['1/s'], store, maxHoldMs: 5_000 });
     const t0 = Date.now();
-    await throttle.schedule('u', () => {});
+    const first = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 300)));
+    await fake.clock.tickAsync(10);
     const starts: number[] = [];
     const next = throttle.schedule('u', () => starts.push(Date.now() - t0));
-    await fake.clock.tickAsync(2_000);
+    // Deferred: nothing booked, one timer for its bound (start + maxHoldMs) besides the call's own.
+    await fake.clock.tickAsync(100);
+    expect(starts).to.deep.equal([]);
+    expect(throttle.stats).to.deep.equal({ queues: 1, queued: 1, sleeping: 0 });
+    const asked = reserves();
+    // The completion at 300 ms wakes the line: one more ask books the slot at 300 + 1,000 ms.
+    await fake.clock.tickAsync(200);
+    await first;
+    expect(reserves()).to.equal(asked + 1);
+    expect(throttle.stats).to.deep.equal({ queues: 0, queued: 0, sleeping: 1 });
+    await fake.clock.tickAsync(1_100);
     await next;
-    expect(starts).to.deep.equal([1_000]);
+    expect(starts).to.have.length(1);
+    expect(starts[0]).to.be.within(1_300, 1_301);
     await throttle.close();
   });
 
-  it('learns the in-flight margin from observed response times', async () => {
-    const throttle = new Throttle({ rules: ['10/s'], safetyMarginMs: 10 });
-    expect(throttle.holdMs).to.equal(10);
-    const call = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 120)));
-    await fake.clock.tickAsync(120);
-    await call;
-    // The longest response seen, plus 20 ms allowed for the start itself to be late.
-    expect(throttle.holdMs).to.equal(140);
+  it('maxHoldMs: 10 s by default, or timeoutMs when that is longer', async () => {
+    const throttles = [new Throttle({ rules: ['1/s'] }), new Throttle({ rules: ['1/s'], timeoutMs: 30_000.5 }), new Throttle({ rules: ['1/s'], timeoutMs: 30_000, maxHoldMs: 500 })];
+    expect(throttles.map((throttle) => throttle.maxHoldMs)).to.deep.equal([10_000, 30_001, 500]);
+    await Promise.all(throttles.map((throttle) => throttle.close()));
+  });
+
+  it("timeoutMs: a fn that does not settle in time rejects with CallTimeoutError; its slot keeps counting until it completes", async () => {
+    const throttle = new Throttle({ rules: ['1/s'], timeoutMs: 200 });
+    const t0 = Date.now();
+    let finish: (value: string) => void = () => {};
+    const hung = throttle.schedule('u', () => new Promise<string>((resolve) => (finish = resolve))).catch((error: unknown) => error);
+    await fake.clock.tickAsync(200);
+    const error = (await hung) as CallTimeoutError;
+    expect(error).to.be.instanceOf(CallTimeoutError);
+    expect(error.code).to.equal('ERR_CALL_TIMEOUT');
+    expect(error.key).to.equal('u');
+    expect(error.timeoutMs).to.equal(200);
+    // Still in flight: the next call waits for it.
+    const starts: number[] = [];
+    const next = throttle.schedule('u', () => starts.push(Date.now() - t0));
+    await fake.clock.tickAsync(300);
+    expect(starts).to.deep.equal([]);
+    finish('late');
+    await fake.clock.tickAsync(1_100);
+    await next;
+    expect(starts[0]).to.be.within(1_500, 1_501);
+    // A per-call timeoutMs overrides the throttle's; a fn that settles in time leaves no timer behind.
+    expect(await throttle.schedule('v', () => 'quick', { timeoutMs: 50 })).to.equal('quick');
+    expect(fake.clock.countTimers()).to.equal(0);
     await throttle.close();
   });
 
   it('forgets idle keys: memory follows active keys, not every key ever seen', async function () {
     this.timeout(60_000);
     const store = new MemoryStore();
-    const throttle = new Throttle({ rules: ['5/s'], store, ...exact });
+    const throttle = new Throttle({ rules: ['5/s'], store });
     for (let round = 0; round < 4; round++) {
       for (let batch = 0; batch < 25; batch++) {
         await Promise.all(Array.from({ length: 1_000 }, (_, i) => throttle.schedule(`r${round}-${batch}-${i}`, () => {})));
@@ -204,8 +236,8 @@ describe('Throttle: delay mode', () => {
 
   it('pauses a key when asked: waiting calls start after the pause, throw-mode calls say why', async () => {
     const store = new MemoryStore();
-    const throttle = new Throttle({ rules: ['10/s'], store, ...exact });
-    const strict = new Throttle({ rules: ['10/s'], store, mode: 'throw', ...exact });
+    const throttle = new Throttle({ rules: ['10/s'], store });
+    const strict = new Throttle({ rules: ['10/s'], store, mode: 'throw' });
     const t0 = Date.now();
     await throttle.pause('u', 2_000);
     const starts: number[] = [];
@@ -224,8 +256,8 @@ describe('Throttle: delay mode', () => {
   it('books again when a call wakes too late for maxHoldMs to cover it, giving the old slot back', async () => {
     const memory = new MemoryStore();
     let reserves = 0;
-    // A store whose answers take 150 ms to arrive: the call is 150 ms late, and a call without a
-    // completion counts as in flight for only 120 ms after its estimate (maxHoldMs).
+    // A store whose answers take 150 ms to arrive: the call is 150 ms late, more than half of the
+    // 120 ms (maxHoldMs) a call without a completion counts for after its start.
     const slow = delegatingStore(memory, {
       reserve: async (request) => {
         reserves += 1;
@@ -234,7 +266,7 @@ describe('Throttle: delay mode', () => {
         return result;
       },
     });
-    const throttle = new Throttle({ rules: ['5/s'], store: slow, safetyMarginMs: 100, maxHoldMs: 120, adaptiveMargin: false });
+    const throttle = new Throttle({ rules: ['5/s'], store: slow, maxHoldMs: 120 });
     const debug: string[] = [];
     throttle.on('debug', (event) => debug.push(event.message));
     const call = throttle.schedule('u', () => 'ran');
@@ -242,7 +274,7 @@ describe('Throttle: delay mode', () => {
     expect(await call).to.equal('ran');
     expect(reserves).to.equal(3);
     expect(debug).to.have.length(2);
-    expect(debug[0]).to.match(/woke 150 ms after its slot, beyond what maxHoldMs \(120 ms\) covers/);
+    expect(debug[0]).to.match(/woke 14\d ms after its slot, over half of maxHoldMs \(120 ms\): booking again/);
     // The two abandoned slots were given back: only the slot the call ran in counts.
     expect((await throttle.inspect('u')).rules[0]!.used).to.equal(1);
     await throttle.close();
@@ -270,7 +302,7 @@ describe('Throttle: delay mode', () => {
 
   it('after a response of maxHoldMs or more, says so once and does not make every late call book again', async () => {
     const { store, reserves } = countingReserves();
-    const throttle = new Throttle({ rules: ['5/s'], store, maxHoldMs: 100, safetyMarginMs: 20 });
+    const throttle = new Throttle({ rules: ['5/s'], store, maxHoldMs: 100 });
     const debug: string[] = [];
     throttle.on('debug', (event) => debug.push(event.message));
     const slow = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 150)));
@@ -304,7 +336,7 @@ describe('Throttle: throw mode', () => {
   const fake = useFakeClock();
 
   it('never waits: a call over the limit rejects at once with retryAfterMs', async () => {
-    const throttle = new Throttle({ rules: ['2/s'], mode: 'throw', ...exact, maxDelayMs: 10_000 });
+    const throttle = new Throttle({ rules: ['2/s'], mode: 'throw', maxDelayMs: 10_000 });
     await throttle.schedule('u', () => {});
     await fake.clock.tickAsync(300);
     await throttle.schedule('u', () => {});
@@ -318,7 +350,7 @@ describe('Throttle: throw mode', () => {
 
   it('refuses calls on a key known to be full without asking the store, until the slot it was told of', async () => {
     const { store, reserves } = countingReserves();
-    const throttle = new Throttle({ rules: ['2/s'], mode: 'throw', store, ...exact });
+    const throttle = new Throttle({ rules: ['2/s'], mode: 'throw', store });
     await throttle.schedule('u', () => {}, { cost: 2 });
     // The first refusal asks the store; it names the slot, and the next four are refused locally.
     const refusals: unknown[] = [];
@@ -345,7 +377,7 @@ describe('Throttle: cancellation', () => {
   const fake = useFakeClock();
 
   it('aborting a waiting call rejects with signal.reason, never runs fn, and frees its slot', async () => {
-    const throttle = new Throttle({ rules: ['1/s'], ...exact });
+    const throttle = new Throttle({ rules: ['1/s'] });
     const t0 = Date.now();
     await throttle.schedule('u', () => {});
     const controller = new AbortController();
@@ -354,21 +386,25 @@ describe('Throttle: cancellation', () => {
     const starts: number[] = [];
     const third = throttle.schedule('u', () => starts.push(Date.now() - t0));
     await fake.clock.tickAsync(100);
+    // The second call is booked at 1 s and sleeps; the third waits in line for the second's completion.
+    expect(throttle.stats).to.deep.equal({ queues: 1, queued: 1, sleeping: 1 });
+    expect((await throttle.inspect('u')).rules[0]!.used).to.equal(2);
     const reason = new Error('user went away');
     controller.abort(reason);
     expect(await cancelled.catch((e: unknown) => e)).to.equal(reason);
     await fake.clock.tickAsync(0);
+    // The second's slot was given back, and the release woke the third, which booked that slot.
+    expect(throttle.stats).to.deep.equal({ queues: 0, queued: 0, sleeping: 1 });
     expect((await throttle.inspect('u')).rules[0]!.used).to.equal(2);
     await fake.clock.tickAsync(3_000);
     await third;
     expect(called).to.equal(false);
-    // Bookings never move (first asked, first served): the third call keeps its slot at 2 s.
-    expect(starts).to.deep.equal([2_000]);
+    expect(starts).to.deep.equal([1_000]);
     await throttle.close();
   });
 
   it('an already aborted signal rejects before anything is booked', async () => {
-    const throttle = new Throttle({ rules: ['1/s'], ...exact });
+    const throttle = new Throttle({ rules: ['1/s'] });
     const reason = new Error('no');
     const error = await throttle.schedule('u', () => {}, { signal: AbortSignal.abort(reason) }).catch((e: unknown) => e);
     expect(error).to.equal(reason);
@@ -393,7 +429,6 @@ describe('Throttle: when the store comes and goes', () => {
     const store = delegatingStore(inner, {
       reserve: guard((request) => inner.reserve(request)),
       settle: guard((...args: Parameters<Store['settle']>) => inner.settle(...args)),
-      confirm: guard((...args: Parameters<Store['confirm']>) => inner.confirm(...args)),
       restore: guard(async (...args: Parameters<Store['restore']>) => {
         await new Promise((resolve) => setTimeout(resolve, options.restoreDelayMs ?? 0));
         if (state.down) throw new Error('connection lost');
@@ -405,12 +440,12 @@ describe('Throttle: when the store comes and goes', () => {
 
   it('puts a slot booked ahead locally into the store as in flight from its start, not as done by now', async () => {
     const { store, state } = flakyStore();
-    const throttle = new Throttle({ rules: ['2/2s'], store, onStoreError: 'local', localShare: 1, maxHoldMs: 100, safetyMarginMs: 20, adaptiveMargin: false });
+    const throttle = new Throttle({ rules: ['2/2s'], store, onStoreError: 'local', localShare: 1, maxHoldMs: 100 });
     const t0 = Date.now();
     const starts: number[] = [];
     const call = () => throttle.schedule('u', () => void starts.push(Date.now() - t0));
     state.down = true;
-    // Decided locally: two now, two booked ahead at 2 s.
+    // Decided locally: two now; two once those completed (at 0), booked at 2 s.
     const local = [call(), call(), call(), call()];
     await fake.clock.tickAsync(1_200);
     state.down = false;
@@ -418,38 +453,43 @@ describe('Throttle: when the store comes and goes', () => {
     const remote = [call(), call()];
     await fake.clock.tickAsync(6_000);
     await Promise.all([...local, ...remote]);
-    expect(starts.slice(0, 4)).to.deep.equal([0, 0, 2_020, 2_020]);
+    expect(starts.slice(0, 4)).to.deep.equal([0, 0, 2_000, 2_000]);
+    expect(starts).to.have.length(6);
     // The store counted the two calls booked ahead from their start: no 2 s window holds more than 2.
     expect(mostInWindow(starts, 2_000)).to.equal(2);
     await throttle.close();
   });
 
-  it("applies onStoreError when a tentative slot cannot be confirmed: 'wait' books again once the store is back", async () => {
+  it("onStoreError 'wait': a call keeps asking while the store is down, starts once it is back, and gives up at maxDelayMs", async () => {
     const { store, state } = flakyStore();
-    const throttle = new Throttle({ rules: ['1/s'], store, onStoreError: 'wait', safetyMarginMs: 100, adaptiveMargin: false });
+    const throttle = new Throttle({ rules: ['1/s'], store, onStoreError: 'wait' });
     const errors: string[] = [];
     throttle.on('storeError', (event) => errors.push(event.policy));
     const t0 = Date.now();
-    const first = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 50)));
-    await fake.clock.tickAsync(10);
-    // Booked behind the first call's estimate: tentative, confirmed when due (at 1,100 ms).
-    let startedAt = -1;
-    const second = throttle.schedule('u', () => (startedAt = Date.now() - t0));
-    await fake.clock.tickAsync(490);
     state.down = true;
-    await fake.clock.tickAsync(1_000);
+    let startedAt = -1;
+    const call = throttle.schedule('u', () => (startedAt = Date.now() - t0));
+    await fake.clock.tickAsync(1_500);
     expect(startedAt).to.equal(-1);
+    // Asked at 0, 25, 75, 175, 375 and 775 ms (backoff doubling from 25 ms, at most 1 s).
+    expect(errors).to.deep.equal(['wait', 'wait', 'wait', 'wait', 'wait', 'wait']);
     state.down = false;
-    await fake.clock.tickAsync(2_000);
-    await Promise.all([first, second]);
-    expect(errors.length).to.be.at.least(1);
-    expect(errors.every((policy) => policy === 'wait')).to.equal(true);
-    // The slot that could not be confirmed was given back with the first decision the store took.
-    expect(startedAt).to.be.within(1_500, 2_000);
+    await fake.clock.tickAsync(1_000);
+    await call;
+    // The next ask, at 1,575 ms, books at once.
+    expect(startedAt).to.equal(1_575);
+    // maxDelayMs bounds the asking: the next backoff would end past it.
+    state.down = true;
+    let called = false;
+    const bounded = throttle.schedule('v', () => (called = true), { maxDelayMs: 300 }).catch((error: unknown) => error);
+    await fake.clock.tickAsync(400);
+    expect(await bounded).to.be.instanceOf(StoreUnavailableError);
+    expect(called).to.equal(false);
+    state.down = false;
     await throttle.close();
   });
 
-  it('sends a completion the store failed to take again, with the key\'s next decision', async () => {
+  it("sends a completion the store failed to take again, so that its slot stops counting a window after the response, not after the bound", async () => {
     const memory = new MemoryStore();
     let failures = 1;
     const store = delegatingStore(memory, {
@@ -458,25 +498,30 @@ describe('Throttle: when the store comes and goes', () => {
         return memory.settle(...args);
       },
     });
-    const throttle = new Throttle({ rules: ['1/2s'], store, safetyMarginMs: 20, maxHoldMs: 200, adaptiveMargin: false });
+    const throttle = new Throttle({ rules: ['1/2s'], store, maxHoldMs: 1_000 });
+    const debug: string[] = [];
+    throttle.on('debug', (event) => debug.push(event.message));
     const t0 = Date.now();
-    // The call takes 143 ms, far past its 20 ms estimate, and its completion is lost once.
+    // The call takes 143 ms, and its completion is lost once.
     const first = throttle.schedule('u', () => new Promise((resolve) => setTimeout(resolve, 143)));
     await fake.clock.tickAsync(400);
     await first;
-    // Past maxHoldMs the store no longer counts it as in flight: only the completion tells it that
-    // the call counts until 143 ms + the window, not 20 ms + the window.
+    expect(debug).to.have.length(1);
+    expect(debug[0]).to.match(/did not reach the store/);
+    // Until it is sent again (1 s later), the slot counts to its bound (1,000 ms): a call booked then
+    // would start at 3,000 ms. Sent again, it counts to 143 ms + the window.
+    await fake.clock.tickAsync(1_000);
     let startedAt = -1;
     const second = throttle.schedule('u', () => (startedAt = Date.now() - t0));
     await fake.clock.tickAsync(3_000);
     await second;
-    expect(startedAt).to.be.at.least(2_143);
+    expect(startedAt).to.be.within(2_143, 2_144);
     await throttle.close();
   });
 
   it('keeps a slot decided locally while a put-back is on its way, for the next put-back', async () => {
     const { store, state } = flakyStore({ restoreDelayMs: 300 });
-    const throttle = new Throttle({ rules: ['3/5s'], store, onStoreError: 'local', localShare: 1, adaptiveMargin: false });
+    const throttle = new Throttle({ rules: ['3/5s'], store, onStoreError: 'local', localShare: 1 });
     const t0 = Date.now();
     const starts: number[] = [];
     const call = () => throttle.schedule('u', () => void starts.push(Date.now() - t0));
@@ -505,19 +550,27 @@ describe('Throttle: when the store comes and goes', () => {
 });
 
 describe('Throttle: bad input', () => {
-  const throttle = new Throttle({ rules: ['3/s'], ...exact });
+  const throttle = new Throttle({ rules: ['3/s'] });
   after(() => throttle.close());
 
   const cases: Array<[string, () => Promise<unknown>, new (...args: never[]) => Error, RegExp]> = [
     ['fn not a function', () => throttle.schedule('u', 'nope' as never), TypeError, /Expected fn to be a function, got 'nope'/],
     ['key an object', () => throttle.schedule({} as never, () => {}), TypeError, /Expected key to be a string or a finite number, got \{\}/],
     ['key NaN', () => throttle.schedule(NaN, () => {}), TypeError, /got NaN/],
+    ['key empty', () => throttle.schedule('', () => {}), TypeError, /Expected key to be a non-empty string or a finite number, got ''/],
+    ['key empty, to inspect()', () => throttle.inspect(''), TypeError, /non-empty/],
+    ['key empty, to pause()', () => throttle.pause('', 1_000), TypeError, /non-empty/],
     ['negative maxDelayMs', () => throttle.schedule('u', () => {}, { maxDelayMs: -1 }), ThrottleConfigError, /maxDelayMs .* got -1/],
     ['NaN maxDelayMs', () => throttle.schedule('u', () => {}, { maxDelayMs: NaN }), ThrottleConfigError, /maxDelayMs/],
     ['cost above the limit', () => throttle.schedule('u', () => {}, { cost: 4 }), ThrottleConfigError, /cost to be at most 3 .* got 4/],
     ['fractional cost', () => throttle.schedule('u', () => {}, { cost: 1.5 }), ThrottleConfigError, /cost .* got 1.5/],
     ['zero cost', () => throttle.schedule('u', () => {}, { cost: 0 }), ThrottleConfigError, /cost/],
     ['signal not a signal', () => throttle.schedule('u', () => {}, { signal: {} as never }), TypeError, /AbortSignal/],
+    ['options not an object', () => throttle.schedule('u', () => {}, 5 as never), TypeError, /schedule options to be an object/],
+    ['negative timeoutMs', () => throttle.schedule('u', () => {}, { timeoutMs: -1 }), ThrottleConfigError, /timeoutMs .* got -1/],
+    ['priority not finite', () => throttle.schedule('u', () => {}, { priority: Infinity }), ThrottleConfigError, /priority/],
+    ['misspelt option maxDelay', () => throttle.schedule('u', () => {}, { maxDelay: 5 } as never), ThrottleConfigError, /Unknown schedule option 'maxDelay' \(did you mean 'maxDelayMs'\?\)/],
+    ['an option of the throttle', () => throttle.schedule('u', () => {}, { mode: 'throw' } as never), ThrottleConfigError, /Unknown schedule option 'mode'/],
   ];
   for (const [what, run, type, message] of cases) {
     it(`${what}: typed error, nothing booked`, async () => {
@@ -534,8 +587,14 @@ describe('Throttle: bad input', () => {
     ['unknown unit', { rules: ['30/fortnight'] }, /30\/fortnight/],
     ['mode', { mode: 'fast' as never }, /mode .* got 'fast'/],
     ['negative maxDelayMs', { maxDelayMs: -5 }, /maxDelayMs/],
-    ['safetyMarginMs', { safetyMarginMs: -1 }, /safetyMarginMs/],
-    ['concurrency', { concurrency: 0 }, /concurrency/],
+    ['negative timeoutMs', { timeoutMs: -1 }, /timeoutMs .* got -1/],
+    ['maxHoldMs 0', { maxHoldMs: 0 }, /maxHoldMs .* got 0/],
+    ['misspelt maxDelay', { maxDelay: 500 } as never, /Unknown Throttle option 'maxDelay' \(did you mean 'maxDelayMs'\?\)/],
+    ['misspelt maxHold', { maxHold: 500 } as never, /Unknown Throttle option 'maxHold' \(did you mean 'maxHoldMs'\?\)/],
+    ['removed safetyMarginMs', { safetyMarginMs: 100 } as never, /Unknown Throttle option 'safetyMarginMs'/],
+    ['removed adaptiveMargin', { adaptiveMargin: false } as never, /Unknown Throttle option 'adaptiveMargin'/],
+    ['removed concurrency', { concurrency: 2 } as never, /Unknown Throttle option 'concurrency'/],
+    ['unrelated option', { zzzzzzzzzzzz: 1 } as never, /^Unknown Throttle option 'zzzzzzzzzzzz'; known: name, rules, /],
     ['name', { name: 'a{b}' }, /name/],
     ['store', { store: {} as never }, /store/],
   ];

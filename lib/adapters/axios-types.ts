@@ -1,4 +1,18 @@
-import type { AxiosRequestThrottleOptions } from './options.js';
+import type { KeyInput } from '../keys.js';
+
+/** Per-request throttle settings of an axios request: `acme.get(url, { throttle: { cost: 5 } })` (added to axios' `AxiosRequestConfig` in axios-types.ts). */
+export interface AxiosRequestThrottleOptions {
+  /** The key of this request, instead of the adapter's `key(config)`. */
+  readonly key?: KeyInput;
+  /** Slots this request takes. @default the adapter's `cost`, else 1 */
+  readonly cost?: number;
+  /** Longest wait for a slot, in ms. @default the adapter's `maxDelayMs`, else the throttle's */
+  readonly maxDelayMs?: number;
+  /** Order among the key's waiting calls in this process. @default the adapter's `priority`, else 0 */
+  readonly priority?: number;
+  /** Retries after a vendor refusal. @default the adapter's `retries` (2) */
+  readonly retries?: number;
+}
 
 /*
  * The axios types the public API names: axios' own when TypeScript finds axios (an optional peer

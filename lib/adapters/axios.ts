@@ -11,10 +11,10 @@ import type {
 } from 'axios';
 import { ThrottleConfigError } from '../errors.js';
 import { describe } from '../rules.js';
-import type { Throttle } from '../throttle.js';
-import type { AxiosInstanceType } from './axios-types.js';
+import type { Scheduler } from './scheduler.js';
+import type { AxiosInstanceType, AxiosRequestThrottleOptions } from './axios-types.js';
 import { checkCallOptions, followSignals, pickCallOptions, type SignalLike } from './call-options.js';
-import type { AxiosRequestThrottleOptions, AxiosThrottleHandle, AxiosThrottleOptions } from './options.js';
+import type { AxiosThrottleHandle, AxiosThrottleOptions } from './options.js';
 import { checkRetries, sendThrottled, vendorSettings, type Outcome, type VendorSettings } from './retry.js';
 
 /** What `adapter` may hold in axios config: a function, a name, or a list of them. */
@@ -39,7 +39,7 @@ const wrappedSettings = new WeakMap<AxiosAdapter, AdapterSetting>();
  * interceptor-free copy of the instance (`instance.create()` with `transformRequest`/`transformResponse`
  * left empty, as they already ran) — so that nothing here imports axios at run time.
  */
-export function throttleAxios<I extends AxiosInstanceType>(throttle: Throttle, instance: I, options: AxiosThrottleOptions): AxiosThrottleHandle<I> {
+export function throttleAxios<I extends AxiosInstanceType>(throttle: Scheduler, instance: I, options: AxiosThrottleOptions): AxiosThrottleHandle<I> {
   if (!isAxiosInstance(instance)) {
     throw new TypeError(`Expected an axios instance (axios, or one from axios.create()), got ${describe(instance)}`);
   }
@@ -104,7 +104,7 @@ export function throttleAxios<I extends AxiosInstanceType>(throttle: Throttle, i
 
 /** One request: its key and options, its signals, then `sendThrottled` with axios' view of an answer. */
 async function sendRequest(
-  throttle: Throttle,
+  throttle: Scheduler,
   settings: VendorSettings<AxiosResponse>,
   options: AxiosThrottleOptions,
   config: InternalAxiosRequestConfig,

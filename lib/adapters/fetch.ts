@@ -1,6 +1,6 @@
 import { ThrottleConfigError } from '../errors.js';
 import { describe } from '../rules.js';
-import type { Throttle } from '../throttle.js';
+import type { Scheduler } from './scheduler.js';
 import { checkCallOptions, followSignals, pickCallOptions, type SignalLike } from './call-options.js';
 import type { FetchLike, FetchThrottleOptions } from './options.js';
 import { sendThrottled, vendorSettings } from './retry.js';
@@ -28,7 +28,7 @@ interface ResponseExtras {
  * A retry sends the request again: a `Request` with a body is cloned for each attempt but the last,
  * a streamed `init.body` (a `ReadableStream`, an async iterable) cannot be sent twice and is not retried.
  */
-export function throttleFetch<F extends FetchLike>(throttle: Throttle, options: FetchThrottleOptions<F>): F {
+export function throttleFetch<F extends FetchLike>(throttle: Scheduler, options: FetchThrottleOptions<F>): F {
   checkCallOptions(options, 'fetch');
   if (options.fetch !== undefined && typeof options.fetch !== 'function') {
     throw new ThrottleConfigError(`Expected fetch option fetch to be a function, got ${describe(options.fetch)}`);

@@ -51,20 +51,6 @@ export interface CallOptions<A extends readonly unknown[]> {
   readonly priority?: PerCall<A, number>;
 }
 
-/** Per-request throttle settings of an axios request: `acme.get(url, { throttle: { cost: 5 } })` (added to axios' `AxiosRequestConfig` in axios-types.ts). */
-export interface AxiosRequestThrottleOptions {
-  /** The key of this request, instead of the adapter's `key(config)`. */
-  readonly key?: KeyInput;
-  /** Slots this request takes. @default the adapter's `cost`, else 1 */
-  readonly cost?: number;
-  /** Longest wait for a slot, in ms. @default the adapter's `maxDelayMs`, else the throttle's */
-  readonly maxDelayMs?: number;
-  /** `queue` mode priority. @default the adapter's `priority`, else 0 */
-  readonly priority?: number;
-  /** Retries after a vendor refusal. @default the adapter's `retries` (2) */
-  readonly retries?: number;
-}
-
 /**
  * Options of `throttle.axios(instance, options)`. The request and response types are axios' own
  * (`InternalAxiosRequestConfig`, `AxiosResponse`) where axios is installed (see axios-types.ts).

@@ -2,7 +2,7 @@ import { ThrottleConfigError } from '../errors.js';
 import type { KeyInput } from '../keys.js';
 import type { ScheduleOptions } from '../options.js';
 import { describe } from '../rules.js';
-import type { Throttle } from '../throttle.js';
+import type { Scheduler } from './scheduler.js';
 import { readVendorSignal, type HeaderSource } from '../vendor-signals.js';
 import type { VendorSignalOptions } from './options.js';
 
@@ -80,7 +80,7 @@ export interface ThrottledRequest {
  * retry the throttle refuses is not sent, and the vendor's last answer comes back instead (an abort
  * still rejects with its reason).
  */
-export async function sendThrottled<R>(throttle: Throttle, request: ThrottledRequest, settings: VendorSettings<R>, exchange: Exchange<R>): Promise<R> {
+export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRequest, settings: VendorSettings<R>, exchange: Exchange<R>): Promise<R> {
   const key = String(request.key);
   const debug = (message: string, error?: unknown): void =>
     throttle.notify('debug', error === undefined ? { message: `${request.client}: ${message}`, key } : { message: `${request.client}: ${message}`, key, error });

@@ -1,6 +1,6 @@
 import { ThrottleConfigError } from '../errors.js';
 import { describe } from '../rules.js';
-import type { Throttle } from '../throttle.js';
+import type { Scheduler } from './scheduler.js';
 import { checkCallOptions, pickCallOptions } from './call-options.js';
 import type { Throttled, WrapOptions } from './options.js';
 
@@ -10,7 +10,7 @@ import type { Throttled, WrapOptions } from './options.js';
  * picked from the arguments, and so may an `AbortSignal` for the wait.
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any function
-export function throttleWrap<F extends (...args: any[]) => unknown>(throttle: Throttle, fn: F, options: WrapOptions<Parameters<F>>): Throttled<F> {
+export function throttleWrap<F extends (...args: any[]) => unknown>(throttle: Scheduler, fn: F, options: WrapOptions<Parameters<F>>): Throttled<F> {
   if (typeof fn !== 'function') throw new TypeError(`Expected fn to be a function, got ${describe(fn)}`);
   checkCallOptions(options, 'wrap');
   if (options.signal !== undefined && typeof options.signal !== 'function') {

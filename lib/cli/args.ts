@@ -13,7 +13,7 @@ export interface ThrottleConfig {
   readonly redis: string | undefined;
   /** Treat `redis` as a seed node of a Redis Cluster. */
   readonly cluster: boolean;
-  readonly mode: 'delay' | 'queue';
+  readonly mode: 'wait' | 'delay' | 'queue';
 }
 
 /** How each request is sent; plain data, sent to worker processes. */
@@ -123,8 +123,9 @@ export function parseRunArgs(args: readonly string[]): RunOptions | typeof HELP 
   // Standard input has no name to tell the format by: NDJSON unless --format says otherwise.
   const format = values.format ?? (file !== STDIN && /\.csv$/i.test(file) ? 'csv' : 'ndjson');
   if (format !== 'ndjson' && format !== 'csv') throw new CliError(`--format: expected 'ndjson' or 'csv', got '${format}'`);
-  const mode = values.mode ?? 'queue';
-  if (mode !== 'delay' && mode !== 'queue') throw new CliError(`--mode: expected 'delay' or 'queue', got '${mode}'`);
+  // One waiting discipline; 'queue' and 'delay' name it as version 0.1 did.
+  const mode = values.mode ?? 'wait';
+  if (mode !== 'wait' && mode !== 'delay' && mode !== 'queue') throw new CliError(`--mode: expected 'wait' (the only waiting mode; 'queue' and 'delay' are read as it), got '${mode}'`);
   if (values.resume && values.overwrite) throw new CliError('--resume and --overwrite exclude each other');
   if ((values.resume || values.overwrite) && values.out === undefined) {
     throw new CliError(`--${values.resume ? 'resume' : 'overwrite'} needs --out <results file>`);

@@ -37,7 +37,7 @@ Limits:
       --cluster            <url> is a node of a Redis Cluster
       --name <name>        the throttle name (namespace of the limits) (default: default)
       --prefix <prefix>    the Redis key prefix (default: vt)
-      --mode <mode>        queue (default: exact at the vendor, best for batches) or delay
+      --mode wait          the only mode (the default): waits for each slot, exact at the vendor
 
 Sending:
   -c, --concurrency <n>    requests under way at once, per process (default: 16)

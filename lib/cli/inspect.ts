@@ -102,7 +102,10 @@ async function keyReport(client: RedisClient, store: RedisStore, options: Inspec
 
 async function countsOf(client: RedisClient, options: InspectOptions, encoded: string): Promise<{ logged: number; unfinished: number }> {
   const names = keyNames(options.prefix, options.name, encoded);
-  const [logged, unfinished] = await Promise.all([client.zcard(names.log), client.zcard(names.flight)]);
+  // A release later than now is a call in flight or booked ahead (lua/includes/log.lua).
+  const time = await client.time();
+  const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
+  const [logged, unfinished] = await Promise.all([client.zcard(names.log), client.zcount(names.log, `(${now}`, '+inf')]);
   return { logged, unfinished };
 }
 

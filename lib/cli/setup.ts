@@ -49,7 +49,7 @@ export async function openThrottle(config: ThrottleConfig, send: SendSettings, r
     }
     for (const [key, calls] of byKey) {
       const slots = calls.map((call) => ({ releaseInMs: call.completedAt - now, cost: call.slots }));
-      await store.restore(config.name, encodeKey(key), slots, retainMs, maxHoldMs);
+      await store.restore(config.name, encodeKey(key), slots, retainMs);
     }
   }
   return {

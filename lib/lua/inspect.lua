@@ -1,14 +1,17 @@
 --[[
   inspect: reads one key's usage without changing anything.
 
-  KEYS[1]  log   sorted set of slots (see includes/ops.lua)
+  KEYS[1]  log   sorted set of slots (see includes/log.lua)
   KEYS[2]  meta  hash of the key
   ARGV[1]  R, number of rules, followed by R triples: LIMIT, WINDOW (ms), BUCKET (ms, 0 = exact)
 
-  Returns { now_ms, next_free_in_ms, paused_for_ms, used_1, reset_in_ms_1, ..., used_R, reset_in_ms_R }
+  Returns { now_ms, next_free_in_ms, paused_for_ms, used_1, reset_in_ms_1, ..., used_R,
+  reset_in_ms_R }. A call in flight is taken to end now (the earliest it can), so
+  next_free_in_ms is the soonest one more call could start, and reset_in_ms when the oldest
+  counted call stops counting at the soonest.
 ]]
 --- @include "log"
---- @include "ops"
+--- @include "buckets"
 
 local log, meta = KEYS[1], KEYS[2]
 local rule_count = tonumber(ARGV[1])
@@ -16,9 +19,8 @@ local now = vt_now()
 local now_ms = math.ceil(now)
 
 local size = redis.call('ZCARD', log)
-local state = redis.call('HMGET', meta, 'last', 'pause')
-local pause = tonumber(state[2] or 0)
-local start_at = math.max(now_ms, tonumber(state[1] or 0), pause)
+local pause = tonumber(redis.call('HGET', meta, 'pause') or 0)
+local start_at = math.max(now_ms, pause)
 local result = { now_ms, 0, math.max(0, math.ceil(pause - now)) }
 for r = 0, rule_count - 1 do
   local limit = tonumber(ARGV[2 + 3 * r])
@@ -37,12 +39,12 @@ for r = 0, rule_count - 1 do
   else
     local index = size - limit
     if index >= 0 then
-      local free_at = tonumber(redis.call('ZRANGE', log, index, index, 'WITHSCORES')[2]) + window
+      local free_at = math.min(now_ms, tonumber(redis.call('ZRANGE', log, index, index, 'WITHSCORES')[2])) + window
       if free_at > start_at then start_at = free_at end
     end
   end
   local reset = 0
-  if oldest < math.huge then reset = math.ceil(oldest + window - now) end
+  if oldest < math.huge then reset = math.ceil(math.min(oldest, now_ms) + window - now) end
   result[4 + 2 * r] = used
   result[5 + 2 * r] = reset
 end

@@ -3,16 +3,14 @@ import type { Settlement } from '../store.js';
 /** One of this process's slots, as the store should hold it. */
 export interface JournalEntry {
   readonly member: string;
-  /** Store clock, ms: the completion once settled, else the estimate (start + hold). */
+  /** Store clock, ms: the slot's release, its completion once known, else its bound (start + maxHoldMs). */
   readonly score: number;
-  readonly settled: boolean;
 }
 
 interface KeyJournal {
   retainMs: number;
-  maxHoldMs: number;
-  /** Calls without a completion yet: slot number → estimate. Few: the calls in flight or booked ahead. */
-  readonly pending: Map<string, number>;
+  /** Calls without a completion yet: slot number → bound. Few: the calls in flight or booked ahead. */
+  readonly pending: Map<number, number>;
   /**
    * Completed calls, in the order their completions came: slot numbers and completion times as
    * two packed arrays of numbers (16 bytes a call, where a Map entry costs about 100), since a key
@@ -27,67 +25,74 @@ interface KeyJournal {
  * What this process booked in a shared store and still counts there: for each key, its slots until
  * they fall out of every window. Kept so that a store that lost its data can be given back this
  * process's share of it (`RedisStore` recovery). Memory follows the calls still inside their
- * windows; `prune` drops the rest.
+ * windows; `prune` drops the rest. Slots are numbered by the store; `member(n)` names them.
  */
 export class Journal {
   /** Store clock minus `Date.now()`, from the latest decision (for pruning between decisions). */
   clockOffsetMs = 0;
   readonly #namespaces = new Map<string, Map<string, KeyJournal>>();
+  readonly #member: (number: number) => string;
   #size = 0;
 
-  book(namespace: string, key: string, members: readonly string[], score: number, retainMs: number, maxHoldMs: number, storeNow: number): void {
+  constructor(member: (number: number) => string) {
+    this.#member = member;
+  }
+
+  /** Slots booked: numbers `first` .. `first + count - 1`, each with its bound. */
+  book(namespace: string, key: string, first: number, count: number, bound: number, retainMs: number, storeNow: number): void {
     this.clockOffsetMs = storeNow - Date.now();
-    const journal = this.#open(namespace, key, retainMs, maxHoldMs);
-    for (const member of members) {
-      if (!journal.pending.has(member)) this.#size += 1;
-      journal.pending.set(member, score);
+    const journal = this.#open(namespace, key, retainMs);
+    for (let number = first; number < first + count; number++) {
+      if (!journal.pending.has(number)) this.#size += 1;
+      journal.pending.set(number, bound);
     }
   }
 
   /**
-   * Completed calls the store numbered for this process (`restore`: calls decided locally while it
-   * was down), so that they are put back too if the store later loses its data.
+   * Calls put into the store for this process (`restore`: calls decided locally while it was down),
+   * so that they are put back too if the store later loses its data.
    */
-  restored(namespace: string, key: string, entries: ReadonlyArray<{ member: string; score: number }>, retainMs: number, maxHoldMs: number): void {
+  restored(namespace: string, key: string, entries: ReadonlyArray<{ number: number; score: number }>, retainMs: number): void {
     if (entries.length === 0) return;
-    const journal = this.#open(namespace, key, retainMs, maxHoldMs);
-    for (const { member, score } of entries) this.#complete(journal, member, score);
+    const journal = this.#open(namespace, key, retainMs);
+    for (const { number, score } of entries) this.#complete(journal, number, score);
   }
 
-  /** Completions and releases, as sent to the store. */
-  settle(namespace: string, key: string, settle: readonly Settlement[]): void {
+  /** Completions and releases, as sent to the store; `numberOf` reads a member's slot number. */
+  settle(namespace: string, key: string, settle: readonly Settlement[], numberOf: (member: string) => number): void {
     if (settle.length === 0) return;
     const journal = this.#namespaces.get(namespace)?.get(key);
     if (!journal) return;
     for (const { member, releaseAt } of settle) {
+      const number = numberOf(member);
+      const bound = journal.pending.get(number);
       // Only a call without a completion is settled; a completion sent again is already here.
-      if (!journal.pending.delete(member)) continue;
+      if (bound === undefined) continue;
+      journal.pending.delete(number);
       this.#size -= 1;
-      if (releaseAt !== null) this.#complete(journal, member, releaseAt);
+      if (releaseAt !== null) this.#complete(journal, number, Math.min(bound, releaseAt));
     }
   }
 
-  #complete(journal: KeyJournal, member: string, score: number): void {
-    journal.members.push(Number(member));
+  #complete(journal: KeyJournal, number: number, score: number): void {
+    journal.members.push(number);
     journal.scores.push(score);
     this.#size += 1;
   }
 
-  #open(namespace: string, key: string, retainMs: number, maxHoldMs: number): KeyJournal {
+  #open(namespace: string, key: string, retainMs: number): KeyJournal {
     let keys = this.#namespaces.get(namespace);
     if (!keys) this.#namespaces.set(namespace, (keys = new Map()));
     let journal = keys.get(key);
-    if (!journal) keys.set(key, (journal = { retainMs, maxHoldMs, pending: new Map(), members: [], scores: [], head: 0 }));
+    if (!journal) keys.set(key, (journal = { retainMs, pending: new Map(), members: [], scores: [], head: 0 }));
     journal.retainMs = Math.max(journal.retainMs, retainMs);
-    journal.maxHoldMs = Math.max(journal.maxHoldMs, maxHoldMs);
     return journal;
   }
 
   /** The key's slots that still count at `storeNow` (as `prune` would keep them). */
-  keyEntries(namespace: string, key: string, storeNow: number): { maxHoldMs: number; entries: JournalEntry[] } {
+  keyEntries(namespace: string, key: string, storeNow: number): JournalEntry[] {
     const journal = this.#namespaces.get(namespace)?.get(key);
-    if (!journal) return { maxHoldMs: 0, entries: [] };
-    return { maxHoldMs: journal.maxHoldMs, entries: entriesOf(journal, storeNow) };
+    return journal ? this.#entriesOf(journal, storeNow) : [];
   }
 
   namespaces(): string[] {
@@ -95,23 +100,36 @@ export class Journal {
   }
 
   /** The namespace's keys with the slots that still count at `storeNow`. */
-  entriesOf(namespace: string, storeNow: number): Array<{ key: string; retainMs: number; maxHoldMs: number; entries: JournalEntry[] }> {
+  entriesOf(namespace: string, storeNow: number): Array<{ key: string; retainMs: number; entries: JournalEntry[] }> {
     this.prune(storeNow);
     const out = [];
     for (const [key, journal] of this.#namespaces.get(namespace) ?? []) {
-      out.push({ key, retainMs: journal.retainMs, maxHoldMs: journal.maxHoldMs, entries: entriesOf(journal, storeNow) });
+      out.push({ key, retainMs: journal.retainMs, entries: this.#entriesOf(journal, storeNow) });
     }
     return out;
+  }
+
+  /** A key's slots that still count at `storeNow`: its calls without a completion, then its completed ones. */
+  #entriesOf(journal: KeyJournal, storeNow: number): JournalEntry[] {
+    const { retainMs, pending, members, scores } = journal;
+    const entries: JournalEntry[] = [];
+    for (const [number, score] of pending) {
+      if (score + retainMs > storeNow) entries.push({ member: this.#member(number), score });
+    }
+    for (let i = journal.head; i < scores.length; i++) {
+      if (scores[i]! + retainMs > storeNow) entries.push({ member: this.#member(members[i]!), score: scores[i]! });
+    }
+    return entries;
   }
 
   /** Drops slots that no longer count anywhere (as the store's own expiry would); returns the slots left. */
   prune(storeNow: number): number {
     for (const [namespace, keys] of this.#namespaces) {
       for (const [key, journal] of keys) {
-        const { retainMs, maxHoldMs, pending, scores } = journal;
-        for (const [member, score] of pending) {
-          if (score + retainMs + maxHoldMs <= storeNow) {
-            pending.delete(member);
+        const { retainMs, pending, scores } = journal;
+        for (const [number, score] of pending) {
+          if (score + retainMs <= storeNow) {
+            pending.delete(number);
             this.#size -= 1;
           }
         }
@@ -133,17 +151,4 @@ export class Journal {
     }
     return this.#size;
   }
-}
-
-/** A key's slots that still count at `storeNow`: its calls without a completion, then its completed ones. */
-function entriesOf(journal: KeyJournal, storeNow: number): JournalEntry[] {
-  const { retainMs, maxHoldMs, pending, members, scores } = journal;
-  const entries: JournalEntry[] = [];
-  for (const [member, score] of pending) {
-    if (score + retainMs + maxHoldMs > storeNow) entries.push({ member, score, settled: false });
-  }
-  for (let i = journal.head; i < scores.length; i++) {
-    if (scores[i]! + retainMs > storeNow) entries.push({ member: String(members[i]), score: scores[i]!, settled: true });
-  }
-  return entries;
 }

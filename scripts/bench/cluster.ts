@@ -135,7 +135,7 @@ async function worker(job: WorkerJob): Promise<void> {
     ? new Cluster([...job.nodes], { enableAutoPipelining: job.autoPipelining, redisOptions: { maxRetriesPerRequest: 1 } })
     : new Redis({ ...job.nodes[0]!, enableAutoPipelining: job.autoPipelining, maxRetriesPerRequest: 1 });
   const store = new RedisStore(client);
-  const throttle = new Throttle({ name: `bench-${job.id}`, rules: ['1000000/min'], store, mode: 'delay' });
+  const throttle = new Throttle({ name: `bench-${job.id}`, rules: ['1000000/min'], store });
   const latencies = new Latencies();
   const op = async (index: number): Promise<void> => {
     const calledAt = performance.now();
@@ -372,7 +372,7 @@ function summarize(
 function render(report: Report): string {
   const { machine, settings, results } = report;
   const out: string[] = [];
-  out.push('vendor-throttle cluster benchmark: unconstrained keys, delay mode, rule 1000000/min');
+  out.push('vendor-throttle cluster benchmark: unconstrained keys, default mode, rule 1000000/min');
   out.push(`  CPU     ${machine.cpuModel} (${machine.cores} logical cores${machine.physicalCores ? `, ${machine.physicalCores} physical` : ''}), ${machine.totalMemoryGiB} GiB`);
   out.push(`  Node    ${machine.node}    redis-server ${machine.redis} (private, 127.0.0.1, no persistence)    ${machine.platform}`);
   out.push(

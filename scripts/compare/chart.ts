@@ -9,8 +9,7 @@ import type { RunOutcome } from './runner.js';
 import type { Scenario } from './scenarios.js';
 
 const COLORS: Record<ContenderId, string> = {
-  'vt-queue': '#1b7f5f',
-  'vt-delay': '#74c7a5',
+  'vendor-throttle': '#1b7f5f',
   'bottleneck-reservoir': '#d95f02',
   'bottleneck-mintime': '#fdae6b',
   rlf: '#7570b3',
@@ -102,13 +101,13 @@ function panel(p: Panel, outcomes: readonly RunOutcome[], contenders: readonly C
         )}</title></rect>`,
       );
     });
-    out.push(`<text x="${(left + g * groupW + groupW / 2).toFixed(1)}" y="${top + h + 14}" class="label" text-anchor="middle">${scenario.number}. ${escape(scenario.id)}</text>`);
+    out.push(`<text x="${(left + g * groupW + groupW / 2).toFixed(1)}" y="${top + h + 14}" class="label" text-anchor="middle">${p.scenarios.length > 4 ? scenario.number : `${scenario.number}. ${escape(scenario.id)}`}</text>`);
   });
   out.push(`<line x1="${left}" x2="${left + w}" y1="${top + h}" y2="${top + h}" class="axis"/>`);
   return out.join('\n');
 }
 
-export function renderChart(scenarios: readonly Scenario[], outcomes: readonly RunOutcome[], workers: number, caption: string): string {
+export function renderChart(scenarios: readonly Scenario[], outcomes: readonly RunOutcome[], caption: string): string {
   const contenders = CONTENDERS.map((c) => c.id).filter((id) => outcomes.some((o) => o.contender === id));
   const bursts = scenarios.filter((s) => s.shape.kind === 'burst');
   const closed = scenarios.filter((s) => s.shape.kind === 'closed');
@@ -118,10 +117,10 @@ export function renderChart(scenarios: readonly Scenario[], outcomes: readonly R
     { title: 'Added latency p99, ms (log; lower is better)', scale: 'log', scenarios, unit: '', floor: 1, value: (o) => o.addedP99Ms },
     { title: 'Redis commands run per call (log; lower is better)', scale: 'log', scenarios, unit: '', floor: 1, value: (o) => (o.redisCommandsPerCall > 0 ? o.redisCommandsPerCall : undefined) },
     { title: 'Redis CPU per call, µs (log; lower is better)', scale: 'log', scenarios, unit: '', floor: 1, value: (o) => (o.redisCommandsPerCall > 0 ? o.redisCpuUsPerCall : undefined) },
-    { title: `Decisions per second, ${workers} processes (log; higher is better)`, scale: 'log', scenarios: closed.length > 0 ? closed : scenarios, unit: '', value: (o) => o.decisionsPerSec },
+    { title: 'Decisions per second, no HTTP (log; higher is better)', scale: 'log', scenarios: closed.length > 0 ? closed : scenarios, unit: '', value: (o) => o.decisionsPerSec },
   ];
   const rows = Math.ceil(panels.length / 2);
-  const height = LEGEND_H + rows * PANEL_H + 24;
+  const height = LEGEND_H + rows * PANEL_H + 40;
   const out: string[] = [];
   out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${height}" viewBox="0 0 ${WIDTH} ${height}" font-family="Helvetica, Arial, sans-serif">`);
   out.push(
@@ -140,6 +139,7 @@ export function renderChart(scenarios: readonly Scenario[], outcomes: readonly R
   panels.forEach((p, i) => {
     out.push(panel(p, outcomes, contenders, 10 + (i % 2) * (PANEL_W + 20), LEGEND_H + Math.floor(i / 2) * PANEL_H));
   });
+  out.push(`<text x="10" y="${height - 24}" class="note">${escape(scenarios.map((s) => `${s.number}. ${s.id}`).join('  '))}</text>`);
   out.push(`<text x="10" y="${height - 8}" class="note">– : not measured (no Redis, or no vendor calls), or the run failed. Numbers and settings: docs/benchmarks.md, "Side by side".</text>`);
   out.push('</svg>');
   return `${out.join('\n')}\n`;

@@ -1,29 +1,32 @@
 /**
  * vendor-throttle, through its public API (lib/index.ts), on a RedisStore with a plain ioredis
- * client. Mode as its docs recommend (README "Queue"): `queue` for batch jobs and bursts, `delay`
- * (the default) otherwise. Every other option is left at its default.
+ * client, in its default configuration: no mode named (the one waiting discipline, `'wait'`), every
+ * other option at its default. The store opens its own subscriber connection (`duplicate()`) the
+ * first time a call waits for a completion; closing the limiter closes the throttle, then the store.
  */
-import { RedisStore, Throttle, type ThrottleMode } from '../../lib/index.js';
-import { ruleLabel, type Contender, type ContenderId } from './contender.js';
+import { RedisStore, Throttle } from '../../lib/index.js';
+import { ruleLabel, type Contender } from './contender.js';
 
-export function vendorThrottle(mode: Extract<ThrottleMode, 'queue' | 'delay'>): Contender {
-  const id: ContenderId = mode === 'queue' ? 'vt-queue' : 'vt-delay';
+export function vendorThrottle(): Contender {
   return {
-    id,
-    label: `vendor-throttle ${mode}`,
+    id: 'vendor-throttle',
+    label: 'vendor-throttle',
     describe: (rules) =>
-      `new Throttle({ rules: [${rules.map((r) => `'${ruleLabel(r)}'`).join(', ')}], mode: '${mode}', store: new RedisStore(redis) }), other options default`,
+      `new Throttle({ rules: [${rules.map((r) => `'${ruleLabel(r)}'`).join(', ')}], store: new RedisStore(redis) }), every other option default`,
     async create(context) {
       const redis = await context.connect();
+      const store = new RedisStore(redis, { prefix: context.runId });
       const throttle = new Throttle({
         name: 'compare',
         rules: context.rules.map((rule) => ({ limit: rule.limit, windowMs: rule.windowMs })),
-        store: new RedisStore(redis, { prefix: context.runId }),
-        mode,
+        store,
       });
       return {
         schedule: (user, fn) => throttle.schedule(user, fn),
-        close: () => throttle.close(),
+        async close() {
+          await throttle.close();
+          await store.close();
+        },
       };
     },
   };

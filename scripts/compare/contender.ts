@@ -40,11 +40,12 @@ export interface Contender {
   create(context: LimiterContext): Promise<Limiter>;
 }
 
-export const CONTENDER_IDS = ['vt-queue', 'vt-delay', 'bottleneck-reservoir', 'bottleneck-mintime', 'rlf', 'p-queue', 'zset'] as const;
+export const CONTENDER_IDS = ['vendor-throttle', 'bottleneck-reservoir', 'bottleneck-mintime', 'rlf', 'p-queue', 'zset'] as const;
 export type ContenderId = (typeof CONTENDER_IDS)[number];
 
-/** `20/1s`, `15/5s`, `5/250ms`: rules as the report prints them. */
+/** `20/1s`, `15/5s`, `5/250ms`, `5000/day`: rules as the report prints them. */
 export function ruleLabel(rule: Rule): string {
+  if (rule.windowMs === 86_400_000) return `${rule.limit}/day`;
   return rule.windowMs % 1000 === 0 ? `${rule.limit}/${rule.windowMs / 1000}s` : `${rule.limit}/${rule.windowMs}ms`;
 }
 

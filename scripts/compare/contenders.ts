@@ -7,8 +7,7 @@ import { vendorThrottle } from './contender-vendor-throttle.js';
 
 /** Every contender, in report order. */
 export const CONTENDERS: readonly Contender[] = [
-  vendorThrottle('queue'),
-  vendorThrottle('delay'),
+  vendorThrottle(),
   bottleneck('reservoir'),
   bottleneck('minTime'),
   rateLimiterFlexible(),

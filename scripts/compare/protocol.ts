@@ -10,6 +10,8 @@ export interface BurstLoad {
   readonly users: readonly string[];
   readonly callsPerUser: number;
   readonly vendorUrl: string;
+  /** Client-side delay between `fn` starting and the request leaving, drawn uniformly per call (late arrival). */
+  readonly sendDelayMs?: { readonly min: number; readonly max: number };
 }
 
 /** Closed loop: `concurrency` calls in flight, users round-robin, `fn` does nothing. */

@@ -3,7 +3,7 @@ import { ruleLabel } from './contender.js';
 import { contenderById } from './contenders.js';
 import { num, percent, short } from './format.js';
 import type { RunOutcome } from './runner.js';
-import type { Scenario } from './scenarios.js';
+import { burstCount, type Scenario } from './scenarios.js';
 
 const COLUMNS = [
   'contender',
@@ -15,6 +15,7 @@ const COLUMNS = [
   'added p99 ms',
   'cmds sent/call',
   'Redis cmds/call',
+  'inside Redis/call',
   'Redis CPU µs/call',
   'Redis bytes/user',
   'worker CPU µs/call',
@@ -25,22 +26,26 @@ export function describeScenario(scenario: Scenario, workers: number): string {
   const rules = scenario.rules.map(ruleLabel).join(' + ');
   const { shape } = scenario;
   const redis = scenario.redisDelayMs ? `; Redis behind a proxy adding ${scenario.redisDelayMs.min}–${scenario.redisDelayMs.max} ms each way` : '';
+  const processes = Math.min(workers, scenario.processes ?? workers);
   if (shape.kind === 'closed') {
     return (
-      `${num(shape.users)} users round-robin, ${workers} processes × ${shape.concurrency} calls in flight, rule ${rules} per user, ` +
-      `\`fn\` does nothing; ${num(shape.warmMs / 1000, 1)} s warm-up, ${num(shape.measureMs / 1000, 1)} s measured${redis}.`
+      `${num(shape.users)} users round-robin, ${processes} processes × ${shape.concurrency} calls in flight, rule ${rules} per user, ` +
+      `\`fn\` does nothing (no HTTP); ${num(shape.warmMs / 1000, 1)} s warm-up (at least one call per user), ${num(shape.measureMs / 1000, 1)} s measured${redis}.`
     );
   }
-  const perUser = shape.callsPerUser * workers;
+  const perUser = burstCount(shape, processes);
+  const split = shape.totalPerUser === undefined ? `${processes} processes × ${shape.callsPerUser} calls per user` : `${perUser} calls per user split over ${processes} processes`;
+  const tail = scenario.vendorTail ? `, ${num(scenario.vendorTail.share * 100)} % of calls ${num(scenario.vendorTail.ms)} ms` : '';
+  const send = scenario.sendDelayMs ? `; each request leaves ${scenario.sendDelayMs.min}–${scenario.sendDelayMs.max} ms (uniform) after its call starts` : '';
   return (
-    `${num(shape.users)} user${shape.users === 1 ? '' : 's'}, ${workers} processes × ${shape.callsPerUser} calls per user released at once ` +
-    `(${num(perUser * shape.users)} calls), rule ${rules} per user, vendor latency ${scenario.vendorLatencyMs.min}–${scenario.vendorLatencyMs.max} ms${redis}.`
+    `${num(shape.users)} user${shape.users === 1 ? '' : 's'}, ${split} released at once ` +
+    `(${num(perUser * shape.users)} calls), rule ${rules} per user, vendor latency ${scenario.vendorLatencyMs.min}–${scenario.vendorLatencyMs.max} ms${tail}${send}${redis}.`
   );
 }
 
 function row(outcome: RunOutcome, scenario: Scenario): string[] {
   const contender = contenderById(outcome.contender);
-  const name = outcome.contender === scenario.recommended ? `**${contender.label}** (recommended mode)` : contender.label;
+  const name = outcome.contender === 'vendor-throttle' ? `**${contender.label}**` : contender.label;
   if (outcome.failure !== undefined) return [name, `failed: ${outcome.failure.split('\n')[0]!.slice(0, 120)}`, ...COLUMNS.slice(2).map(() => '')];
   const burst = scenario.shape.kind === 'burst';
   const noRedis = outcome.redisCommandsPerCall === 0;
@@ -54,6 +59,7 @@ function row(outcome: RunOutcome, scenario: Scenario): string[] {
     short(outcome.addedP99Ms, 1),
     short(outcome.sentPerCall, 2),
     noRedis ? '0' : short(outcome.redisCommandsPerCall, 1),
+    noRedis ? '0' : short(outcome.innerCommandsPerCall, 1),
     noRedis ? '0' : short(outcome.redisCpuUsPerCall, 1),
     num(outcome.redisBytesPerUser),
     num(outcome.workerCpuUsPerCall),
@@ -66,6 +72,9 @@ export function scenarioTable(scenario: Scenario, outcomes: readonly RunOutcome[
   let line = describeScenario(scenario, workers);
   const ideal = outcomes.find((o) => o.idealSeconds !== undefined)?.idealSeconds;
   if (ideal !== undefined) line += ` Ideal batch time ${num(ideal, 2)} s per user.`;
+  if (scenario.floor !== undefined) line += ` Floor of quota use the issue asks for: ${percent(scenario.floor)}.`;
+  const tails = outcomes.filter((o) => o.tailCalls !== undefined).map((o) => o.tailCalls!);
+  if (tails.length > 0) line += ` Calls that took the tail's latency: ${tails.map((t) => num(t)).join(', ')} (per run, in table order).`;
   out.push(line, '');
   out.push(`| ${COLUMNS.join(' | ')} |`);
   out.push(`| --- | ${COLUMNS.slice(1).map(() => '---:').join(' | ')} |`);
@@ -102,8 +111,9 @@ start under a perfect limiter that knows every rule. *batch s*: the slowest user
 a call's start minus its ideal start (release + the ideal offset of its rank among the user's starts);
 negative when it started earlier than the rules allow. In the unconstrained scenario the ideal is 0,
 so this is the time from asking to starting. *cmds sent/call*: commands the worker's clients sent
-(scripts, MULTI/EXEC and pub/sub included). *Redis cmds/call*: \`INFO commandstats\` delta, commands
-run inside Lua scripts included. *Redis CPU µs/call*: \`INFO cpu\` (user + sys) delta per call, less what the idle server used over
+(scripts, MULTI/EXEC and pub/sub included, also on the connections a library duplicates). *Redis cmds/call*:
+\`INFO commandstats\` delta, commands run inside Lua scripts included. *inside Redis/call*: the same less the
+commands that run scripts (EVALSHA, EVAL, FCALL), i.e. what the scripts run plus any plain command. *Redis CPU µs/call*: \`INFO cpu\` (user + sys) delta per call, less what the idle server used over
 the same time (measured at the start). *worker CPU µs/call*: CPU of the worker processes per call
 (the limiter's client side; in bursts also the HTTP call to the vendor).
 *Redis bytes/user*: \`MEMORY USAGE\` of every key during the run (largest of three readings at 30, 55

@@ -4,7 +4,6 @@
  * the report.
  */
 import type { Redis } from 'ioredis';
-import { startVendor, type VendorStats } from '../sim-vendor.js';
 import { contenderById } from './contenders.js';
 import type { ContenderId } from './contender.js';
 import { startDelayProxy, type DelayProxy } from './delay-proxy.js';
@@ -12,7 +11,8 @@ import { dropsUnderRules, idealOffsets, percentile } from './metrics.js';
 import type { WorkerPool } from './pool.js';
 import type { BurstLoad, BurstResult, ClosedLoad, ClosedResult, Reply, RunSpec } from './protocol.js';
 import { keyMemory, readServer, serverCost, type ServerCost } from './redis-usage.js';
-import type { Scenario } from './scenarios.js';
+import { burstCount, callsOfWorker, type Scenario } from './scenarios.js';
+import { startCompareVendor } from './vendor.js';
 
 export interface RunOutcome {
   readonly scenario: Scenario['id'];
@@ -41,6 +41,16 @@ export interface RunOutcome {
   readonly sentPerCall: number;
   /** Commands Redis ran (inside scripts included), per call. */
   readonly redisCommandsPerCall: number;
+  /**
+   * Commands run inside Redis per call: every command `INFO commandstats` counts (a script's
+   * `redis.call`s are counted under their own names) except the script calls themselves
+   * (EVALSHA, EVAL, FCALL and their _RO forms).
+   */
+  readonly innerCommandsPerCall: number;
+  /** Worker processes that took part. */
+  readonly processes: number;
+  /** Burst runs with a heavy tail: vendor calls that took the tail's latency. */
+  readonly tailCalls?: number;
   readonly redisCpuUsPerCall: number;
   /** µs Redis spent executing commands (`INFO commandstats`; wall time, inner script commands counted twice), per call. */
   readonly redisCommandUsPerCall: number;
@@ -82,6 +92,8 @@ function failed(scenario: Scenario, contender: ContenderId, config: string, fail
     addedP99Ms: NaN,
     sentPerCall: NaN,
     redisCommandsPerCall: NaN,
+    innerCommandsPerCall: NaN,
+    processes: 0,
     redisCpuUsPerCall: NaN,
     redisCommandUsPerCall: NaN,
     workerCpuUsPerCall: NaN,
@@ -108,12 +120,15 @@ export async function runOne(ctx: RunContext, scenario: Scenario, contenderId: C
   const { pool, control } = ctx;
   const contender = contenderById(contenderId);
   const burst = scenario.shape.kind === 'burst';
-  const config = contender.describe(scenario.rules, pool.size);
+  const workers = Math.min(pool.size, scenario.processes ?? pool.size);
+  const active = Array.from({ length: workers }, (_, i) => i);
+  const config = contender.describe(scenario.rules, workers);
   // Scripts stay cached (as in production): a warm-up round has loaded every contender's.
   await control.flushall();
-  const vendor = burst
-    ? await startVendor({ limit: scenario.rules[0]!.limit, windowMs: scenario.rules[0]!.windowMs, latencyMs: scenario.vendorLatencyMs })
-    : undefined;
+  const vendor = burst ? await startCompareVendor({ latencyMs: scenario.vendorLatencyMs, tail: scenario.vendorTail }) : undefined;
+  const broadcast = (command: Parameters<WorkerPool['send']>[1]): void => {
+    for (const index of active) pool.send(index, command);
+  };
   let proxy: DelayProxy | undefined;
   const seconds = (): number => (performance.now() - startedAt) / 1000;
   try {
@@ -121,52 +136,53 @@ export async function runOne(ctx: RunContext, scenario: Scenario, contenderId: C
     const redisUrl = `redis://127.0.0.1:${proxy?.port ?? ctx.redisPort}`;
     const users = userNames(scenario);
     const runId = `r${++ctx.sequence}-${contenderId}`;
-    const load: BurstLoad | ClosedLoad =
-      scenario.shape.kind === 'burst'
-        ? { kind: 'burst', users, callsPerUser: scenario.shape.callsPerUser, vendorUrl: vendor!.url }
-        : { kind: 'closed', users: users.length, concurrency: scenario.shape.concurrency, warmMs: scenario.shape.warmMs, measureMs: scenario.shape.measureMs };
-    for (let index = 0; index < pool.size; index++) {
-      const run: RunSpec = { runId, contender: contenderId, rules: scenario.rules, workers: pool.size, index, redisUrl, load };
+    const shape = scenario.shape;
+    for (const index of active) {
+      const load: BurstLoad | ClosedLoad =
+        shape.kind === 'burst'
+          ? { kind: 'burst', users, callsPerUser: callsOfWorker(shape, workers, index), vendorUrl: vendor!.url, sendDelayMs: scenario.sendDelayMs }
+          : { kind: 'closed', users: users.length, concurrency: shape.concurrency, warmMs: shape.warmMs, measureMs: shape.measureMs };
+      const run: RunSpec = { runId, contender: contenderId, rules: scenario.rules, workers, index, redisUrl, load };
       pool.send(index, { type: 'prepare', run });
     }
     const teardown = async (): Promise<void> => {
-      pool.broadcast({ type: 'teardown' });
-      const torn = await pool.collect(['torn'], 15_000);
+      broadcast({ type: 'teardown' });
+      const torn = await pool.collect(['torn'], 15_000, active);
       if (failureOf(torn) !== undefined) pool.restart();
     };
-    const setup = failureOf(await pool.collect(['ready'], SETUP_TIMEOUT_MS));
+    const setup = failureOf(await pool.collect(['ready'], SETUP_TIMEOUT_MS, active));
     if (setup !== undefined) {
       await teardown();
       return failed(scenario, contenderId, config, setup, seconds());
     }
     let before = await readServer(control);
-    pool.broadcast({ type: 'go' });
+    broadcast({ type: 'go' });
     let timeoutMs: number;
     /** How long the measured part should take: memory is sampled during it. */
     let spanMs: number;
     if (scenario.shape.kind === 'closed') {
-      const warm = failureOf(await pool.collect(['warm'], scenario.shape.warmMs + SETUP_TIMEOUT_MS));
+      const warm = failureOf(await pool.collect(['warm'], scenario.shape.warmMs + SETUP_TIMEOUT_MS, active));
       if (warm !== undefined) {
         await teardown();
         return failed(scenario, contenderId, config, warm, seconds());
       }
       before = await readServer(control);
-      pool.broadcast({ type: 'measure' });
+      broadcast({ type: 'measure' });
       timeoutMs = scenario.shape.measureMs + SETUP_TIMEOUT_MS;
       spanMs = scenario.shape.measureMs;
     } else {
-      const idealMs = idealOffsets(scenario.shape.callsPerUser * pool.size, scenario.rules).at(-1)!;
-      timeoutMs = 3 * idealMs + BURST_GRACE_MS;
+      const idealMs = idealOffsets(burstCount(scenario.shape, workers), scenario.rules).at(-1)!;
+      timeoutMs = 3 * idealMs + BURST_GRACE_MS + (scenario.vendorTail?.ms ?? 0);
       spanMs = Math.max(400, idealMs);
     }
     // Memory is read while every user's keys are in use (some expire within a window of the last
     // call), three times at 30, 55 and 80 % of the run, off the window boundaries; the largest counts.
     const memorySample = sampleMemory(control, [0.3, 0.55, 0.8].map((f) => f * spanMs));
-    let replies = await pool.collect(['result'], timeoutMs);
+    let replies = await pool.collect(['result'], timeoutMs, active);
     let stalled: string | undefined;
     if (scenario.shape.kind === 'burst' && failureOf(replies)?.includes('in time')) {
       // Call the run off: the workers report what they have, and the run is shown as stalled.
-      pool.broadcast({ type: 'abort' });
+      broadcast({ type: 'abort' });
       const late = replies.flatMap((reply, index) => (reply.type === 'result' ? [] : [index]));
       const more = await pool.collect(['result'], 15_000, late);
       replies = replies.map((reply, index) => (late.includes(index) ? more[late.indexOf(index)]! : reply));
@@ -185,10 +201,10 @@ export async function runOne(ctx: RunContext, scenario: Scenario, contenderId: C
     await teardown();
     const results = replies.map((reply) => (reply as Extract<Reply, { type: 'result' }>).result);
     const cost = serverCost(before, after, ctx.idleCpuPerSecond);
-    const common = { scenario: scenario.id, contender: contenderId, config, byCommand: cost.byCommand };
+    const common = { scenario: scenario.id, contender: contenderId, config, byCommand: cost.byCommand, processes: workers };
     const measured =
       scenario.shape.kind === 'burst'
-        ? analyseBurst(scenario, users, results as BurstResult[], vendor!.stats(), cost)
+        ? { ...analyseBurst(scenario, users, results as BurstResult[], vendor!.arrivals(), cost), ...(scenario.vendorTail ? { tailCalls: vendor!.tailCalls } : {}) }
         : analyseClosed(results as ClosedResult[], cost);
     return {
       ...common,
@@ -218,17 +234,27 @@ async function sampleMemory(control: Redis, atMs: readonly number[]): Promise<{ 
   return best;
 }
 
-type Measured = Omit<RunOutcome, 'scenario' | 'contender' | 'config' | 'byCommand' | 'redisBytesPerUser' | 'redisKeysPerUser' | 'wallSeconds'>;
+type Measured = Omit<RunOutcome, 'scenario' | 'contender' | 'config' | 'byCommand' | 'processes' | 'redisBytesPerUser' | 'redisKeysPerUser' | 'wallSeconds'>;
 
-function redisPerCall(cost: ServerCost, calls: number): Pick<Measured, 'redisCommandsPerCall' | 'redisCpuUsPerCall' | 'redisCommandUsPerCall'> {
-  return { redisCommandsPerCall: cost.commands / calls, redisCpuUsPerCall: (cost.cpuSeconds * 1e6) / calls, redisCommandUsPerCall: cost.usec / calls };
+/** The commands that run a script; what they run inside is counted under its own names. */
+const SCRIPT_COMMANDS = new Set(['eval', 'evalsha', 'eval_ro', 'evalsha_ro', 'fcall', 'fcall_ro']);
+
+function redisPerCall(cost: ServerCost, calls: number): Pick<Measured, 'redisCommandsPerCall' | 'innerCommandsPerCall' | 'redisCpuUsPerCall' | 'redisCommandUsPerCall'> {
+  let scripts = 0;
+  for (const [name, count] of Object.entries(cost.byCommand)) if (SCRIPT_COMMANDS.has(name)) scripts += count;
+  return {
+    redisCommandsPerCall: cost.commands / calls,
+    innerCommandsPerCall: (cost.commands - scripts) / calls,
+    redisCpuUsPerCall: (cost.cpuSeconds * 1e6) / calls,
+    redisCommandUsPerCall: cost.usec / calls,
+  };
 }
 
 function errorsOf(results: ReadonlyArray<BurstResult | ClosedResult>): Pick<Measured, 'errors' | 'firstErrors'> {
   return { errors: results.reduce((sum, r) => sum + r.errors, 0), firstErrors: results.flatMap((r) => r.firstErrors).slice(0, 3) };
 }
 
-function analyseBurst(scenario: Scenario, users: readonly string[], results: readonly BurstResult[], vendor: VendorStats, cost: ServerCost): Measured {
+function analyseBurst(scenario: Scenario, users: readonly string[], results: readonly BurstResult[], perUser: ReadonlyMap<string, number[]>, cost: ServerCost): Measured {
   const asks = users.map((): number[] => []);
   const starts = users.map((): number[] => []);
   let scheduled = 0;
@@ -258,7 +284,7 @@ function analyseBurst(scenario: Scenario, users: readonly string[], results: rea
     calls += sorted.length;
     sorted.forEach((start, k) => added.push(start - released - ideal[k]!));
     if (sorted.length > 0) lastStart = Math.max(lastStart, sorted.at(-1)!);
-    const arrivals = vendor.perUser.get(user) ?? [];
+    const arrivals = perUser.get(user) ?? [];
     dropped += dropsUnderRules(arrivals, scenario.rules);
     if (arrivals.length > 1) {
       const idealMs = ideal.at(-1)!;

@@ -1,19 +1,43 @@
 /**
- * The five scenarios of the side-by-side benchmark. Every window is a whole number of seconds
+ * The scenarios of the side-by-side benchmark. Every window is a whole number of seconds
  * (RateLimiterRedis counts in whole seconds, Bottleneck refreshes reservoirs in steps of 250 ms).
- * Calls per user are per worker process: with 4 processes a hot key gets 4 × 30 calls.
+ * Calls per user are per worker process unless `totalPerUser` is given: with 4 processes a hot key
+ * gets 4 × 30 calls.
  */
 import type { ContenderId, Rule } from './contender.js';
 
-export type ScenarioId = 'hot-key' | 'many-users' | 'multi-rule' | 'jitter' | 'unconstrained';
+export type ScenarioId =
+  | 'hot-key'
+  | 'many-users'
+  | 'multi-rule'
+  | 'jitter'
+  | 'heavy-tail'
+  | 'late-arrival'
+  | 'long-window'
+  | 'crowd'
+  | 'unconstrained'
+  | 'cost';
 
-export const SCENARIO_IDS: readonly ScenarioId[] = ['hot-key', 'many-users', 'multi-rule', 'jitter', 'unconstrained'];
+export const SCENARIO_IDS: readonly ScenarioId[] = [
+  'hot-key',
+  'many-users',
+  'multi-rule',
+  'jitter',
+  'heavy-tail',
+  'late-arrival',
+  'long-window',
+  'crowd',
+  'unconstrained',
+  'cost',
+];
 
 export interface BurstShape {
   readonly kind: 'burst';
   readonly users: number;
   /** Calls per user from each worker, all released at once. */
   readonly callsPerUser: number;
+  /** Calls per user over all workers, split as evenly as can be (the first workers take one more); overrides `callsPerUser`. */
+  readonly totalPerUser?: number;
 }
 
 export interface ClosedShape {
@@ -31,12 +55,30 @@ export interface Scenario {
   readonly title: string;
   readonly rules: readonly Rule[];
   readonly shape: BurstShape | ClosedShape;
-  /** Latency of one vendor call, drawn uniformly (scripts/sim-vendor.ts). */
+  /** Latency of one vendor call, drawn uniformly (scripts/compare/vendor.ts). */
   readonly vendorLatencyMs: { readonly min: number; readonly max: number };
+  /** A heavy tail: this share of the vendor's calls take `ms` instead (answered then; arrival anywhere before). */
+  readonly vendorTail?: { readonly share: number; readonly ms: number };
+  /** Client-side delay between `fn` starting and the HTTP request leaving, drawn uniformly per call. */
+  readonly sendDelayMs?: { readonly min: number; readonly max: number };
   /** Added to every chunk between the workers and Redis, each way, drawn uniformly (a TCP proxy). */
   readonly redisDelayMs?: { readonly min: number; readonly max: number };
-  /** The vendor-throttle mode its docs recommend for this job. */
-  readonly recommended: Extract<ContenderId, 'vt-queue' | 'vt-delay'>;
+  /** Worker processes that take part (the first ones of the pool); default: all. */
+  readonly processes?: number;
+  /** Contenders run in this scenario; default: all those asked for. */
+  readonly contenders?: readonly ContenderId[];
+  /** The issue's floor of quota use for this shape (issue 10), when it names one. */
+  readonly floor?: number;
+}
+
+export function burstCount(shape: BurstShape, workers: number): number {
+  return shape.totalPerUser ?? shape.callsPerUser * workers;
+}
+
+/** Calls per user worker `index` of `workers` schedules. */
+export function callsOfWorker(shape: BurstShape, workers: number, index: number): number {
+  if (shape.totalPerUser === undefined) return shape.callsPerUser;
+  return Math.floor(shape.totalPerUser / workers) + (index < shape.totalPerUser % workers ? 1 : 0);
 }
 
 export function scenarios(quick: boolean): Scenario[] {
@@ -49,7 +91,6 @@ export function scenarios(quick: boolean): Scenario[] {
       rules: [{ limit: 20, windowMs: 1000 }],
       shape: { kind: 'burst', users: 1, callsPerUser: quick ? 15 : 30 },
       vendorLatencyMs,
-      recommended: 'vt-queue',
     },
     {
       id: 'many-users',
@@ -58,7 +99,6 @@ export function scenarios(quick: boolean): Scenario[] {
       rules: [{ limit: 5, windowMs: 1000 }],
       shape: { kind: 'burst', users: quick ? 50 : 100, callsPerUser: quick ? 3 : 4 },
       vendorLatencyMs,
-      recommended: 'vt-queue',
     },
     {
       id: 'multi-rule',
@@ -70,7 +110,6 @@ export function scenarios(quick: boolean): Scenario[] {
       ],
       shape: { kind: 'burst', users: 10, callsPerUser: quick ? 4 : 6 },
       vendorLatencyMs,
-      recommended: 'vt-queue',
     },
     {
       id: 'jitter',
@@ -80,16 +119,65 @@ export function scenarios(quick: boolean): Scenario[] {
       shape: { kind: 'burst', users: 10, callsPerUser: quick ? 5 : 10 },
       vendorLatencyMs: { min: 20, max: 300 },
       redisDelayMs: { min: 1, max: 4 },
-      recommended: 'vt-queue',
+    },
+    {
+      id: 'heavy-tail',
+      number: 5,
+      title: 'Heavy latency tail (5 % of vendor calls answered after 1.5 s)',
+      rules: [{ limit: 10, windowMs: 1000 }],
+      shape: { kind: 'burst', users: 10, callsPerUser: quick ? 5 : 10 },
+      vendorLatencyMs,
+      vendorTail: { share: 0.05, ms: 1500 },
+      floor: 0.85,
+    },
+    {
+      id: 'late-arrival',
+      number: 6,
+      title: 'Late arrival (requests leave 0–250 ms after the call starts)',
+      rules: [{ limit: 10, windowMs: 1000 }],
+      shape: { kind: 'burst', users: 10, callsPerUser: quick ? 5 : 10 },
+      vendorLatencyMs,
+      sendDelayMs: { min: 0, max: 250 },
+      floor: 0.83,
+    },
+    {
+      id: 'long-window',
+      number: 7,
+      title: 'Long window (200 users, 2/s + 5000/day)',
+      rules: [
+        { limit: 2, windowMs: 1000 },
+        { limit: 5000, windowMs: 86_400_000 },
+      ],
+      shape: { kind: 'burst', users: quick ? 100 : 200, callsPerUser: quick ? 1 : 2 },
+      vendorLatencyMs,
+      floor: 0.9,
+    },
+    {
+      id: 'crowd',
+      number: 8,
+      title: '100 users × 15 calls released at once, 5/s each',
+      rules: [{ limit: 5, windowMs: 1000 }],
+      shape: { kind: 'burst', users: quick ? 50 : 100, callsPerUser: 0, totalPerUser: 15 },
+      vendorLatencyMs,
+      floor: 0.72,
     },
     {
       id: 'unconstrained',
-      number: 5,
+      number: 9,
       title: 'Unconstrained overhead (limit far above the load, no-op calls)',
       rules: [{ limit: 1_000_000, windowMs: 1000 }],
       shape: { kind: 'closed', users: 1000, concurrency: 64, warmMs: quick ? 300 : 1000, measureMs: quick ? 1000 : 3000 },
       vendorLatencyMs,
-      recommended: 'vt-delay',
+    },
+    {
+      id: 'cost',
+      number: 10,
+      title: 'Cost of a decision: 10,000 keys, 2 processes, no HTTP',
+      rules: [{ limit: 1000, windowMs: 1000 }],
+      shape: { kind: 'closed', users: 10_000, concurrency: 256, warmMs: quick ? 300 : 1000, measureMs: quick ? 1000 : 3000 },
+      vendorLatencyMs,
+      processes: 2,
+      contenders: ['vendor-throttle', 'rlf'],
     },
   ];
 }
@@ -106,6 +194,5 @@ export function warmUpScenario(): Scenario {
     rules: [{ limit: 1000, windowMs: 1000 }],
     shape: { kind: 'burst', users: 1, callsPerUser: 2 },
     vendorLatencyMs: { min: 1, max: 2 },
-    recommended: 'vt-queue',
   };
 }

@@ -71,14 +71,25 @@ class Clients {
     const client = new Redis(this.url, { enableAutoPipelining: options.enableAutoPipelining ?? false });
     client.on('error', () => {}); // surfaced through the commands that fail
     await client.ping();
-    const target = client as unknown as { sendCommand: (...args: unknown[]) => unknown };
+    this.#count(client);
+    return client;
+  }
+
+  /** Counts what `client` sends, and what the clients it `duplicate()`s send (a store's subscriber, Bottleneck's pub/sub). */
+  #count(client: Redis): void {
+    const target = client as unknown as { sendCommand: (...args: unknown[]) => unknown; duplicate: (...args: unknown[]) => Redis };
     const original = target.sendCommand.bind(client);
     target.sendCommand = (...args: unknown[]): unknown => {
       this.sent++;
       return original(...args);
     };
+    const duplicate = target.duplicate.bind(client);
+    target.duplicate = (...args: unknown[]): Redis => {
+      const copy = duplicate(...args);
+      this.#count(copy);
+      return copy;
+    };
     this.#clients.push(client);
-    return client;
   }
 
   async close(): Promise<void> {
@@ -139,6 +150,7 @@ async function runBurst(limiter: Limiter, load: BurstLoad, clients: Clients): Pr
   const firstErrors: string[] = [];
   const debug = process.env.COMPARE_DEBUG ? setInterval(() => process.stderr.write(`[${process.pid}] started ${start.filter((s) => s >= 0).length}/${order.length}\n`), 2000) : undefined;
   let settled = 0;
+  const delay = load.sendDelayMs;
   const aborted = new Promise<void>((resolve) => (onAbort = resolve));
   await Promise.race([
     aborted,
@@ -148,6 +160,7 @@ async function runBurst(limiter: Limiter, load: BurstLoad, clients: Clients): Pr
         try {
           await limiter.schedule(load.users[u]!, async () => {
             start[i] = clock();
+            if (delay) await new Promise((resolve) => setTimeout(resolve, delay.min + Math.random() * (delay.max - delay.min)));
             const status = await get(urls[u]!);
             end[i] = clock();
             if (status !== 200) throw new Error(`vendor answered ${status}`);

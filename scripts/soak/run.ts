@@ -114,7 +114,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     // Long enough for every key to be idle: past its window, past maxHoldMs, and past a journal heartbeat (500 ms).
     const idleMs = options.windowMs + options.maxHoldMs + 1_000;
     for (let index = 0; index < options.workers; index++) {
-      const mode = options.mode === 'mixed' ? (index % 2 === 0 ? 'delay' : 'queue') : options.mode;
+      const mode = options.mode;
       workers.push(
         new WorkerProcess({
           index,
@@ -189,7 +189,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     const reports: SoakWorkerReport[] = workers.map((worker, i) => ({
       index: i,
       pid: worker.child.pid!,
-      mode: options.mode === 'mixed' ? (i % 2 === 0 ? 'delay' : 'queue') : options.mode,
+      mode: options.mode,
       calls: done[i]!.message.calls,
       errors: done[i]!.message.errors,
       errorSamples: done[i]!.message.errorSamples,

@@ -11,8 +11,7 @@ export interface SoakOptions {
   /** The vendor's silent limit per user, and the throttle's rule: `limit` calls per `windowMs`. */
   readonly limit: number;
   readonly windowMs: number;
-  /** `'mixed'`: even workers in delay mode, odd ones in queue mode. */
-  readonly mode: ThrottleMode | 'mixed';
+  readonly mode: ThrottleMode;
   /** Calls a worker has started and not finished (booking, sleeping or in flight) at most. */
   readonly concurrency: number;
   /** The throttle's `maxHoldMs`; a key's Redis data lives this much past its last call's estimate and window. */

@@ -7,7 +7,7 @@ export function delegatingStore(inner: Store, overrides: Partial<Store>): Store 
     settle: (...args) => inner.settle(...args),
     inspect: (...args) => inner.inspect(...args),
     pause: (...args) => inner.pause(...args),
-    confirm: (...args) => inner.confirm(...args),
+    ...(inner.listen ? { listen: (...args: Parameters<NonNullable<Store['listen']>>) => inner.listen!(...args) } : {}),
     restore: (...args) => inner.restore(...args),
     close: () => inner.close(),
     ...overrides,

@@ -7,7 +7,7 @@
  * line on stdin, then releases `calls` calls on one key at once, each a GET of the vendor URL with
  * `?user=<key>`. While they run it prints a `progress` line whenever its local state changes (calls
  * started, sleeping for a booked slot, queued), so that a parent can kill it while it holds booked
- * slots and queued work. At the end it prints one `done` line, closes the throttle, quits the client
+ * slots and queued work. At the end it prints one `done` line, closes the throttle and the store, quits the client
  * and exits by itself.
  *
  * `startFaultWorker()` (exported) runs one from a parent.
@@ -28,8 +28,6 @@ export interface FaultWorkerConfig {
   readonly rules: readonly RuleInput[];
   readonly mode: ThrottleMode;
   readonly maxHoldMs: number;
-  /** `queue` mode: heads per key. @default 4 */
-  readonly concurrency?: number;
   readonly key: string;
   readonly calls: number;
 }
@@ -67,13 +65,13 @@ function print(message: Message): void {
 
 async function runWorker(config: FaultWorkerConfig): Promise<void> {
   const redis = new Redis(config.redisUrl);
+  const store = new RedisStore(redis, { prefix: config.prefix });
   const throttle = new Throttle({
     name: config.name,
     rules: config.rules,
-    store: new RedisStore(redis, { prefix: config.prefix }),
+    store,
     mode: config.mode,
     maxHoldMs: config.maxHoldMs,
-    concurrency: config.concurrency,
   });
   let progress: NodeJS.Timeout | undefined;
   try {
@@ -117,6 +115,8 @@ async function runWorker(config: FaultWorkerConfig): Promise<void> {
   } finally {
     clearInterval(progress);
     await throttle.close();
+    // The store is ours: closing it stops its subscriber connection, which would keep the process alive.
+    await store.close();
     await redis.quit();
   }
 }

@@ -5,7 +5,7 @@
  *
  * Builds a Throttle on a RedisStore (its own ioredis client), pushes `calls` calls per key through
  * `schedule()`, each a GET of the vendor URL with `?user=<key>`, prints ONE JSON line of results
- * (a {@link WorkerResult}) on stdout, closes the throttle, quits the client and exits by itself,
+ * (a {@link WorkerResult}) on stdout, closes the throttle and the store, quits the client and exits by itself,
  * with nothing left open.
  *
  * It first makes one uncounted `GET /healthz` (see `warmUp`). With `waitForGo`, it then prints
@@ -41,8 +41,8 @@ export interface WorkerConfig {
   /** RedisStore prefix, so concurrent runs never share keys. @default 'vt' */
   readonly prefix?: string;
   readonly mode?: ThrottleMode;
-  readonly safetyMarginMs?: number;
-  readonly adaptiveMargin?: boolean;
+  /** @default the throttle's default */
+  readonly maxHoldMs?: number;
   /** Shift of this process's wall clock, in ms (e.g. ±300000). @default 0 */
   readonly clockSkewMs?: number;
   /** Print `{"ready":true}` and wait for a line on stdin before starting. @default false */
@@ -70,8 +70,8 @@ export interface WorkerResult {
   /** when the vendor's response was read (wall-clock ms, unshifted); null on error */
   readonly completions: Array<number | null>;
   readonly errors: Array<{ key: string; message: string }>;
-  /** The throttle's in-flight estimate (`holdMs`) at the end. */
-  readonly holdMs: number;
+  /** The throttle's `maxHoldMs`. */
+  readonly maxHoldMs: number;
   /** Date.now() − real wall clock seen in this process at the end (should equal clockSkewMs). */
   readonly observedSkewMs: number;
   /** Release of the calls to the last completion, in ms. */
@@ -94,15 +94,15 @@ function applySkew(skewMs: number): void {
 async function runWorker(config: WorkerConfig, report: (result: WorkerResult) => void): Promise<void> {
   applySkew(config.clockSkewMs ?? 0);
   const redis = new Redis(config.redisUrl, { enableAutoPipelining: true });
+  const store = new RedisStore(redis, { prefix: config.prefix ?? 'vt', commandTimeoutMs: config.commandTimeoutMs, recovery: config.recovery });
   const throttle = new Throttle({
     name: config.name ?? 'vendor',
     rules: config.rules,
-    store: new RedisStore(redis, { prefix: config.prefix ?? 'vt', commandTimeoutMs: config.commandTimeoutMs, recovery: config.recovery }),
+    store,
     mode: config.mode,
     onStoreError: config.onStoreError,
     bucketAbove: config.bucketAbove,
-    safetyMarginMs: config.safetyMarginMs,
-    adaptiveMargin: config.adaptiveMargin,
+    maxHoldMs: config.maxHoldMs,
   });
   try {
     await redis.ping();
@@ -146,12 +146,15 @@ async function runWorker(config: WorkerConfig, report: (result: WorkerResult) =>
       starts,
       completions,
       errors,
-      holdMs: throttle.holdMs,
+      maxHoldMs: throttle.maxHoldMs,
       observedSkewMs: Math.round(Date.now() - now()),
       elapsedMs: finished - released,
     });
   } finally {
     await throttle.close();
+    // The store is ours, not the throttle's: closing it stops its heartbeat and the subscriber
+    // connection it opened (duplicate()) to hear of completions, which would keep the process alive.
+    await store.close();
     await redis.quit();
   }
 }

@@ -1,0 +1,51 @@
+import { ThrottleConfigError } from './errors.js';
+import { describe } from './rules.js';
+
+/** Validation at the library's boundary: every failure is a `ThrottleConfigError` that says what was expected. */
+
+export function checkDelay(what: string, value: unknown): number {
+  if (typeof value !== 'number' || Number.isNaN(value) || value < 0) {
+    throw new ThrottleConfigError(`Expected ${what} to be a number of ms from 0 up (Infinity allowed), got ${describe(value)}`);
+  }
+  return value;
+}
+
+export function checkWhole(what: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new ThrottleConfigError(`Expected ${what} to be a whole number from ${min} to ${max}, got ${describe(value)}`);
+  }
+  return value;
+}
+
+export function checkCount(what: string, value: unknown, min = 1): number {
+  if (value === Infinity) return value;
+  return checkWhole(what, value, min);
+}
+
+/**
+ * Refuses option names the receiver does not know (a typo such as `maxDelay` for `maxDelayMs` would
+ * otherwise be ignored), naming the closest known one.
+ */
+export function checkKnown(what: string, options: object, known: readonly string[]): void {
+  for (const name of Object.keys(options)) {
+    if (known.includes(name)) continue;
+    const closest = known.reduce((best, candidate) => (distance(name, candidate) < distance(name, best) ? candidate : best), known[0]!);
+    const hint = distance(name, closest) <= Math.max(2, Math.floor(closest.length / 2)) ? ` (did you mean '${closest}'?)` : '';
+    throw new ThrottleConfigError(`Unknown ${what} option '${name}'${hint}; known: ${known.join(', ')}`);
+  }
+}
+
+/** Edit distance between two short names (Levenshtein). */
+function distance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let diagonal = row[0]!;
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const above = row[j]!;
+      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, diagonal + (a[i - 1]!.toLowerCase() === b[j - 1]!.toLowerCase() ? 0 : 1));
+      diagonal = above;
+    }
+  }
+  return row[b.length]!;
+}

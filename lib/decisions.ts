@@ -1,0 +1,143 @@
+import { StoreUnavailableError, ThrottleError } from './errors.js';
+import type { LocalFallback, LocalSlot } from './fallback.js';
+import type { StoreErrorPolicy, ThrottleEvents } from './options.js';
+import type { Rule } from './rules.js';
+import { sleep } from './sleep.js';
+import type { ReserveResult, Store } from './store.js';
+
+/** One call, validated, with everything a decision needs. */
+export interface Call {
+  readonly key: string;
+  readonly encoded: string;
+  readonly rules: readonly Rule[];
+  readonly retainMs: number;
+  readonly cost: number;
+  readonly maxDelayMs: number;
+  /** `performance.now()` by which the call must have its slot (Infinity: no bound). */
+  readonly deadline: number;
+  readonly priority: number;
+  readonly timeoutMs: number;
+  readonly signal: AbortSignal | undefined;
+}
+
+/** What a decision gives the line, besides the store's answer. */
+export interface Booking {
+  /** Where the slot was booked: the throttle's store, or the local fallback. */
+  readonly store: Store;
+  readonly localSlot: LocalSlot | undefined;
+  /** `performance.now()` when the decision was asked for. */
+  readonly sentAt: number;
+  /** `performance.now()` when the answer came: the store decided between `sentAt` and this. */
+  readonly receivedAt: number;
+}
+
+export interface DecisionsOptions {
+  readonly namespace: string;
+  readonly store: Store;
+  readonly maxHoldMs: number;
+  readonly policy: StoreErrorPolicy;
+  readonly fallback: LocalFallback | undefined;
+  readonly closing: AbortSignal;
+  notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void;
+  /** A completion was announced on the (encoded) key: its line may ask again. */
+  wake(key: string): void;
+}
+
+/**
+ * The throttle's side of the store protocol: one decision per call, with `onStoreError` applied
+ * when the store fails ('fail' rejects, 'wait' asks again with backoff within the call's
+ * `maxDelayMs`, 'local' decides in this process with a share of each limit), and the store's
+ * completion announcements listened to from the first decision that waits for one.
+ */
+export class Decisions {
+  readonly #options: DecisionsOptions;
+  #listening: Promise<void> | undefined;
+  /** Announcements reach this process (or cannot: then waiting calls ask again at their bounds). */
+  #listened = false;
+  #unlisten: (() => void) | undefined;
+  /** The store's latest failure, until it answers again. */
+  #failure: StoreUnavailableError | undefined;
+
+  constructor(options: DecisionsOptions) {
+    this.#options = options;
+  }
+
+  /** The store failed and has not answered since: why (a call that runs out of time then says so). */
+  get failure(): StoreUnavailableError | undefined {
+    return this.#failure;
+  }
+
+  async decide(call: Call): Promise<{ result: ReserveResult; extra: Booking }> {
+    const { namespace, store, maxHoldMs, policy, fallback, closing } = this.#options;
+    const request = {
+      namespace,
+      key: call.encoded,
+      rules: call.rules,
+      cost: call.cost,
+      maxDelayMs: Math.max(0, call.deadline - performance.now()),
+      maxHoldMs,
+      retainMs: call.retainMs,
+    };
+    for (let attempt = 0; ; attempt++) {
+      const sentAt = performance.now();
+      if (fallback?.active) {
+        const local = await fallback.decide(request);
+        return { result: local.result, extra: { store: local.store, localSlot: local.localSlot, sentAt, receivedAt: performance.now() } };
+      }
+      try {
+        if (fallback?.owing) await fallback.putBack();
+        const result = await store.reserve(request);
+        this.#failure = undefined;
+        fallback?.recovered();
+        if (result.status === 'deferred' && !this.#listened && store.listen) {
+          // Waits for completions before this process listens for them: listen, then ask again
+          // (one may have come meanwhile).
+          await this.#listen(store.listen.bind(store));
+          continue;
+        }
+        return { result, extra: { store, localSlot: undefined, sentAt, receivedAt: performance.now() } };
+      } catch (error) {
+        const failure = storeError(error);
+        if (!(failure instanceof StoreUnavailableError)) throw failure;
+        this.#failure = failure;
+        this.#options.notify('storeError', { key: call.key, error: failure, policy });
+        if (policy === 'fail') throw failure;
+        if (fallback) {
+          fallback.failed();
+          continue;
+        }
+        const backoffMs = Math.min(1_000, 25 * 2 ** Math.min(attempt, 6));
+        if (performance.now() + backoffMs > call.deadline) throw failure;
+        await sleep(backoffMs, [call.signal, closing]);
+      }
+    }
+  }
+
+  /** Stops listening. */
+  async close(): Promise<void> {
+    await this.#listening;
+    this.#unlisten?.();
+  }
+
+  #listen(listen: NonNullable<Store['listen']>): Promise<void> {
+    this.#listening ??= listen(this.#options.namespace, (key) => this.#options.wake(key)).then(
+      (stop) => {
+        this.#listened = true;
+        if (this.#options.closing.aborted) stop();
+        else this.#unlisten = stop;
+      },
+      (error: unknown) => {
+        this.#listened = true;
+        this.#options.notify('debug', { message: 'cannot listen for completions; waiting calls ask again at their bounds', error });
+      },
+    );
+    return this.#listening;
+  }
+}
+
+/** A store's failure as the throttle reports it: its own errors as they are, anything else as `StoreUnavailableError`. */
+export function storeError(error: unknown): Error {
+  if (error instanceof ThrottleError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new StoreUnavailableError(`Throttle store failed: ${message}`, error);
+}

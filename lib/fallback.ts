@@ -1,0 +1,154 @@
+import { StoreUnavailableError } from './errors.js';
+import type { Rule } from './rules.js';
+import type { ReserveRequest, ReserveResult, Store } from './store.js';
+import { MemoryStore } from './stores/memory-store.js';
+
+/** After a store failure, how long calls go straight to the local fallback; also how often its slots are put back. */
+export const STORE_RETRY_MS = 1_000;
+
+/** A slot decided locally while the store was down, to be put into the store once it answers. */
+export interface LocalSlot {
+  readonly cost: number;
+  /** The slot's bound (start + maxHoldMs), on the local store's clock. */
+  readonly boundAt: number;
+  /** Completion, on the local store's clock; undefined until the call completes. */
+  releaseAt: number | undefined;
+}
+
+/**
+ * `onStoreError: 'local'` (docs/operations.md): while the shared store fails, decides in this
+ * process with `share` of each limit, and puts those calls into the store once it answers again,
+ * before the store decides anything new for this process.
+ */
+export class LocalFallback {
+  readonly #namespace: string;
+  readonly #store: Store;
+  readonly #share: number;
+  readonly #local = new MemoryStore({ now: localClock });
+  /** `performance.now()` before which calls skip the failing store and decide locally. */
+  #downUntil = 0;
+  readonly #slots = new Map<string, { readonly retainMs: number; readonly slots: LocalSlot[] }>();
+  #putBack: Promise<void> | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  constructor(namespace: string, store: Store, share: number) {
+    this.#namespace = namespace;
+    this.#store = store;
+    this.#share = share;
+  }
+
+  /** The store failed just now, or did lately: decide locally. */
+  get active(): boolean {
+    return performance.now() < this.#downUntil;
+  }
+
+  /** Slots decided locally are waiting to be put into the store. */
+  get owing(): boolean {
+    return this.#slots.size > 0;
+  }
+
+  /** The store answered again. */
+  recovered(): void {
+    this.#downUntil = 0;
+  }
+
+  /** The store failed: the next {@link STORE_RETRY_MS} decide locally. */
+  failed(): void {
+    this.#downUntil = performance.now() + STORE_RETRY_MS;
+  }
+
+  /** Decides in this process with the share of each limit. */
+  async decide(request: ReserveRequest): Promise<{ result: ReserveResult; store: Store; rules: readonly Rule[]; localSlot: LocalSlot | undefined }> {
+    const rules = request.rules.map(({ limit, windowMs }) => ({ limit: Math.max(1, Math.floor(limit * this.#share)), windowMs }));
+    const smallest = Math.min(...rules.map((rule) => rule.limit));
+    if (request.cost > smallest) {
+      throw new StoreUnavailableError(`The store is down, and cost ${request.cost} is above this process's share of the limit (${smallest})`);
+    }
+    const local = this.#local;
+    if (this.#store.recentCalls !== undefined && (await local.inspect(this.#namespace, request.key, rules)).rules.every((rule) => rule.used === 0)) {
+      // Taking the key over: this process's calls made through the store just before it failed count too.
+      const recent = this.#store.recentCalls(this.#namespace, request.key);
+      if (recent.length > 0) await local.restore(this.#namespace, request.key, recent, request.retainMs);
+    }
+    const result = await local.reserve({ ...request, rules });
+    if (result.status !== 'booked') return { result, store: local, rules, localSlot: undefined };
+    const localSlot: LocalSlot = { cost: request.cost, boundAt: result.startAt + request.maxHoldMs, releaseAt: undefined };
+    let entry = this.#slots.get(request.key);
+    if (!entry) this.#slots.set(request.key, (entry = { retainMs: request.retainMs, slots: [] }));
+    entry.slots.push(localSlot);
+    this.#schedule();
+    return { result, store: local, rules, localSlot };
+  }
+
+  /** A local slot whose call never started: nothing to put back. */
+  forget(key: string, slot: LocalSlot): void {
+    const slots = this.#slots.get(key)?.slots;
+    const index = slots?.indexOf(slot) ?? -1;
+    if (index >= 0) slots!.splice(index, 1);
+  }
+
+  /**
+   * Puts the slots decided locally into the store: one that completed counts until its completion;
+   * one without a completion until its bound. A slot decided while a put-back runs stays for the
+   * next one; a failure leaves the rest for the next try.
+   */
+  putBack(): Promise<void> {
+    this.#putBack ??= (async () => {
+      for (const [key, entry] of this.#slots) {
+        const now = localClock();
+        const handled = new Set(entry.slots);
+        const live = entry.slots.filter((slot) => (slot.releaseAt ?? slot.boundAt) + entry.retainMs > now);
+        if (live.length > 0) {
+          const restored = live.map((slot) => ({ releaseInMs: Math.ceil((slot.releaseAt ?? slot.boundAt) - now), cost: slot.cost }));
+          await this.#store.restore(this.#namespace, key, restored, entry.retainMs);
+        }
+        const kept = entry.slots.filter((slot) => !handled.has(slot));
+        entry.slots.splice(0, entry.slots.length, ...kept);
+        if (kept.length === 0 && this.#slots.get(key) === entry) this.#slots.delete(key);
+      }
+    })().finally(() => {
+      this.#putBack = undefined;
+    });
+    return this.#putBack;
+  }
+
+  /** One last try to put the local slots into the store; no timer is left. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearTimeout(this.#timer);
+    if (this.#slots.size > 0) await this.putBack().catch(() => undefined);
+    await this.#local.close();
+  }
+
+  /** While slots decided locally wait to be put into the store, tries every {@link STORE_RETRY_MS}. */
+  #schedule(): void {
+    if (this.#timer !== undefined || this.#closed) return;
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      this.#prune();
+      if (this.#slots.size === 0) return;
+      this.putBack().then(
+        () => this.recovered(),
+        () => this.#schedule(),
+      );
+    }, STORE_RETRY_MS);
+    this.#timer.unref();
+  }
+
+  /** Forgets local slots that no longer count anywhere, so a long outage does not grow memory. */
+  #prune(): void {
+    const now = localClock();
+    for (const [key, { retainMs, slots }] of this.#slots) {
+      for (let i = slots.length - 1; i >= 0; i--) {
+        if ((slots[i]!.releaseAt ?? slots[i]!.boundAt) + retainMs <= now) slots.splice(i, 1);
+      }
+      if (slots.length === 0) this.#slots.delete(key);
+    }
+  }
+}
+
+/** The local fallback's clock: monotonic, in ms. */
+export function localClock(): number {
+  return performance.timeOrigin + performance.now();
+}

@@ -1,0 +1,157 @@
+-- Bucketed rules: long windows with large limits in bounded memory. Included where a script says
+-- `--- @include "buckets"`, after "log".
+
+-- Rules come as R, then R triples: LIMIT, WINDOW (ms), BUCKET (ms; 0 = exact). A bucketed rule
+-- (BUCKET > 0) counts completed calls older than the exact rules' longest window in buckets, fields
+-- 'b:<WINDOW>:<BUCKET>:<index>' of meta: a call that ended at s counts as if it ended at
+-- ceil(s / BUCKET) × BUCKET, the end of its bucket (never earlier: a call is held back by less than
+-- one bucket width, never let through early). See lib/decision.ts (bucketIndex, bucketedFreeAt).
+
+-- The buckets of a bucketed rule that still count at NOW_MS, ascending: { {end, count}, ... }.
+local function vt_buckets(meta, window, bucket, now_ms)
+  local fields = {}
+  local first = math.floor((now_ms - window) / bucket) + 1
+  for index = first, math.ceil(now_ms / bucket) do fields[#fields + 1] = 'b:' .. window .. ':' .. bucket .. ':' .. index end
+  local counts = redis.call('HMGET', meta, unpack(fields))
+  local out = {}
+  for k = 1, #fields do
+    local count = tonumber(counts[k] or 0)
+    if count > 0 then out[#out + 1] = { (first + k - 1) * bucket, count } end
+  end
+  return out
+end
+
+-- Moves calls whose release is known and older than the fold horizon out of the log,
+-- into their buckets, and deletes the buckets that no longer count. Buckets belong to a distinct
+-- (WINDOW, BUCKET): rules sharing both (duplicates, or one window with several limits) read the same
+-- buckets, and each call is folded into them once. Per (WINDOW, BUCKET) meta keeps
+-- 'b:<WINDOW>:<BUCKET>:low' (no bucket field of it lies below: those were deleted) and ':n' (the
+-- calls in its buckets, all of which still count). Returns the latest time a bucket folded into
+-- still counts until (0 when none), for the keys' lifetime, and the calls in the buckets per rule
+-- index.
+local function vt_fold(log, meta, a, rules_at, rule_count, now_ms)
+  local horizon = 0
+  local groups = {}
+  local by_prefix = {}
+  for r = 0, rule_count - 1 do
+    local window = tonumber(a[rules_at + 3 * r + 1])
+    local bucket = tonumber(a[rules_at + 3 * r + 2])
+    if bucket > 0 then
+      local prefix = 'b:' .. window .. ':' .. bucket .. ':'
+      local group = by_prefix[prefix]
+      if group == nil then
+        group = { window = window, bucket = bucket, prefix = prefix, rules = {} }
+        by_prefix[prefix] = group
+        groups[#groups + 1] = group
+      end
+      group.rules[#group.rules + 1] = r
+    else
+      horizon = math.max(horizon, window)
+    end
+  end
+  local totals = {}
+  if #groups == 0 then return 0, totals end
+  local fields = {}
+  for k, group in ipairs(groups) do
+    fields[2 * k - 1] = group.prefix .. 'low'
+    fields[2 * k] = group.prefix .. 'n'
+  end
+  local known = redis.call('HMGET', meta, unpack(fields))
+  local changes = {}
+  for k, group in ipairs(groups) do
+    local prefix = group.prefix
+    local first_live = math.floor((now_ms - group.window) / group.bucket) + 1
+    local low = tonumber(known[2 * k - 1])
+    local stored = tonumber(known[2 * k])
+    local n = stored or 0
+    local dead = {}
+    if low == nil then
+      -- Nothing folded yet (no bucket field), or a key written before `low` was kept: n is counted
+      -- again from the live buckets. (Dead buckets of such a key go with meta.)
+      if stored ~= nil then
+        n = 0
+        for _, b in ipairs(vt_buckets(meta, group.window, group.bucket, now_ms)) do n = n + b[2] end
+      end
+    else
+      -- Every field of this (WINDOW, BUCKET) was written by a decision at some time t, at an index
+      -- from first_live(t) to ceil(t / BUCKET): no field lies above low + ceil(WINDOW / BUCKET) + 1,
+      -- so however long the key was idle, at most that many indices are visited.
+      local top = math.min(first_live - 1, low + math.ceil(group.window / group.bucket) + 1)
+      for index = low, top do dead[#dead + 1] = prefix .. index end
+    end
+    -- In chunks: unpack() takes a few thousand values at most.
+    for from = 1, #dead, 1000 do
+      local chunk = { unpack(dead, from, math.min(#dead, from + 999)) }
+      for _, count in ipairs(redis.call('HMGET', meta, unpack(chunk))) do n = n - tonumber(count or 0) end
+      redis.call('HDEL', meta, unpack(chunk))
+    end
+    group.n = n
+    group.stored = stored
+    if tonumber(known[2 * k - 1]) ~= first_live then
+      changes[#changes + 1] = prefix .. 'low'
+      changes[#changes + 1] = first_live
+    end
+  end
+  local until_ms = 0
+  local old = redis.call('ZRANGEBYSCORE', log, '-inf', now_ms - horizon, 'WITHSCORES')
+  for e = 2, #old, 2 do
+    local score = tonumber(old[e])
+    for _, group in ipairs(groups) do
+      local index = math.ceil(score / group.bucket)
+      -- A call whose bucket no longer counts (not trimmed yet) just leaves.
+      if index * group.bucket + group.window > now_ms then
+        redis.call('HINCRBY', meta, group.prefix .. index, 1)
+        group.n = group.n + 1
+        until_ms = math.max(until_ms, index * group.bucket + group.window)
+      end
+    end
+  end
+  if #old > 0 then redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - horizon) end
+  for _, group in ipairs(groups) do
+    for _, r in ipairs(group.rules) do totals[r] = group.n end
+    if group.n ~= group.stored then
+      changes[#changes + 1] = group.prefix .. 'n'
+      changes[#changes + 1] = group.n
+    end
+  end
+  if #changes > 0 then redis.call('HSET', meta, unpack(changes)) end
+  return until_ms, totals
+end
+
+-- Earliest time from FROM at which COST more calls keep a bucketed rule (bucketedFreeAt in
+-- lib/decision.ts): with the j oldest buckets gone, at most LIMIT - COST - (calls in the others)
+-- calls of the log may still count. Returns the time and the log entry that set it (nil when a
+-- bucket or FROM did).
+local function vt_bucketed_free_at(log, size, buckets, limit, window, cost, from)
+  local remaining = 0
+  for _, b in ipairs(buckets) do remaining = remaining + b[2] end
+  local best = math.huge
+  local best_entry = nil
+  local gone_until = -math.huge
+  for j = 0, #buckets do
+    if gone_until >= best then break end
+    local allowed = limit - cost - remaining
+    if allowed >= 0 then
+      local t = math.max(from, gone_until)
+      local entry = nil
+      local at = size - allowed - 1
+      if at >= 0 then
+        local candidate = redis.call('ZRANGE', log, at, at, 'WITHSCORES')
+        if tonumber(candidate[2]) + window > t then
+          t = tonumber(candidate[2]) + window
+          entry = candidate
+        end
+      end
+      if t < best then
+        best = t
+        best_entry = entry
+      end
+    end
+    if j < #buckets then
+      gone_until = buckets[j + 1][1] + window
+      remaining = remaining - buckets[j + 1][2]
+    end
+  end
+  return best, best_entry
+end
+

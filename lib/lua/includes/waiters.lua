@@ -1,0 +1,53 @@
+-- The processes waiting for a completion on a key, oldest first: meta field `w`, a list of
+-- "<tag>=<until>" separated by spaces (a process's member tag, and the time by which it asks again
+-- on its own: its bound). A completion wakes the oldest alone (complete.lua); it leaves the list
+-- once it no longer waits, and wakes the next. An entry past its time by more than a second
+-- belongs to a process that stopped asking (it crashed, or its calls went away): dropped.
+-- Included after "log".
+
+local function vt_waiters_parse(value)
+  local out = {}
+  if value then
+    for tag, until_ms in string.gmatch(value, '(%S+)=(%d+)') do out[#out + 1] = { tag, tonumber(until_ms) } end
+  end
+  return out
+end
+
+local function vt_waiters_write(meta, list)
+  if #list == 0 then
+    redis.call('HDEL', meta, 'w')
+    return
+  end
+  local parts = {}
+  for k, w in ipairs(list) do parts[k] = w[1] .. '=' .. string.format('%d', w[2]) end
+  redis.call('HSET', meta, 'w', table.concat(parts, ' '))
+end
+
+-- Wakes the oldest waiting process: one message "<key>\t<tag>" on the namespace's channel.
+local function vt_waiters_wake(list, channel, key)
+  if #list > 0 then redis.call('PUBLISH', channel, key .. '\t' .. list[1][1]) end
+end
+
+-- After a decision of process TAG: UNTIL_MS > 0 keeps it in the list (its place, or the end) until
+-- then; 0 takes it out (it no longer waits), waking the next if it was the oldest. Stale entries
+-- go. Writes meta only when the list changes.
+local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, key)
+  local list = vt_waiters_parse(value)
+  local kept = {}
+  local found = false
+  local was_head = false
+  for k, w in ipairs(list) do
+    if w[1] == tag then
+      found = true
+      was_head = #kept == 0
+      if until_ms > 0 then kept[#kept + 1] = { tag, until_ms } end
+    elseif w[2] + 1000 >= now_ms then
+      kept[#kept + 1] = w
+    end
+  end
+  if until_ms > 0 and not found then kept[#kept + 1] = { tag, until_ms } end
+  if #kept == #list and not found and until_ms == 0 then return end
+  vt_waiters_write(meta, kept)
+  if until_ms > 0 then vt_keep(meta, until_ms - now_ms + 1) end
+  if until_ms == 0 and was_head then vt_waiters_wake(kept, channel, key) end
+end

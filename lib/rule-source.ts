@@ -1,0 +1,34 @@
+import { ThrottleConfigError } from './errors.js';
+import type { RulesOption } from './options.js';
+import { parseRules, type Rule, type RuleInput } from './rules.js';
+
+/** A key's rules, as the throttle reads them for each call. */
+export type RuleSource = (key: string) => Promise<readonly Rule[]> | readonly Rule[];
+
+/**
+ * Turns the `rules` option into a source of parsed rules: fixed rules are parsed once; a function's
+ * answers are parsed once per answer object (a plan table that returns the same arrays costs nothing).
+ * Rules with a limit above `bucketAbove` are counted in `buckets` buckets per window (docs/design.md).
+ */
+export function compileRules(option: RulesOption, bucketAbove: number, buckets: number): RuleSource {
+  const finish = (input: unknown): readonly Rule[] => bucketRules(parseRules(input as RuleInput | readonly RuleInput[]), bucketAbove, buckets);
+  if (typeof option !== 'function') {
+    if (option === undefined) throw new ThrottleConfigError("Expected rules, e.g. ['30/min'], got undefined");
+    const rules = finish(option);
+    return () => rules;
+  }
+  const cache = new WeakMap<object, readonly Rule[]>();
+  return async (key) => {
+    const input = await option(key);
+    if (input === null || typeof input !== 'object') return finish(input);
+    let rules = cache.get(input);
+    if (!rules) cache.set(input, (rules = finish(input)));
+    return rules;
+  };
+}
+
+/** Rules with a limit above `above` are counted in `buckets` buckets per window (see `ThrottleOptions.bucketAbove`). */
+function bucketRules(rules: readonly Rule[], above: number, buckets: number): readonly Rule[] {
+  if (rules.every((rule) => rule.limit <= above)) return rules;
+  return rules.map((rule) => (rule.limit > above ? { limit: rule.limit, windowMs: rule.windowMs, bucketMs: Math.ceil(rule.windowMs / buckets) } : rule));
+}

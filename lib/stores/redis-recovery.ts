@@ -1,0 +1,331 @@
+import { randomBytes } from 'node:crypto';
+import { StoreUnavailableError } from '../errors.js';
+import { keyNames } from '../keys.js';
+import { MAX_TIMER_MS } from '../sleep.js';
+import type { Journal } from './journal.js';
+import { scripts } from './redis-scripts.js';
+
+/** Times a decision meets a changed epoch (and puts back its journal) before it gives up. */
+export const MAX_RECOVERIES = 3;
+
+/** Restores in flight at once while a journal is put back (ioredis pipelines them on one connection). */
+const RESTORE_CONCURRENCY = 128;
+
+/** What recovery needs of the store: its client's GET and SET, and its scripts with a timeout. */
+export interface RecoveryDeps {
+  readonly prefix: string;
+  readonly journal: Journal;
+  readonly heartbeatMs: number;
+  readonly graceMs: number;
+  get(key: string): Promise<string | null>;
+  set(key: string, value: string, ...args: string[]): Promise<string | null>;
+  /** Runs a script by name with a timeout. */
+  run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown>;
+}
+
+/**
+ * Finds a Redis that lost its data (restart without persistence, `FLUSHALL`, failover to a replica
+ * that lagged) and puts back this process's calls from its journal before anything new is decided
+ * (docs/design.md, "When Redis loses its data"). Each namespace has an epoch key `<id>:<ready ms>`;
+ * every decision checks it (lua/batch.lua), and a process that finds it changed puts back its
+ * journal under a grace period during which no process decides anything new.
+ */
+export class Recovery {
+  readonly journal: Journal;
+  readonly #prefix: string;
+  readonly #heartbeatMs: number;
+  readonly #graceMs: number;
+  readonly #client: Pick<RecoveryDeps, 'get' | 'set'>;
+  readonly #run: RecoveryDeps['run'];
+  /**
+   * Namespace → the epoch value this process knows (see lua/epoch.lua): set once this process has
+   * put back its journal under it (or, for a namespace seen for the first time, adopted it).
+   */
+  readonly #epochs = new Map<string, string>();
+  readonly #epochLookups = new Map<string, Promise<string>>();
+  readonly #recovering = new Map<string, Promise<boolean>>();
+  /** Namespaces whose put-back did not finish: nothing is sent there before a recovery succeeds. */
+  readonly #unrecovered = new Set<string>();
+  /** Bumped by every recovery: a batch that met a changed epoch after one is just sent again. */
+  generation = 0;
+  #heartbeat: NodeJS.Timeout | undefined;
+  #closed = false;
+  /** Times this process found that Redis had lost its data and put back its journal. */
+  recoveries = 0;
+
+  constructor(deps: RecoveryDeps) {
+    this.journal = deps.journal;
+    this.#prefix = deps.prefix;
+    this.#heartbeatMs = deps.heartbeatMs;
+    this.#graceMs = deps.graceMs;
+    this.#client = { get: deps.get, set: deps.set };
+    this.#run = deps.run;
+  }
+
+  /** The epoch this process knows for the namespace, looked up (created if missing) the first time. */
+  epochOf(namespace: string): Promise<string> | string {
+    return this.#epochs.get(namespace) ?? this.#epochOf(namespace);
+  }
+
+  epochKey(namespace: string): string {
+    return `${this.#prefix}:${namespace}:epoch`;
+  }
+
+  /** Stops the heartbeat. */
+  close(): void {
+    this.#closed = true;
+    clearTimeout(this.#heartbeat);
+    this.#heartbeat = undefined;
+  }
+
+  /**
+   * The namespace's epoch for a namespace this process has never seen, created without a grace
+   * period if missing (a new deployment looks the same as a wiped one).
+   */
+  #epochOf(namespace: string): Promise<string> {
+    let lookup = this.#epochLookups.get(namespace);
+    if (!lookup) {
+      lookup = this.#newEpoch(namespace, 0)
+        .then((value) => {
+          // A recovery that started meanwhile decides what this process knows.
+          if (!this.#recovering.has(namespace) && !this.#unrecovered.has(namespace)) this.#epochs.set(namespace, value);
+          return value;
+        })
+        .finally(() => this.#epochLookups.delete(namespace));
+      this.#epochLookups.set(namespace, lookup);
+    }
+    return lookup;
+  }
+
+  /** Runs lua/epoch.lua: the epoch in force, created (ready `graceMs` from now) if missing. */
+  #newEpoch(namespace: string, graceMs: number): Promise<string> {
+    const id = randomBytes(6).toString('base64url');
+    return this.#run(scripts.epoch.name, [this.epochKey(namespace)], [id, graceMs]) as Promise<string>;
+  }
+
+  /**
+   * Returns once no recovery of the namespace is running in this process and none is owed (a
+   * put-back that failed is tried again first); rejects when that recovery fails.
+   */
+  async recovered(namespace: string): Promise<void> {
+    for (;;) {
+      const running = this.#recovering.get(namespace);
+      if (running) await running;
+      else if (this.#unrecovered.has(namespace)) await this.recover(namespace);
+      else return;
+    }
+  }
+
+  /**
+   * Returns once this process knows the namespace's epoch in force (checked in Redis now) and it is
+   * ready: every live process has put back its calls.
+   */
+  async untilReady(namespace: string): Promise<void> {
+        for (let round = 0; round < 100; round++) {
+      await this.recovered(namespace);
+      const known = this.#epochs.get(namespace);
+      if (known === undefined) {
+        // A namespace never seen: as a first decision would.
+        await this.#epochOf(namespace);
+        continue;
+      }
+      const value = await this.#client.get(this.epochKey(namespace));
+      if (value !== known) {
+        await this.recover(namespace);
+        continue;
+      }
+      const waitMs = readyOf(value) - this.storeNow();
+      if (waitMs <= 0) return;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(waitMs, this.#heartbeatMs)));
+    }
+    throw new StoreUnavailableError('The epoch of the namespace kept changing (Redis losing its data again and again)');
+  }
+
+  /**
+   * One recovery at a time per namespace; callers that find one running wait for it. Resolves true
+   * when Redis had lost the data (the journal was put back), false when the epoch only had its
+   * grace extended, or had not changed.
+   */
+  recover(namespace: string): Promise<boolean> {
+    let recovery = this.#recovering.get(namespace);
+    if (!recovery) {
+      recovery = this.#putBack(namespace).finally(() => this.#recovering.delete(namespace));
+      this.#recovering.set(namespace, recovery);
+    }
+    return recovery;
+  }
+
+  /**
+   * Redis lost the namespace's data: takes (or creates, with a grace period during which nothing new
+   * is decided) the new epoch, then puts back every call of the journal still inside its window, and
+   * only then knows the epoch. If the put-back fails, the namespace stays owed a recovery: the next
+   * operation (or heartbeat) puts the journal back again (restores never overwrite). While the
+   * put-back runs, the epoch's ready time is kept ahead (#holdGrace), so that no process decides
+   * anything before this one is done.
+   */
+  async #putBack(namespace: string): Promise<boolean> {
+    const known = this.#unrecovered.has(namespace) ? undefined : this.#epochs.get(namespace);
+    let epoch = await this.#newEpoch(namespace, this.#graceMs);
+    if (known !== undefined && idOf(epoch) === idOf(known)) {
+      // No loss: the same epoch, or its grace extended by a process still putting back.
+      this.#epochs.set(namespace, epoch);
+      return false;
+    }
+    this.#epochs.delete(namespace);
+    this.#unrecovered.add(namespace);
+    this.generation += 1;
+    for (let attempt = 1; ; attempt++) {
+      const grace = this.#holdGrace(namespace, epoch);
+      let current: string | null;
+      try {
+        await this.#restoreJournal(namespace);
+        // Still the same epoch? A second loss during the put-back wiped what was put back before it.
+        current = await this.#client.get(this.epochKey(namespace));
+      } finally {
+        await grace.stop();
+      }
+      if (current !== null && idOf(current) === idOf(epoch)) {
+        epoch = current;
+        break;
+      }
+      if (attempt >= MAX_RECOVERIES) throw new StoreUnavailableError('Redis lost its data again while this process was putting its calls back');
+      epoch = await this.#newEpoch(namespace, this.#graceMs);
+    }
+    this.recoveries += 1;
+    this.#epochs.set(namespace, epoch);
+    this.#unrecovered.delete(namespace);
+    return true;
+  }
+
+  /**
+   * Puts back the namespace's journal, RESTORE_CONCURRENCY keys at a time. A key whose restore fails
+   * is tried once more after the others; a second failure rejects (once every other key is back).
+   */
+  async #restoreJournal(namespace: string): Promise<void> {
+    let todo = this.journal.entriesOf(namespace, this.storeNow()) ?? [];
+    let failure: unknown;
+    for (let pass = 0; pass < 2 && todo.length > 0; pass++) {
+      const failed: typeof todo = [];
+      let next = 0;
+      const worker = async () => {
+        while (next < todo.length) {
+          const item = todo[next++]!;
+          const { key, retainMs, entries } = item;
+          const args: Array<string | number> = [retainMs, 0, entries.length];
+          for (const { member, score } of entries) args.push(member, score);
+          try {
+            await this.#run(scripts.restore.name, [keyNames(this.#prefix, namespace, key).log], args);
+          } catch (error) {
+            failure ??= error;
+            failed.push(item);
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(RESTORE_CONCURRENCY, todo.length) }, worker));
+      todo = failed;
+    }
+    if (todo.length > 0) throw failure;
+  }
+
+  /**
+   * While this process puts back its journal, keeps the epoch's ready time at least half a grace
+   * period ahead: when less is left, `SET … XX GET` writes the same id with ready = now + graceMs
+   * (GET and SET are all it needs). Processes that knew the epoch meet a changed value, read it
+   * again and, finding the same id, only take the later ready time. If the SET finds no epoch, or
+   * another one (Redis lost its data again), it stops (putting back the other epoch it overwrote):
+   * the put-back then finds the epoch changed and starts again.
+   */
+  #holdGrace(namespace: string, epoch: string): { stop(): Promise<void> } {
+    const key = this.epochKey(namespace);
+    let value = epoch;
+    let stopped = false;
+    let timer: NodeJS.Timeout | undefined;
+    let writing: Promise<void> = Promise.resolve();
+    const set = (next: string) => this.#client.set(key, next, 'XX', 'GET');
+    const extend = async (): Promise<boolean> => {
+      try {
+        const next = `${idOf(value)}:${Math.ceil(this.storeNow() + this.#graceMs)}`;
+        const old = await set(next);
+        if (old !== null && idOf(old) === idOf(value)) {
+          value = next;
+          // Another process extended it further meanwhile: keep its time (never shorten a grace).
+          if (readyOf(old) > readyOf(next)) {
+            await set(old);
+            value = old;
+          }
+        } else {
+          // Lost again: nothing written, or another epoch, which stays.
+          if (old !== null) await set(old);
+          stopped = true;
+        }
+        return true;
+      } catch {
+        // Redis unreachable: the put-back fails too, or this is tried again shortly.
+        return false;
+      }
+    };
+    const schedule = (afterMs = 0): void => {
+      if (stopped) return;
+      const lead = this.#graceMs / 2;
+      timer = setTimeout(() => {
+        writing = extend().then((ok) => schedule(ok ? 0 : 50));
+      }, Math.max(afterMs, Math.min(readyOf(value) - lead - this.storeNow(), MAX_TIMER_MS)));
+      timer.unref();
+    };
+    schedule();
+    return {
+      stop: async () => {
+        stopped = true;
+        clearTimeout(timer);
+        await writing;
+      },
+    };
+  }
+
+  storeNow(): number {
+    return Date.now() + (this.journal.clockOffsetMs ?? 0);
+  }
+
+  /**
+   * While the journal holds calls, checks every `heartbeatMs` that each namespace's epoch is the one
+   * this process knows, so that an idle process puts back its calls within the grace period too.
+   */
+  startHeartbeat(): void {
+    if (this.#heartbeat !== undefined || this.#closed) return;
+    this.#heartbeat = setTimeout(() => {
+      this.#heartbeat = undefined;
+      void this.#beat().finally(() => {
+        if (this.journal.prune(this.storeNow()) > 0) this.startHeartbeat();
+      });
+    }, this.#heartbeatMs);
+    this.#heartbeat.unref();
+  }
+
+  async #beat(): Promise<void> {
+    for (const namespace of this.journal.namespaces()) {
+      try {
+        // A put-back that failed is tried again at once.
+        if (this.#unrecovered.has(namespace)) {
+          await this.recover(namespace);
+          continue;
+        }
+        const known = this.#epochs.get(namespace);
+        const value = await this.#client.get(this.epochKey(namespace));
+        if (known === undefined) await this.#epochOf(namespace);
+        else if (value !== known) await this.recover(namespace);
+      } catch {
+        // Redis unreachable: the next beat, or the next decision, tries again.
+      }
+    }
+  }
+}
+
+/** The id of an epoch value `<id>:<ready ms>`. */
+function idOf(epoch: string): string {
+  return epoch.slice(0, epoch.lastIndexOf(':'));
+}
+
+/** The ready time (ms, store clock) of an epoch value `<id>:<ready ms>`. */
+export function readyOf(epoch: string): number {
+  return Number(epoch.slice(epoch.lastIndexOf(':') + 1));
+}

@@ -1,0 +1,154 @@
+import type { ReserveResult } from './store.js';
+
+/**
+ * The waiting discipline, per key and process (docs/design.md, "Waiting"):
+ *
+ * - Calls for a key wait in one line, by `priority` and then in the order they asked. Only the
+ *   line asks the store, for its leading calls at once (one decision of several calls: the store
+ *   merges them into one script step).
+ * - A call whose slot is booked leaves the line and sleeps until its start (a timer on a known time).
+ * - When the store defers (the slot depends on a call still in flight), the line asks nothing until
+ *   the store announces a completion on the key (`wake`), or until the bound it answered has passed.
+ *   One ask per completion that can free room, never a loop of asks.
+ */
+
+/** One call waiting in a line. */
+export interface Waiter<C> {
+  readonly call: C;
+  readonly priority: number;
+  /** Slots the call takes: calls with the same cost are asked for together. */
+  readonly cost: number;
+  /** Answers the line's ask for this call when it leaves the line: booked, refused, or an error. */
+  readonly settle: (outcome: Outcome) => void;
+  /** The store deferred the call (it stays in line): what it said, for when the call runs out of time. */
+  readonly deferred: (result: ReserveResult) => void;
+}
+
+export type Outcome = { readonly result: ReserveResult; readonly extra?: unknown } | { readonly error: unknown };
+
+/** What a line needs from the throttle: one decision per call (several in one turn are merged by the store). */
+export type Decide<C> = (call: C) => Promise<{ readonly result: ReserveResult; readonly extra?: unknown }>;
+
+/** Calls asked about in one go, at most. */
+const MAX_ASK = 64;
+
+/** The line of one key. */
+export class KeyLine<C> {
+  readonly #waiters: Array<Waiter<C>> = [];
+  readonly #decide: Decide<C>;
+  /** The line has no more calls; `deferred`: it was waiting for a completion when the last one left. */
+  readonly #onEmpty: (deferred: boolean) => void;
+  /** The ask under way, if any. */
+  #asking: Promise<void> | undefined;
+  /** A wake came while the line was asking: ask again at once if the answer is to wait. */
+  #woken = false;
+  #timer: NodeJS.Timeout | undefined;
+  /** The store deferred the head: nothing is asked until a wake or the timer. */
+  #deferred = false;
+
+  constructor(decide: Decide<C>, onEmpty: (deferred: boolean) => void) {
+    this.#decide = decide;
+    this.#onEmpty = onEmpty;
+  }
+
+  get size(): number {
+    return this.#waiters.length;
+  }
+
+  /** The head waits for a completion (or its bound): calls added now wait behind it. */
+  get deferred(): boolean {
+    return this.#deferred;
+  }
+
+  add(waiter: Waiter<C>): void {
+    // Before the first waiter of lower priority: by priority, then first come, first served.
+    let at = this.#waiters.length;
+    while (at > 0 && this.#waiters[at - 1]!.priority < waiter.priority) at--;
+    this.#waiters.splice(at, 0, waiter);
+    if (!this.#deferred) void this.#pump();
+  }
+
+  /** Takes a waiter out (aborted, timed out, closed); false when it was no longer waiting. */
+  remove(waiter: Waiter<C>): boolean {
+    const index = this.#waiters.indexOf(waiter);
+    if (index < 0) return false;
+    this.#waiters.splice(index, 1);
+    this.#idle();
+    return true;
+  }
+
+  /** A completion may have freed room on the key: ask again (once, even if several came). */
+  wake(): void {
+    if (this.#asking) {
+      this.#woken = true;
+      return;
+    }
+    this.#woken = false;
+    if (!this.#deferred) return;
+    this.#deferred = false;
+    clearTimeout(this.#timer);
+    void this.#pump();
+  }
+
+  /**
+   * Rejects every waiter (the throttle closes) and stops the timer. Resolves once the ask under
+   * way, if any, has answered (its bookings, settled on waiters already rejected, are given back).
+   */
+  async clear(error: unknown): Promise<void> {
+    clearTimeout(this.#timer);
+    for (const waiter of this.#waiters.splice(0)) waiter.settle({ error });
+    await this.#asking;
+  }
+
+  #pump(): Promise<void> {
+    this.#asking ??= this.#ask().finally(() => {
+      this.#asking = undefined;
+      // A wake that came after the last answer, before this: ask again.
+      if (this.#woken && this.#deferred) this.wake();
+      else this.#idle();
+    });
+    return this.#asking;
+  }
+
+  async #ask(): Promise<void> {
+    while (this.#waiters.length > 0) {
+      this.#woken = false;
+      const cost = this.#waiters[0]!.cost;
+      const batch: Array<Waiter<C>> = [];
+      for (const waiter of this.#waiters) {
+        if (waiter.cost !== cost || batch.length >= MAX_ASK) break;
+        batch.push(waiter);
+      }
+      const outcomes = await Promise.all(batch.map((waiter) => this.#decide(waiter.call).then((answer): Outcome => answer, (error: unknown): Outcome => ({ error }))));
+      let deferred: ReserveResult | undefined;
+      for (let i = 0; i < batch.length; i++) {
+        const waiter = batch[i]!;
+        const outcome = outcomes[i]!;
+        if ('result' in outcome && outcome.result.status === 'deferred') {
+          deferred ??= outcome.result;
+          waiter.deferred(outcome.result);
+          continue;
+        }
+        // Booked or refused: the call leaves the line. One that left meanwhile (aborted) gets the
+        // outcome too, so that a booked slot is given back.
+        const index = this.#waiters.indexOf(waiter);
+        if (index >= 0) this.#waiters.splice(index, 1);
+        waiter.settle(outcome);
+      }
+      if (deferred && !this.#woken) {
+        this.#deferred = true;
+        this.#timer = setTimeout(() => this.wake(), Math.max(1, deferred.retryMs));
+        return;
+      }
+    }
+  }
+
+  #idle(): void {
+    if (this.#waiters.length === 0 && this.#asking === undefined) {
+      clearTimeout(this.#timer);
+      const deferred = this.#deferred;
+      this.#deferred = false;
+      this.#onEmpty(deferred);
+    }
+  }
+}
