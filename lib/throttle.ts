@@ -345,7 +345,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       const finish = (): void => {
         done = true;
         clearTimeout(timer);
-        for (const signal of [call.signal, this.#closing.signal]) signal?.removeEventListener('abort', onAbort);
+        call.signal?.removeEventListener('abort', onAbort);
       };
       const onAbort = function (this: AbortSignal): void {
         if (owner.remove(waiter)) {
@@ -389,7 +389,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
           reject(new RateLimitedError(call.key, last ? this.#reason(call, last.result) : 'booked', Math.max(1, Math.ceil(leftMs))));
         }, Math.max(0, call.deadline - performance.now()));
       }
-      for (const signal of [call.signal, this.#closing.signal]) signal?.addEventListener('abort', onAbort, { once: true });
+      // close() clears every line itself: only the call's own signal is listened to here (a listener
+      // per waiting call on the throttle's signal would make each removal scan all of them).
+      call.signal?.addEventListener('abort', onAbort, { once: true });
       owner.add(waiter);
     });
   }
