@@ -140,7 +140,7 @@ export function planSlot(
     let freeAt: number | undefined;
     if (rule.bucketMs) {
       const buckets = bucketsOf(rule);
-      const found = bucketedFreeAt(size, scoreAt, buckets, rule, cost, nowMs);
+      const found = bucketedFreeAt(size, scoreAt, buckets, rule, cost, now);
       freeAt = found.freeAt;
       if (found.index >= 0) score = scoreAt(found.index);
     } else {

@@ -5,6 +5,9 @@ import type { Rule } from './rules.js';
 import { sleep } from './sleep.js';
 import type { ReserveResult, Store } from './store.js';
 
+/** How long after a failed subscription to completions the next wait tries again. */
+const LISTEN_RETRY_MS = 5_000;
+
 /** One call, validated, with everything a decision needs. */
 export interface Call {
   readonly key: string;
@@ -52,8 +55,10 @@ export interface DecisionsOptions {
 export class Decisions {
   readonly #options: DecisionsOptions;
   #listening: Promise<void> | undefined;
-  /** Announcements reach this process (or cannot: then waiting calls ask again at their bounds). */
+  /** Announcements reach this process. */
   #listened = false;
+  /** `performance.now()` before which a subscription that failed is not tried again. */
+  #retryListenAt = 0;
   #unlisten: (() => void) | undefined;
   /** The store's latest failure, until it answers again. */
   #failure: StoreUnavailableError | undefined;
@@ -89,7 +94,7 @@ export class Decisions {
         const result = await store.reserve(request);
         this.#failure = undefined;
         fallback?.recovered();
-        if (result.status === 'deferred' && !this.#listened && store.listen) {
+        if (result.status === 'deferred' && !this.#listened && store.listen && performance.now() >= this.#retryListenAt) {
           // Waits for completions before this process listens for them: listen, then ask again
           // (one may have come meanwhile).
           await this.#listen(store.listen.bind(store));
@@ -127,8 +132,10 @@ export class Decisions {
         else this.#unlisten = stop;
       },
       (error: unknown) => {
-        this.#listened = true;
-        this.#options.notify('debug', { message: 'cannot listen for completions; waiting calls ask again at their bounds', error });
+        // Tried again by a wait at least LISTEN_RETRY_MS later; meanwhile calls ask at their bounds.
+        this.#listening = undefined;
+        this.#retryListenAt = performance.now() + LISTEN_RETRY_MS;
+        this.#options.notify('debug', { message: 'cannot listen for completions; waiting calls ask again at their bounds until it works', error });
       },
     );
     return this.#listening;

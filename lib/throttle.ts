@@ -4,21 +4,23 @@ import type { AxiosInstanceType } from './adapters/axios-types.js';
 import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { throttleWrap } from './adapters/wrap.js';
-import { checkCount, checkDelay, checkKnown, checkWhole } from './check.js';
+import { checkCount, checkDelay, checkKnown } from './check.js';
 import { Completions } from './completions.js';
 import { PAUSED } from './decision.js';
-import { Refusals } from './refusals.js';
 import { CallTimeoutError, QueueFullError, RateLimitedError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
 import { Decisions, storeError, type Booking, type Call } from './decisions.js';
 import { LocalFallback, type LocalSlot } from './fallback.js';
-import { checkNamespace, encodeKey, normalizeKey, type KeyInput } from './keys.js';
-import { SCHEDULE_OPTIONS, THROTTLE_OPTIONS, type KeyUsage, type ScheduleOptions, type StoreErrorPolicy, type ThrottleEvents, type ThrottleOptions, type ThrottleStats } from './options.js';
-import { compileRules, type RuleSource } from './rule-source.js';
+import { encodeKey, normalizeKey, type KeyInput } from './keys.js';
+import { SCHEDULE_OPTIONS, type KeyUsage, type ScheduleOptions, type ThrottleEvents, type ThrottleOptions, type ThrottleStats } from './options.js';
+import { Refusals } from './refusals.js';
+import type { RuleSource } from './rule-source.js';
 import { describe, longestWindow, MAX_WINDOW_MS, type Rule } from './rules.js';
-import { MAX_TIMER_MS, sleep, withTimeout } from './sleep.js';
+import { throttleSettings } from './settings.js';
+import { sleep, withTimeout } from './sleep.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { ReserveResult, Store } from './store.js';
-import { KeyLine, type Outcome, type Waiter } from './waiting.js';
+import { waitInLine } from './waiter.js';
+import { KeyLine } from './waiting.js';
 
 /** A booked slot. Local times are `performance.now()` readings. */
 interface Grant {
@@ -37,7 +39,6 @@ interface Grant {
 
 /** Times a call that woke too late books again before it starts anyway (and says so in a `debug` event). */
 const MAX_REBOOKS = 3;
-const POLICIES: readonly StoreErrorPolicy[] = ['fail', 'wait', 'local'];
 
 /**
  * Keeps calls to one vendor under its limits per key, counted over every process that shares the store.
@@ -70,40 +71,19 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
 
   constructor(options: ThrottleOptions) {
     super();
-    if (options === null || typeof options !== 'object') {
-      throw new ThrottleConfigError(`Expected Throttle options to be an object, got ${describe(options)}`);
-    }
-    checkKnown('Throttle', options, THROTTLE_OPTIONS);
-    this.name = checkNamespace('name', options.name ?? 'default');
-    const mode = options.mode ?? 'wait';
-    if (mode !== 'wait' && mode !== 'throw' && mode !== 'delay' && mode !== 'queue') {
-      throw new ThrottleConfigError(`Expected mode to be 'wait' or 'throw', got ${describe(options.mode)}`);
-    }
-    this.mode = mode === 'throw' ? 'throw' : 'wait';
-    const bucketAbove = checkCount('bucketAbove', options.bucketAbove ?? 1_000, 0);
-    const buckets = checkWhole('buckets', options.buckets ?? 50, 2, 1_000);
-    this.#rules = compileRules(options.rules, bucketAbove, buckets);
-    const maxDelayMs = checkDelay('maxDelayMs', options.maxDelayMs ?? Infinity);
-    this.#maxDelayMs = this.mode === 'throw' ? 0 : maxDelayMs;
-    this.#timeoutMs = checkDelay('timeoutMs', options.timeoutMs ?? Infinity);
-    const timeoutHold = Number.isFinite(this.#timeoutMs) ? Math.ceil(Math.min(this.#timeoutMs, MAX_WINDOW_MS)) : 0;
-    this.#maxHoldMs = checkWhole('maxHoldMs', options.maxHoldMs ?? Math.max(10_000, timeoutHold), 1, MAX_WINDOW_MS);
-    this.#retainMs = checkWhole('retainMs', options.retainMs ?? 0, 0, MAX_WINDOW_MS);
-    this.#maxQueued = checkCount('maxQueued', options.maxQueued ?? Infinity, 0);
-    const policy = options.onStoreError ?? 'fail';
-    if (!POLICIES.includes(policy)) {
-      throw new ThrottleConfigError(`Expected onStoreError to be 'fail', 'wait' or 'local', got ${describe(options.onStoreError)}`);
-    }
-    const share = options.localShare ?? 1 / 4;
-    if (typeof share !== 'number' || !(share > 0 && share <= 1)) {
-      throw new ThrottleConfigError(`Expected localShare to be a number in (0, 1], got ${describe(share)}`);
-    }
-    if (options.store !== undefined && !isStore(options.store)) {
-      throw new ThrottleConfigError(`Expected store to be a MemoryStore, a RedisStore or another Store, got ${describe(options.store)}`);
-    }
-    this.#ownsStore = options.store === undefined;
-    this.store = options.store ?? new MemoryStore();
-    this.#fallback = policy === 'local' ? new LocalFallback(this.name, this.store, share) : undefined;
+    const settings = throttleSettings(options);
+    this.name = settings.name;
+    this.mode = settings.mode;
+    this.#rules = settings.rules;
+    this.#maxDelayMs = settings.maxDelayMs;
+    this.#timeoutMs = settings.timeoutMs;
+    this.#maxHoldMs = settings.maxHoldMs;
+    this.#retainMs = settings.retainMs;
+    this.#maxQueued = settings.maxQueued;
+    const policy = settings.onStoreError;
+    this.#ownsStore = settings.store === undefined;
+    this.store = settings.store ?? new MemoryStore();
+    this.#fallback = policy === 'local' ? new LocalFallback(this.name, this.store, settings.localShare) : undefined;
     this.#decisions = new Decisions({
       namespace: this.name,
       store: this.store,
@@ -237,10 +217,15 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   async #shutdown(): Promise<void> {
     const closed = new ThrottleClosedError();
     this.#closing.abort(closed);
-    const lines = [...this.#lines.values()];
+    const lines = [...this.#lines];
     this.#lines.clear();
-    // Asks under way answer first: slots booked for calls just rejected are given back.
-    await Promise.all(lines.map((line) => line.clear(closed)));
+    // Asks under way answer first: slots booked for calls just rejected are given back. Lines that
+    // waited for a completion leave the key's waiting list, so that the next process is woken.
+    await Promise.all(
+      lines.map(async ([key, line]) => {
+        if (await line.clear(closed)) await this.store.leave?.(this.name, key).catch(() => undefined);
+      }),
+    );
     // The calls just rejected give their slots back once their rejections have run (microtasks).
     await new Promise((resolve) => process.nextTick(resolve));
     await this.#decisions.close();
@@ -323,9 +308,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /** Waits in the key's line (lib/waiting.ts) until the store books the call's slot or refuses it. */
-  #inLine(call: Call): Promise<Grant> {
+  async #inLine(call: Call): Promise<Grant> {
     let line = this.#lines.get(call.encoded);
-    if (line && line.deferred && line.size >= this.#maxQueued) return Promise.reject(new QueueFullError(call.key, this.#maxQueued));
+    if (line && line.deferred && line.size >= this.#maxQueued) throw new QueueFullError(call.key, this.#maxQueued);
     if (!line) {
       const created = new KeyLine<Call>(
         (queued) => this.#decisions.decide(queued),
@@ -337,70 +322,23 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       );
       this.#lines.set(call.encoded, (line = created));
     }
-    const owner = line;
-    return new Promise<Grant>((resolve, reject) => {
-      let last: { readonly result: ReserveResult; readonly at: number } | undefined;
-      let timer: NodeJS.Timeout | undefined;
-      let done = false;
-      const finish = (): void => {
-        done = true;
-        clearTimeout(timer);
-        call.signal?.removeEventListener('abort', onAbort);
-      };
-      const onAbort = function (this: AbortSignal): void {
-        if (owner.remove(waiter)) {
-          finish();
-          reject(this.reason);
-        }
-      };
-      const waiter: Waiter<Call> = {
-        call,
-        priority: call.priority,
-        cost: call.cost,
-        settle: (outcome: Outcome) => {
-          if (done) {
-            // Left the line (aborted, out of time) while its slot was being booked: give it back.
-            if ('result' in outcome && outcome.result.status === 'booked') this.#release(call, this.#grant(outcome.result, outcome.extra as Booking));
-            return;
-          }
-          finish();
-          if ('error' in outcome) return reject(outcome.error);
-          const { result, extra } = outcome;
-          last = { result, at: performance.now() };
-          if (result.status === 'booked') return resolve(this.#grant(result, extra as Booking));
-          if ((extra as Booking).store === this.store) this.#refusals.remember(call.encoded, call.cost, (extra as Booking).sentAt + result.waitMs, this.#reason(call, result));
-          reject(new RateLimitedError(call.key, this.#reason(call, result), result.waitMs));
-        },
-        deferred: (result) => {
-          last = { result, at: performance.now() };
-        },
-      };
-      if (call.deadline - performance.now() <= MAX_TIMER_MS && call.maxDelayMs > 0) {
-        // maxDelayMs bounds the whole wait: a call still in line when it runs out leaves it.
-        timer = setTimeout(() => {
-          if (!owner.remove(waiter)) return;
-          finish();
-          // With onStoreError 'wait', a store that has not answered since it failed is the reason.
-          const failure = this.#decisions.failure;
-          if (failure && !last) return reject(failure);
-          // No slot before the store's answer, nor (a call it waits for may still be in flight) before one window of the rule it named.
-          const window = last && last.result.ruleIndex >= 0 ? call.rules[last.result.ruleIndex]!.windowMs : 1;
-          const leftMs = last ? Math.max(last.result.waitMs - (performance.now() - last.at), last.result.status === 'deferred' ? window : 1) : 0;
-          reject(new RateLimitedError(call.key, last ? this.#reason(call, last.result) : 'booked', Math.max(1, Math.ceil(leftMs))));
-        }, Math.max(0, call.deadline - performance.now()));
-      }
-      // close() clears every line itself: only the call's own signal is listened to here (a listener
-      // per waiting call on the throttle's signal would make each removal scan all of them).
-      call.signal?.addEventListener('abort', onAbort, { once: true });
-      owner.add(waiter);
+    const { result, booking } = await waitInLine(line, call, {
+      reason: (answer) => this.#reason(call, answer),
+      refused: (answer, at) => {
+        if (at.store === this.store) this.#refusals.remember(call.encoded, call.cost, at.sentAt + answer.waitMs, this.#reason(call, answer));
+      },
+      release: (answer, at) => this.#release(call, this.#grant(answer, at)),
+      failure: () => this.#decisions.failure,
     });
+    return this.#grant(result, booking);
   }
 
   #grant(result: ReserveResult, booking: Booking): Grant {
     // A slot at once starts at the decision's own clock reading, rounded up: no correction; a later
     // one is reached by a timer that may fire up to 1 ms early.
     const due = booking.sentAt + result.waitMs - (result.waitMs > 0 ? 1 : 0);
-    return { result, store: booking.store, localSlot: booking.localSlot, due, startsAt: booking.receivedAt + result.waitMs };
+    const startsAt = booking.receivedAt + result.waitMs;
+    return { result, store: booking.store, localSlot: booking.localSlot, due, startsAt };
   }
 
   #reason(call: Call, result: ReserveResult): Rule | 'paused' | 'booked' {
@@ -432,10 +370,4 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (grant.localSlot) this.#fallback?.forget(call.encoded, grant.localSlot);
     this.#completions.write(grant.store, call.encoded, grant.result.members.map((member) => ({ member, releaseAt: null })), call.retainMs + this.#maxHoldMs);
   }
-}
-
-function isStore(value: unknown): value is Store {
-  const store = value as Partial<Store> | null;
-  return typeof store === 'object' && store !== null &&
-    (['reserve', 'settle', 'inspect', 'pause', 'restore', 'close'] as const).every((method) => typeof store[method] === 'function');
 }

@@ -92,12 +92,16 @@ export class KeyLine<C> {
 
   /**
    * Rejects every waiter (the throttle closes) and stops the timer. Resolves once the ask under
-   * way, if any, has answered (its bookings, settled on waiters already rejected, are given back).
+   * way, if any, has answered (its bookings, settled on waiters already rejected, are given back),
+   * to whether the line was waiting for a completion.
    */
-  async clear(error: unknown): Promise<void> {
+  async clear(error: unknown): Promise<boolean> {
     clearTimeout(this.#timer);
+    const deferred = this.#deferred;
+    this.#deferred = false;
     for (const waiter of this.#waiters.splice(0)) waiter.settle({ error });
     await this.#asking;
+    return deferred;
   }
 
   #pump(): Promise<void> {

@@ -136,7 +136,7 @@ export class Recovery {
       }
       const waitMs = readyOf(value) - this.storeNow();
       if (waitMs <= 0) return;
-      await new Promise((resolve) => setTimeout(resolve, Math.min(waitMs, this.#heartbeatMs)));
+      await new Promise((resolve) => setTimeout(resolve, Math.min(waitMs, this.#heartbeatMs)).unref());
     }
     throw new StoreUnavailableError('The epoch of the namespace kept changing (Redis losing its data again and again)');
   }

@@ -60,7 +60,7 @@ interface Subscriber {
 /** Keys of each script on a Cluster, where a batch holds one user key's two keys and no epoch key. */
 const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 1, epoch: 1 } as const satisfies Record<keyof typeof scripts, number>;
 
-/** Operations per `EVALSHA` at most; more wait for the next one (sent at once, pipelined by ioredis). */
+/** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by ioredis), but for the operations of one key. */
 const MAX_BATCH = 256;
 
 /**
@@ -322,15 +322,28 @@ export class RedisStore implements Store {
     this.#flushScheduled = false;
     const ops = this.#queue;
     this.#queue = [];
-    const batches = new Map<string, Op[]>();
+    // Per namespace (per key on a Cluster), the operations of each key, in the order asked.
+    const batches = new Map<string, Map<string, Op[]>>();
     for (const op of ops) {
       const id = this.#cluster ? `${op.namespace}\n${op.key}` : op.namespace;
-      const batch = batches.get(id);
-      if (batch) batch.push(op);
-      else batches.set(id, [op]);
+      let byKey = batches.get(id);
+      if (!byKey) batches.set(id, (byKey = new Map()));
+      const same = byKey.get(op.key);
+      if (same) same.push(op);
+      else byKey.set(op.key, [op]);
     }
-    for (const batch of batches.values()) {
-      for (let from = 0; from < batch.length; from += MAX_BATCH) void this.#send(batch.slice(from, from + MAX_BATCH));
+    // At most MAX_BATCH operations a script, but a key's operations never split over two: the calls
+    // of one line are decided in one step, in order.
+    for (const byKey of batches.values()) {
+      let batch: Op[] = [];
+      for (const keyOps of byKey.values()) {
+        if (batch.length > 0 && batch.length + keyOps.length > MAX_BATCH) {
+          void this.#send(batch);
+          batch = [];
+        }
+        batch.push(...keyOps);
+      }
+      if (batch.length > 0) void this.#send(batch);
     }
   }
 

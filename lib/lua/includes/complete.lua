@@ -13,6 +13,9 @@
 local function vt_complete(log, meta, channel, a, i)
   local key = a[i]
   local count = tonumber(a[i + 1])
+  -- The latest completion is a time that has passed (no TIME needed): waiting entries long past
+  -- theirs belong to processes that stopped asking, and are passed over.
+  local latest = 0
   for e = 0, count - 1 do
     local member = a[i + 2 + 2 * e]
     local release = a[i + 3 + 2 * e]
@@ -20,9 +23,10 @@ local function vt_complete(log, meta, channel, a, i)
       redis.call('ZREM', log, member)
     else
       redis.call('ZADD', log, 'XX', 'LT', release, member)
+      latest = math.max(latest, tonumber(release))
     end
   end
   local waiting = vt_waiters_parse(redis.call('HGET', meta, 'w'))
-  vt_waiters_wake(waiting, channel, key)
+  vt_waiters_wake(waiting, channel, key, latest)
   return #waiting > 0 and 1 or 0, i + 2 + 2 * count
 end

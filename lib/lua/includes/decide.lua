@@ -84,7 +84,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, a, i)
         end
         if buckets[r] ~= nil then
           local entry
-          free_at, entry = vt_bucketed_free_at(log, size, buckets[r], limit, window, cost, now_ms)
+          free_at, entry = vt_bucketed_free_at(log, size, buckets[r], limit, window, cost, now)
           if entry ~= nil then score = tonumber(entry[2]) end
         end
       else

@@ -23,9 +23,16 @@ local function vt_waiters_write(meta, list)
   redis.call('HSET', meta, 'w', table.concat(parts, ' '))
 end
 
--- Wakes the oldest waiting process: one message "<key>\t<tag>" on the namespace's channel.
-local function vt_waiters_wake(list, channel, key)
-  if #list > 0 then redis.call('PUBLISH', channel, key .. '\t' .. list[1][1]) end
+-- Wakes the oldest waiting process: one message "<key>\t<tag>" on the namespace's channel. With
+-- NOW_MS (a time known to have passed; 0: none), an entry more than a second past its time is
+-- passed over: its process stopped asking.
+local function vt_waiters_wake(list, channel, key, now_ms)
+  for _, w in ipairs(list) do
+    if w[2] + 1000 >= now_ms then
+      redis.call('PUBLISH', channel, key .. '\t' .. w[1])
+      return
+    end
+  end
 end
 
 -- After a decision of process TAG: UNTIL_MS > 0 keeps it in the list (its place, or the end) until
@@ -49,5 +56,5 @@ local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, ke
   if #kept == #list and not found and until_ms == 0 then return end
   vt_waiters_write(meta, kept)
   if until_ms > 0 then vt_keep(meta, until_ms - now_ms + 1) end
-  if until_ms == 0 and was_head then vt_waiters_wake(kept, channel, key) end
+  if until_ms == 0 and was_head then vt_waiters_wake(kept, channel, key, now_ms) end
 end
