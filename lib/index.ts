@@ -22,7 +22,7 @@ export { DEFAULT_WAIT_BUCKETS, loadPromClient, throttleMetrics, type MetricsSour
 export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
 export { RedisStore } from './stores/redis-store.js';
-export type { RedisClientLike, RedisStoreOptions } from './stores/redis-store.js';
+export type { RedisClientLike, RedisStoreOptions } from './stores/redis-options.js';
 export type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from './store.js';
 export {
   CallTimeoutError,

@@ -1,6 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { Redis as RedisClient } from 'ioredis';
-import { RedisStore, type RedisStoreOptions } from '../../lib/stores/redis-store.js';
+import type { RedisStoreOptions } from '../../lib/stores/redis-options.js';
+import { RedisStore } from '../../lib/stores/redis-store.js';
 import { startRedis, type RedisServer } from '../../scripts/support/redis-server.js';
 
 let server: RedisServer | undefined;
