@@ -87,6 +87,24 @@ export function clock(): number {
 }
 
 /**
+ * Calls `send` once `at` (on {@link clock}) has really passed. Timers run on libuv's cached whole-ms
+ * loop time and can fire up to ~1 ms early: re-armed until then, so that a response never leaves
+ * before its call's arrival. Pending timers are kept in `pending`, for closing.
+ */
+export function respondAt(at: number, pending: Set<NodeJS.Timeout>, send: () => void): void {
+  const left = at - clock();
+  if (left <= 0) {
+    send();
+    return;
+  }
+  const timer = setTimeout(() => {
+    pending.delete(timer);
+    respondAt(at, pending, send);
+  }, Math.ceil(left));
+  pending.add(timer);
+}
+
+/**
  * How many arrivals exceed `limit` in their trailing window: taking arrivals in time order (ties in
  * the given order), arrival i counts when more than `limit` arrivals, itself included, lie in
  * (a_i − windowMs, a_i]. Every arrival counts, whether a vendor would have dropped it or not.
@@ -184,23 +202,10 @@ export async function startVendor(options: VendorOptions): Promise<Vendor> {
     list.push(arrival);
     // Drain the request body (if any) so the connection can be reused.
     req.resume();
-    // Timers run on libuv's cached whole-ms loop time and can fire up to ~1 ms early: re-arm until
-    // r + L has really passed, so that a response never leaves before its call's arrival.
-    const respondAt = r + latency;
-    const respond = (): void => {
-      const left = respondAt - clock();
-      if (left > 0) {
-        const timer = setTimeout(() => {
-          pending.delete(timer);
-          respond();
-        }, Math.ceil(left));
-        pending.add(timer);
-        return;
-      }
+    respondAt(r + latency, pending, () => {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ ok: true, user }));
-    };
-    respond();
+    });
   });
   server.keepAliveTimeout = 1000;
 

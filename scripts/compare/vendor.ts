@@ -9,7 +9,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { clock } from '../sim-vendor.js';
+import { clock, respondAt } from '../sim-vendor.js';
 
 export interface CompareVendorOptions {
   readonly latencyMs: { readonly min: number; readonly max: number };
@@ -48,23 +48,10 @@ export async function startCompareVendor(options: CompareVendorOptions): Promise
     let list = arrivals.get(user);
     if (!list) arrivals.set(user, (list = []));
     list.push(r + Math.random() * latency);
-    // Timers can fire up to ~1 ms early: re-arm until r + L has really passed, so that a response
-    // never leaves before its call's arrival.
-    const respondAt = r + latency;
-    const respond = (): void => {
-      const left = respondAt - clock();
-      if (left > 0) {
-        const timer = setTimeout(() => {
-          pending.delete(timer);
-          respond();
-        }, Math.ceil(left));
-        pending.add(timer);
-        return;
-      }
+    respondAt(r + latency, pending, () => {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end('{"ok":true}');
-    };
-    respond();
+    });
   });
   server.keepAliveTimeout = 5000;
   await new Promise<void>((resolve, reject) => {
