@@ -28,6 +28,8 @@ export class LocalFallback {
   /** `performance.now()` before which calls skip the failing store and decide locally. */
   #downUntil = 0;
   readonly #slots = new Map<string, { readonly retainMs: number; readonly slots: LocalSlot[] }>();
+  /** Keys that took this process's recent calls in the current outage (see `decide`). */
+  readonly #seeded = new Set<string>();
   #putBack: Promise<void> | undefined;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
@@ -51,10 +53,13 @@ export class LocalFallback {
   /** The store answered again. */
   recovered(): void {
     this.#downUntil = 0;
+    this.#seeded.clear();
   }
 
   /** The store failed: the next {@link STORE_RETRY_MS} decide locally. */
   failed(): void {
+    // A new outage: each key counts again what this process made through the store since the last.
+    if (!this.active) this.#seeded.clear();
     this.#downUntil = performance.now() + STORE_RETRY_MS;
   }
 
@@ -66,8 +71,11 @@ export class LocalFallback {
       throw new StoreUnavailableError(`The store is down, and cost ${request.cost} is above this process's share of the limit (${smallest})`);
     }
     const local = this.#local;
-    if (this.#store.recentCalls !== undefined && (await local.inspect(this.#namespace, request.key, rules)).rules.every((rule) => rule.used === 0)) {
-      // Taking the key over: this process's calls made through the store just before it failed count too.
+    if (this.#store.recentCalls !== undefined && !this.#seeded.has(request.key)) {
+      // Taking the key over in this outage: this process's calls made through the store before it
+      // failed count too. Calls an earlier outage decided here are among them (put back into the
+      // store, journaled) and may count twice: more held back, never less.
+      this.#seeded.add(request.key);
       const recent = this.#store.recentCalls(this.#namespace, request.key);
       if (recent.length > 0) await local.restore(this.#namespace, request.key, recent, request.retainMs);
     }

@@ -143,6 +143,23 @@ describe('when Redis fails (onStoreError)', function () {
     expect(await throttle.schedule('v', () => 'local')).to.equal('local');
   });
 
+  it("'local' counts, in a second outage, the calls made through Redis since the first", async () => {
+    const { throttle } = make('local', { localShare: 1, rules: ['3/10s'], maxDelayMs: 0 });
+    const port = server.port;
+    await server.stop();
+    expect(await throttle.schedule('u', () => 'local')).to.equal('local');
+    // Redis comes back empty: the local call is put back, and two more go through Redis.
+    server = await startRedis({ port });
+    await waitFor(async () => (await throttle.inspect('u').catch(() => undefined))?.rules[0]!.used === 1, 3_000);
+    expect(await throttle.schedule('u', () => 'redis')).to.equal('redis');
+    expect(await throttle.schedule('u', () => 'redis')).to.equal('redis');
+    await server.stop();
+    // The window holds 3 calls of this process: the local fallback, which still holds the first, must
+    // count the two made through Redis too, and grant nothing more.
+    const error = await throttle.schedule('u', () => 'local').catch((reason: unknown) => reason);
+    expect(error).to.be.instanceOf(RateLimitedError);
+  });
+
   it("'local' refuses a call whose cost is above the local share", async () => {
     const { throttle } = make('local', { localShare: 0.25, rules: ['4/s'] });
     await server.stop();
