@@ -123,7 +123,9 @@ async function main(): Promise<void> {
     const idleCpuPerSecond = await idleCpu(control, settings.quick ? 1000 : 2000);
     log(`idle redis-server CPU: ${num(idleCpuPerSecond * 1000, 2)} ms/s`);
     const ctx: RunContext = { pool, control, redisPort: server.port, idleCpuPerSecond, sequence: 0 };
-    for (const contender of settings.contenders) {
+    // Only the contenders some chosen scenario runs are warmed up.
+    const used = settings.contenders.filter((c) => scenarios.some((s) => s.contenders?.includes(c) ?? true));
+    for (const contender of used) {
       log(`warm-up: ${contender}`);
       const outcome = await runOne(ctx, warmUpScenario(), contender);
       if (outcome.failure !== undefined) log(`   failed: ${outcome.failure}`);

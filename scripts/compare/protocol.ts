@@ -12,6 +12,8 @@ export interface BurstLoad {
   readonly vendorUrl: string;
   /** Client-side delay between `fn` starting and the request leaving, drawn uniformly per call (late arrival). */
   readonly sendDelayMs?: { readonly min: number; readonly max: number };
+  /** `fn` does nothing: no request to the vendor. */
+  readonly noHttp?: boolean;
 }
 
 /** Closed loop: `concurrency` calls in flight, users round-robin, `fn` does nothing. */
@@ -30,6 +32,8 @@ export interface RunSpec {
   readonly workers: number;
   readonly index: number;
   readonly redisUrl: string;
+  /** Shift of this worker's wall clock for the run (`Date.now()`, `performance.timeOrigin`), ms. */
+  readonly clockSkewMs?: number;
   readonly load: BurstLoad | ClosedLoad;
 }
 
@@ -60,6 +64,8 @@ export interface BurstResult {
   readonly sent: number;
   /** CPU this worker process used (user + sys) over the same time, µs. */
   readonly cpuUs: number;
+  /** `Date.now()` minus the unshifted clock, read at the end of the burst (the skew really applied). */
+  readonly observedSkewMs: number;
 }
 
 export interface ClosedResult {

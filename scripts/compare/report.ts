@@ -37,9 +37,13 @@ export function describeScenario(scenario: Scenario, workers: number): string {
   const split = shape.totalPerUser === undefined ? `${processes} processes × ${shape.callsPerUser} calls per user` : `${perUser} calls per user split over ${processes} processes`;
   const tail = scenario.vendorTail ? `, ${num(scenario.vendorTail.share * 100)} % of calls ${num(scenario.vendorTail.ms)} ms` : '';
   const send = scenario.sendDelayMs ? `; each request leaves ${scenario.sendDelayMs.min}–${scenario.sendDelayMs.max} ms (uniform) after its call starts` : '';
+  const skew = scenario.clockSkewMs ? `; worker wall clocks skewed +${num(scenario.clockSkewMs)} ms (even-numbered workers) and −${num(scenario.clockSkewMs)} ms (odd)` : '';
+  const calls = scenario.noHttp
+    ? '`fn` does nothing (no HTTP): drops and quota counted on the calls\' start times'
+    : `vendor latency ${scenario.vendorLatencyMs.min}–${scenario.vendorLatencyMs.max} ms${tail}${send}`;
   return (
     `${num(shape.users)} user${shape.users === 1 ? '' : 's'}, ${split} released at once ` +
-    `(${num(perUser * shape.users)} calls), rule ${rules} per user, vendor latency ${scenario.vendorLatencyMs.min}–${scenario.vendorLatencyMs.max} ms${tail}${send}${redis}.`
+    `(${num(perUser * shape.users)} calls), rule ${rules} per user, ${calls}${skew}${redis}.`
   );
 }
 
@@ -75,6 +79,8 @@ export function scenarioTable(scenario: Scenario, outcomes: readonly RunOutcome[
   if (scenario.floor !== undefined) line += ` Floor of quota use the issue asks for: ${percent(scenario.floor)}.`;
   const tails = outcomes.filter((o) => o.tailCalls !== undefined).map((o) => o.tailCalls!);
   if (tails.length > 0) line += ` Calls that took the tail's latency: ${tails.map((t) => num(t)).join(', ')} (per run, in table order).`;
+  const skews = outcomes.filter((o) => o.observedSkewsMs !== undefined).map((o) => o.observedSkewsMs!.map((ms) => `${ms > 0 ? '+' : ''}${num(ms)}`).join('/'));
+  if (skews.length > 0) line += ` Skew seen in the workers (ms): ${skews.join(', ')} (per run, in table order).`;
   out.push(line, '');
   out.push(`| ${COLUMNS.join(' | ')} |`);
   out.push(`| --- | ${COLUMNS.slice(1).map(() => '---:').join(' | ')} |`);

@@ -49,6 +49,8 @@ export interface RunOutcome {
   readonly innerCommandsPerCall: number;
   /** Worker processes that took part. */
   readonly processes: number;
+  /** Burst runs with skewed clocks: `Date.now()` minus the real clock in each worker, ms. */
+  readonly observedSkewsMs?: readonly number[];
   /** Burst runs with a heavy tail: vendor calls that took the tail's latency. */
   readonly tailCalls?: number;
   readonly redisCpuUsPerCall: number;
@@ -140,9 +142,17 @@ export async function runOne(ctx: RunContext, scenario: Scenario, contenderId: C
     for (const index of active) {
       const load: BurstLoad | ClosedLoad =
         shape.kind === 'burst'
-          ? { kind: 'burst', users, callsPerUser: callsOfWorker(shape, workers, index), vendorUrl: vendor!.url, sendDelayMs: scenario.sendDelayMs }
+          ? {
+              kind: 'burst',
+              users,
+              callsPerUser: callsOfWorker(shape, workers, index),
+              vendorUrl: vendor!.url,
+              sendDelayMs: scenario.sendDelayMs,
+              noHttp: scenario.noHttp,
+            }
           : { kind: 'closed', users: users.length, concurrency: shape.concurrency, warmMs: shape.warmMs, measureMs: shape.measureMs };
-      const run: RunSpec = { runId, contender: contenderId, rules: scenario.rules, workers, index, redisUrl, load };
+      const clockSkewMs = scenario.clockSkewMs === undefined ? undefined : index % 2 === 0 ? scenario.clockSkewMs : -scenario.clockSkewMs;
+      const run: RunSpec = { runId, contender: contenderId, rules: scenario.rules, workers, index, redisUrl, clockSkewMs, load };
       pool.send(index, { type: 'prepare', run });
     }
     const teardown = async (): Promise<void> => {
@@ -202,9 +212,14 @@ export async function runOne(ctx: RunContext, scenario: Scenario, contenderId: C
     const results = replies.map((reply) => (reply as Extract<Reply, { type: 'result' }>).result);
     const cost = serverCost(before, after, ctx.idleCpuPerSecond);
     const common = { scenario: scenario.id, contender: contenderId, config, byCommand: cost.byCommand, processes: workers };
+    const bursts = results as BurstResult[];
     const measured =
       scenario.shape.kind === 'burst'
-        ? { ...analyseBurst(scenario, users, results as BurstResult[], vendor!.arrivals(), cost), ...(scenario.vendorTail ? { tailCalls: vendor!.tailCalls } : {}) }
+        ? {
+            ...analyseBurst(scenario, users, bursts, scenario.noHttp ? startsPerUser(users, bursts) : vendor!.arrivals(), cost),
+            ...(scenario.vendorTail ? { tailCalls: vendor!.tailCalls } : {}),
+            ...(scenario.clockSkewMs !== undefined ? { observedSkewsMs: bursts.map((r) => r.observedSkewMs) } : {}),
+          }
         : analyseClosed(results as ClosedResult[], cost);
     return {
       ...common,
@@ -252,6 +267,17 @@ function redisPerCall(cost: ServerCost, calls: number): Pick<Measured, 'redisCom
 
 function errorsOf(results: ReadonlyArray<BurstResult | ClosedResult>): Pick<Measured, 'errors' | 'firstErrors'> {
   return { errors: results.reduce((sum, r) => sum + r.errors, 0), firstErrors: results.flatMap((r) => r.firstErrors).slice(0, 3) };
+}
+
+/** Without HTTP the calls' start times stand for the arrivals: per user, ascending. */
+function startsPerUser(users: readonly string[], results: readonly BurstResult[]): Map<string, number[]> {
+  const starts = users.map((): number[] => []);
+  for (const result of results) {
+    result.user.forEach((u, i) => {
+      if (result.start[i]! >= 0) starts[u]!.push(result.start[i]!);
+    });
+  }
+  return new Map(users.map((user, u) => [user, starts[u]!.sort((a, b) => a - b)]));
 }
 
 function analyseBurst(scenario: Scenario, users: readonly string[], results: readonly BurstResult[], perUser: ReadonlyMap<string, number[]>, cost: ServerCost): Measured {

@@ -1,8 +1,12 @@
 /**
  * The scenarios of the side-by-side benchmark. Every window is a whole number of seconds
- * (RateLimiterRedis counts in whole seconds, Bottleneck refreshes reservoirs in steps of 250 ms).
+ * (RateLimiterRedis counts in whole seconds, Bottleneck refreshes reservoirs in steps of 250 ms),
+ * except in `two-rules` (3/200ms), which only vendor-throttle runs.
  * Calls per user are per worker process unless `totalPerUser` is given: with 4 processes a hot key
  * gets 4 × 30 calls.
+ *
+ * Scenarios 11–15 are the shapes of issue 10's first table the others lacked; they run
+ * vendor-throttle and rate-limiter-flexible only, to keep the suite short.
  */
 import type { ContenderId, Rule } from './contender.js';
 
@@ -16,7 +20,12 @@ export type ScenarioId =
   | 'long-window'
   | 'crowd'
   | 'unconstrained'
-  | 'cost';
+  | 'cost'
+  | 'burst'
+  | 'send-delay'
+  | 'two-rules'
+  | 'skew'
+  | 'hot-key-no-http';
 
 export const SCENARIO_IDS: readonly ScenarioId[] = [
   'hot-key',
@@ -29,6 +38,11 @@ export const SCENARIO_IDS: readonly ScenarioId[] = [
   'crowd',
   'unconstrained',
   'cost',
+  'burst',
+  'send-delay',
+  'two-rules',
+  'skew',
+  'hot-key-no-http',
 ];
 
 export interface BurstShape {
@@ -63,6 +77,14 @@ export interface Scenario {
   readonly sendDelayMs?: { readonly min: number; readonly max: number };
   /** Added to every chunk between the workers and Redis, each way, drawn uniformly (a TCP proxy). */
   readonly redisDelayMs?: { readonly min: number; readonly max: number };
+  /**
+   * Shift of the worker processes' wall clocks (`Date.now()` and `performance.timeOrigin`), ms: the
+   * even-numbered workers run this much ahead, the odd-numbered ones this much behind. Times the
+   * workers report are read from the unshifted clock.
+   */
+  readonly clockSkewMs?: number;
+  /** Burst only: `fn` does nothing (no HTTP); drops and quota are measured on the calls' start times instead of vendor arrivals. */
+  readonly noHttp?: boolean;
   /** Worker processes that take part (the first ones of the pool); default: all. */
   readonly processes?: number;
   /** Contenders run in this scenario; default: all those asked for. */
@@ -178,6 +200,64 @@ export function scenarios(quick: boolean): Scenario[] {
       vendorLatencyMs,
       processes: 2,
       contenders: ['vendor-throttle', 'rlf'],
+    },
+    {
+      id: 'burst',
+      number: 11,
+      title: 'One key, 150 calls at once, 30/2s',
+      rules: [{ limit: 30, windowMs: 2000 }],
+      shape: { kind: 'burst', users: 1, callsPerUser: 0, totalPerUser: quick ? 75 : 150 },
+      vendorLatencyMs,
+      contenders: ['vendor-throttle', 'rlf'],
+      floor: 0.97,
+    },
+    {
+      id: 'send-delay',
+      number: 12,
+      title: 'Latency 30 ± 25 ms plus a 0–20 ms send delay',
+      rules: [{ limit: 10, windowMs: 1000 }],
+      shape: { kind: 'burst', users: 10, callsPerUser: 0, totalPerUser: quick ? 20 : 40 },
+      vendorLatencyMs,
+      sendDelayMs: { min: 0, max: 20 },
+      contenders: ['vendor-throttle', 'rlf'],
+      floor: 0.95,
+    },
+    {
+      id: 'two-rules',
+      number: 13,
+      title: 'Two rules, 3/200ms + 20/2s',
+      rules: [
+        { limit: 3, windowMs: 200 },
+        { limit: 20, windowMs: 2000 },
+      ],
+      shape: { kind: 'burst', users: 10, callsPerUser: 0, totalPerUser: quick ? 20 : 40 },
+      vendorLatencyMs,
+      // RateLimiterRedis counts in whole seconds: it cannot express 3/200ms.
+      contenders: ['vendor-throttle'],
+      floor: 0.95,
+    },
+    {
+      id: 'skew',
+      number: 14,
+      title: 'One hot key burst, worker clocks skewed ±600 ms',
+      rules: [{ limit: 20, windowMs: 1000 }],
+      shape: { kind: 'burst', users: 1, callsPerUser: quick ? 15 : 30 },
+      vendorLatencyMs,
+      clockSkewMs: 600,
+      contenders: ['vendor-throttle', 'rlf'],
+      floor: 0.95,
+    },
+    {
+      id: 'hot-key-no-http',
+      number: 15,
+      title: 'One hot key, 2,000 calls at once, no HTTP',
+      // 2,000 calls at 350/1s: the last may start 5 s after the release.
+      rules: [{ limit: 350, windowMs: 1000 }],
+      shape: { kind: 'burst', users: 1, callsPerUser: 0, totalPerUser: quick ? 1000 : 2000 },
+      vendorLatencyMs,
+      noHttp: true,
+      contenders: ['vendor-throttle', 'rlf'],
+      floor: 0.97,
     },
   ];
 }

@@ -31,7 +31,8 @@ export function quotaTable(scenarios: readonly Scenario[], outcomes: readonly Ru
     '### Quota used per scenario',
     '',
     'Quota used = ideal batch time ÷ actual batch time (first to last arrival at the vendor), summed over users; ' +
-      'in brackets the calls the vendor silently dropped. Floor: what issue 10 asks of vendor-throttle for that shape.',
+      'in brackets the calls the vendor silently dropped. Scenarios without HTTP count the calls\' start times instead of arrivals. ' +
+      'Floor: what issue 10 asks of vendor-throttle for that shape.',
     '',
     `| scenario | ${contenders.map((c) => (c === VT ? `**${contenderById(c).label}**` : contenderById(c).label)).join(' | ')} | floor |`,
     `| --- | ${contenders.map(() => '---:').join(' | ')} | ---: |`,
@@ -63,7 +64,7 @@ function pooled(outcomes: readonly RunOutcome[], scenarioIds: readonly Scenario[
 export function costTable(scenarios: readonly Scenario[], outcomes: readonly RunOutcome[]): string {
   const out = ['### Cost per call: vendor-throttle beside rate-limiter-flexible (same Redis, same run)', ''];
   const cost = scenarios.find((s) => s.id === 'cost');
-  const bursts = scenarios.filter((s) => s.shape.kind === 'burst' && find(outcomes, s.id, VT) !== undefined && find(outcomes, s.id, RLF) !== undefined);
+  const bursts = scenarios.filter((s) => s.shape.kind === 'burst' && !s.noHttp && find(outcomes, s.id, VT) !== undefined && find(outcomes, s.id, RLF) !== undefined);
   const burstIds = bursts.map((s) => s.id);
   const vtCost = cost && find(outcomes, cost.id, VT);
   const rlfCost = cost && find(outcomes, cost.id, RLF);

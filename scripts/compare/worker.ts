@@ -8,14 +8,35 @@
  * releases the load on `go` (a burst of calls to the simulated vendor, or a closed loop of no-op
  * calls with a warm-up: `warm`, then `measure`), closes the limiter and sends the `result`, and
  * quits its clients on `teardown`. It lives for the whole suite, so process start-up is paid once.
+ *
+ * A run's `clockSkewMs` shifts this process's wall clock for that run, as spec/support/worker.ts
+ * does: `Date.now()` and `performance.timeOrigin` read that much off (monotonic `performance.now()`
+ * is untouched, as with a real skewed clock); the times the worker reports are read from the
+ * unshifted clock, so the parent can compare them with the vendor's.
  */
 import { Redis } from 'ioredis';
 import { Agent, request } from 'node:http';
 import { createInterface } from 'node:readline';
-import { clock } from '../sim-vendor.js';
 import type { Limiter, LimiterContext } from './contender.js';
 import { contenderById } from './contenders.js';
 import type { BurstLoad, BurstResult, ClosedLoad, ClosedResult, Command, Reply, RunSpec } from './protocol.js';
+
+const realTimeOrigin = performance.timeOrigin;
+const realDateNow = Date.now.bind(Date);
+/** Unshifted wall clock, sub-ms: scripts/sim-vendor.ts `clock()` as it reads before any skew. */
+const clock = (): number => realTimeOrigin + performance.now();
+
+/** Shifts `Date.now()` and `performance.timeOrigin` by `skewMs` (0: back to the real clock). */
+function applySkew(skewMs: number): void {
+  if (skewMs === 0) {
+    Date.now = realDateNow;
+    // The own property shadowed Performance.prototype's getter: removing it restores the real origin.
+    delete (performance as { timeOrigin?: number }).timeOrigin;
+    return;
+  }
+  Date.now = () => realDateNow() + skewMs;
+  Object.defineProperty(performance, 'timeOrigin', { value: realTimeOrigin + skewMs, configurable: true });
+}
 
 const inbox: Command[] = [];
 let waiting: ((command: Command) => void) | undefined;
@@ -160,6 +181,10 @@ async function runBurst(limiter: Limiter, load: BurstLoad, clients: Clients): Pr
         try {
           await limiter.schedule(load.users[u]!, async () => {
             start[i] = clock();
+            if (load.noHttp) {
+              end[i] = start[i];
+              return;
+            }
             if (delay) await new Promise((resolve) => setTimeout(resolve, delay.min + Math.random() * (delay.max - delay.min)));
             const status = await get(urls[u]!);
             end[i] = clock();
@@ -175,9 +200,22 @@ async function runBurst(limiter: Limiter, load: BurstLoad, clients: Clients): Pr
   ]);
   onAbort = undefined;
   clearInterval(debug);
+  const observedSkewMs = Math.round(Date.now() - clock());
   await closeWithin(limiter, 5000);
   const cpu = process.cpuUsage(cpuBefore);
-  return { kind: 'burst', user: order, ask, start, end, errors, firstErrors, unfinished: order.length - settled, sent: clients.sent - sentBefore, cpuUs: cpu.user + cpu.system };
+  return {
+    kind: 'burst',
+    user: order,
+    ask,
+    start,
+    end,
+    errors,
+    firstErrors,
+    unfinished: order.length - settled,
+    sent: clients.sent - sentBefore,
+    cpuUs: cpu.user + cpu.system,
+    observedSkewMs,
+  };
 }
 
 /** Closes the limiter, giving up after `ms` (a limiter with calls still waiting may never settle them). */
@@ -251,6 +289,7 @@ async function run(spec: RunSpec): Promise<void> {
   const clients = new Clients(spec.redisUrl);
   let limiter: Limiter | undefined;
   try {
+    applySkew(spec.clockSkewMs ?? 0);
     const context: LimiterContext = {
       runId: spec.runId,
       rules: spec.rules,
@@ -267,6 +306,7 @@ async function run(spec: RunSpec): Promise<void> {
   }
   await expect('teardown').catch(() => {});
   await clients.close();
+  applySkew(0);
   send({ type: 'torn' });
 }
 
