@@ -36,25 +36,39 @@ local function vt_waiters_wake(list, channel, key, now_ms)
 end
 
 -- After a decision of process TAG: UNTIL_MS > 0 keeps it in the list (its place, or the end) until
--- then; 0 takes it out (it no longer waits), waking the next if it was the oldest. Stale entries
--- go. Writes meta only when the list changes.
+-- then at least; 0 takes it out (it no longer waits), waking the next if it was the oldest. Stale
+-- entries go. Writes meta only when the list changes (a process that waits again, with no later
+-- time, costs nothing more).
 local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, key)
   local list = vt_waiters_parse(value)
   local kept = {}
   local found = false
   local was_head = false
-  for k, w in ipairs(list) do
+  local changed = false
+  local mine = until_ms
+  for _, w in ipairs(list) do
     if w[1] == tag then
       found = true
       was_head = #kept == 0
-      if until_ms > 0 then kept[#kept + 1] = { tag, until_ms } end
+      if until_ms > 0 then
+        mine = math.max(w[2], until_ms)
+        changed = changed or mine ~= w[2]
+        kept[#kept + 1] = { tag, mine }
+      else
+        changed = true
+      end
     elseif w[2] + 1000 >= now_ms then
       kept[#kept + 1] = w
+    else
+      changed = true
     end
   end
-  if until_ms > 0 and not found then kept[#kept + 1] = { tag, until_ms } end
-  if #kept == #list and not found and until_ms == 0 then return end
+  if until_ms > 0 and not found then
+    kept[#kept + 1] = { tag, until_ms }
+    changed = true
+  end
+  if not changed then return end
   vt_waiters_write(meta, kept)
-  if until_ms > 0 then vt_keep(meta, until_ms - now_ms + 1) end
+  if until_ms > 0 then vt_keep(meta, mine - now_ms + 1) end
   if until_ms == 0 and was_head then vt_waiters_wake(kept, channel, key, now_ms) end
 end
