@@ -33,7 +33,7 @@
  * figures on Ctrl-C. Call it with `curl 'http://127.0.0.1:PORT/?user=alice'` or an `x-user` header.
  * `GET /healthz` is answered at once and not counted (clients use it to warm up a connection).
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -84,6 +84,16 @@ export interface Vendor {
 /** Wall-clock ms with sub-ms resolution; the same base in every process of one machine. */
 export function clock(): number {
   return performance.timeOrigin + performance.now();
+}
+
+/** Stops a vendor's server: its pending responses' timers cleared, its connections closed. */
+export function closeServer(server: Server, pending: Set<NodeJS.Timeout>): Promise<void> {
+  return new Promise<void>((resolve) => {
+    for (const timer of pending) clearTimeout(timer);
+    pending.clear();
+    server.close(() => resolve());
+    server.closeAllConnections();
+  });
 }
 
 /**
@@ -227,12 +237,7 @@ export async function startVendor(options: VendorOptions): Promise<Vendor> {
     limit,
     windowMs,
     close() {
-      closed ??= new Promise<void>((resolve) => {
-        for (const timer of pending) clearTimeout(timer);
-        pending.clear();
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
+      closed ??= closeServer(server, pending);
       return closed;
     },
     stats() {

@@ -6,7 +6,7 @@ import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
 import type { Throttle } from '../lib/throttle.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 import { useThrottles } from './support/throttles.js';
-import { mostInWindow, nockVendor, ok, type Vendor } from './support/http-vendor.js';
+import { expectNoIdleWait, mostInWindow, nockVendor, ok, type Vendor } from './support/http-vendor.js';
 
 const ORIGIN = 'http://api.acme.test';
 const as = (id: string) => ({ headers: { 'x-acme-user': id } });
@@ -15,20 +15,6 @@ const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 /** Prints measured arrival times when SPEC_TIMINGS is set (they go into reports, not into assertions). */
 function timings(label: string, values: readonly number[]): void {
   if (process.env.SPEC_TIMINGS) console.log(`      ${label}: ${values.map((v) => v.toFixed(1)).join(', ')}`);
-}
-
-/**
- * Checks that no request waited longer than it had to: each one after the first `limit` arrived at
- * most `windowMs` + `slackMs` after the response it waited for, the `limit`-th latest response among
- * the requests that arrived before it (a request counts from its start until its response + the window).
- */
-function expectNoIdleWait(requests: ReadonlyArray<{ readonly arrivedAt: number; readonly doneAt: number }>, limit: number, windowMs: number, slackMs: number): void {
-  const sorted = [...requests].sort((a, b) => a.arrivedAt - b.arrivedAt);
-  for (let i = limit; i < sorted.length; i++) {
-    const before = sorted.slice(0, i).map((request) => request.doneAt).sort((a, b) => a - b);
-    const due = before[i - limit]! + windowMs;
-    expect(sorted[i]!.arrivedAt, `arrival ${i}: ${(sorted[i]!.arrivedAt - due).toFixed(1)} ms after its slot`).to.be.at.most(due + slackMs);
-  }
 }
 
 describe('throttle.axios()', function () {

@@ -4,7 +4,7 @@ import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
 import type { ThrottleOptions } from '../lib/options.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 import { useThrottles } from './support/throttles.js';
-import { mostInWindow, ok, startHttpVendor, type Respond, type Vendor } from './support/http-vendor.js';
+import { expectNoIdleWait, mostInWindow, ok, startHttpVendor, type Respond, type Vendor } from './support/http-vendor.js';
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -18,20 +18,6 @@ function userFromUrl(input: string | URL | Request): string {
   const user = url.searchParams.get('user');
   if (user === null) throw new Error(`no user in ${url}`);
   return user;
-}
-
-/**
- * Checks that no request waited longer than it had to: each one after the first `limit` arrived at
- * most `windowMs` + `slackMs` after the response it waited for, the `limit`-th latest response among
- * the requests that arrived before it (a request counts from its start until its response + the window).
- */
-function expectNoIdleWait(requests: ReadonlyArray<{ readonly arrivedAt: number; readonly doneAt: number }>, limit: number, windowMs: number, slackMs: number): void {
-  const sorted = [...requests].sort((a, b) => a.arrivedAt - b.arrivedAt);
-  for (let i = limit; i < sorted.length; i++) {
-    const before = sorted.slice(0, i).map((request) => request.doneAt).sort((a, b) => a - b);
-    const due = before[i - limit]! + windowMs;
-    expect(sorted[i]!.arrivedAt, `arrival ${i}: ${(sorted[i]!.arrivedAt - due).toFixed(1)} ms after its slot`).to.be.at.most(due + slackMs);
-  }
 }
 
 describe('throttle.fetch()', function () {

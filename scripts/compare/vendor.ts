@@ -9,7 +9,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { clock, respondAt } from '../sim-vendor.js';
+import { clock, closeServer, respondAt } from '../sim-vendor.js';
 
 export interface CompareVendorOptions {
   readonly latencyMs: { readonly min: number; readonly max: number };
@@ -70,12 +70,7 @@ export async function startCompareVendor(options: CompareVendorOptions): Promise
       return tailCalls;
     },
     close() {
-      closed ??= new Promise<void>((resolve) => {
-        for (const timer of pending) clearTimeout(timer);
-        pending.clear();
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
+      closed ??= closeServer(server, pending);
       return closed;
     },
   };

@@ -1,3 +1,4 @@
+import { expect } from 'chai';
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import nock from 'nock';
@@ -107,4 +108,18 @@ export function mostInWindow(times: readonly number[], windowMs: number): number
     most = Math.max(most, i - j + 1);
   }
   return most;
+}
+
+/**
+ * Checks that no request waited longer than it had to: each one after the first `limit` arrived at
+ * most `windowMs` + `slackMs` after the response it waited for, the `limit`-th latest response among
+ * the requests that arrived before it (a request counts from its start until its response + the window).
+ */
+export function expectNoIdleWait(requests: ReadonlyArray<{ readonly arrivedAt: number; readonly doneAt: number }>, limit: number, windowMs: number, slackMs: number): void {
+  const sorted = [...requests].sort((a, b) => a.arrivedAt - b.arrivedAt);
+  for (let i = limit; i < sorted.length; i++) {
+    const before = sorted.slice(0, i).map((request) => request.doneAt).sort((a, b) => a - b);
+    const due = before[i - limit]! + windowMs;
+    expect(sorted[i]!.arrivedAt, `arrival ${i}: ${(sorted[i]!.arrivedAt - due).toFixed(1)} ms after its slot`).to.be.at.most(due + slackMs);
+  }
 }
