@@ -483,7 +483,7 @@ function aims(throughput: readonly ThroughputResult[], delay: readonly DelayResu
     checks.push({ id: result.id, aim: '≥ 50,000 decisions/s from one process, unconstrained keys', value: result.decisionsPerSec, met: result.decisionsPerSec >= 50_000 });
   }
   for (const result of delay) {
-    // Every EVALSHA or EVAL the client sent (batches of decisions, completions, confirmations), per call.
+    // Every EVALSHA or EVAL the client sent (batches of decisions and completions), per call.
     const commands = result.evalshaPerCall + result.evalPerCall;
     checks.push({ id: result.id, aim: `< 0.2 Redis commands per call with ${result.calls.toLocaleString('en-US')} calls waiting on one key`, value: commands, met: commands < 0.2 });
   }

@@ -184,7 +184,7 @@ function report(throttled: Row, plain: Row, run: Settings, setup: string, chart:
   lines.push(
     throttled.dropped === 0
       ? `Throttled: nothing lost. Naive: ${plain.dropped} of ${plain.sent} calls silently lost (${((plain.dropped / plain.sent) * 100).toFixed(0)}%).`
-      : `!! The throttled batch lost ${throttled.dropped} calls: the limit was broken (see docs/design.md, safetyMarginMs).`,
+      : `!! The throttled batch lost ${throttled.dropped} calls: the limit was broken (see docs/design.md, maxHoldMs).`,
   );
   lines.push(`Chart (calls per ${WINDOW_MS} ms window against the limit, both runs): ${chart}`);
   return lines.join('\n');

@@ -427,7 +427,7 @@ function render(report: Report): string {
   }
   out.push('calls/s: schedule() calls decided and run (one decision each: nothing waits); vs standalone: median over rounds');
   out.push('of calls/s ÷ the standalone Redis in the same round, same auto-pipelining. scripts: EVALSHA + EVAL that');
-  out.push('Redis ran (decisions, completion writes, confirmations), from INFO commandstats. CPU: process.cpuUsage() of the');
+  out.push('Redis ran (decisions and completion writes), from INFO commandstats. CPU: process.cpuUsage() of the');
   out.push('workers and INFO cpu of each master, % of one core; µs/call = CPU time / calls. redis CPU% and µs/call sum the masters.');
   out.push('');
   out.push('Where Redis would be the limit: calls/s at which the busiest master reaches 100% of a core, at its measured CPU per');

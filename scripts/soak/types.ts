@@ -129,7 +129,7 @@ export interface SoakReport {
     readonly otherKeys: readonly string[];
     /** From the last call to the moment no per-user key was left. */
     readonly expiredAfterMs: number;
-    /** EVALSHA + EVAL per call (decisions, completions, confirmations). */
+    /** EVALSHA + EVAL per call (decisions and completions). */
     readonly scriptsPerCall: number;
   };
 }
