@@ -9,12 +9,16 @@
   ARGV[2]  TAG      this process's member suffix (members are <number><TAG>), which also names it
                     in a key's list of waiting processes
   ARGV[3]  CHANNEL  the namespace's channel, where completions wake waiting processes
-  ARGV[4]  N        number of operations, followed by the operations: TYPE ('d' decide,
-                    'c' complete, 'l' leave), K (the key: KEYS[2K-1 .. 2K]), then the operation's
-                    arguments ('l': KEY, the encoded user key: this process no longer waits on it)
+  ARGV[4]  S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
+                    LIMIT, WINDOW, BUCKET (includes/decide.lua)
+           then the operations, to the end of ARGV, each starting with K (the key: KEYS[2K-1 .. 2K]):
+             K > 0   decide: K, SET (1-based), COST, COUNT, then COUNT pairs MAX_DELAY, FIRST
+             K < 0   complete: -K, N, then N pairs NUMBER, RELEASE_AT (includes/complete.lua);
+                     N = 0: this process no longer waits on the key (it leaves the key's waiting list)
 
   Returns { 3 } when the epoch changed (the store lost its data; nothing was done), else
-  { 1, reply_1, ..., reply_N }.
+  { 1, NOW_MS, then five values per decided call in order }: NOW_MS is the store clock (0 when no
+  decision was asked for).
 ]]
 --- @include "log"
 --- @include "buckets"
@@ -28,25 +32,33 @@ local ready = vt_epoch(epoch_key, ARGV[1])
 if ready == 'lost' then return { 3 } end
 
 local tag, channel = ARGV[2], ARGV[3]
-local now = nil
-local out = { 1 }
+local sets = {}
 local i = 5
 for n = 1, tonumber(ARGV[4]) do
-  local op = ARGV[i]
-  local k = tonumber(ARGV[i + 1])
-  local log, meta = KEYS[2 * k - 1], KEYS[2 * k]
-  local reply
-  if op == 'd' then
-    -- Completions come first in a batch and need no clock: TIME only when a decision needs it.
-    now = now or vt_now()
-    reply, i = vt_decide(log, meta, now, ready, tag, channel, ARGV, i + 2)
-  elseif op == 'c' then
-    reply, i = vt_complete(log, meta, channel, ARGV, i + 2)
-  else
-    local value = redis.call('HGET', meta, 'w')
-    if value then vt_waiters_update(meta, value, tag, 0, 0, channel, ARGV[i + 2]) end
-    reply, i = 0, i + 3
+  local rule_count = tonumber(ARGV[i + 2])
+  local set = { max_hold = tonumber(ARGV[i]), retain = tonumber(ARGV[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, bucketed = false }
+  for r = 0, rule_count - 1 do
+    set.most = math.max(set.most, tonumber(ARGV[i + 3 + 3 * r]))
+    if ARGV[i + 5 + 3 * r] ~= '0' then set.bucketed = true end
   end
-  out[n + 1] = reply
+  sets[n] = set
+  i = i + 3 + 3 * rule_count
+end
+
+local now = nil
+local out = { 1, 0 }
+local last = #ARGV
+while i <= last do
+  local k = tonumber(ARGV[i])
+  if k > 0 then
+    -- Completions come first in a batch and need no clock: TIME only when a decision needs it.
+    if now == nil then
+      now = vt_now()
+      out[2] = math.ceil(now)
+    end
+    i = vt_decide(KEYS[2 * k - 1], KEYS[2 * k], now, ready, tag, channel, sets[tonumber(ARGV[i + 1])], ARGV, i + 2, out)
+  else
+    i = vt_complete(KEYS[-2 * k - 1], KEYS[-2 * k], tag, channel, ARGV, i + 1)
+  end
 end
 return out

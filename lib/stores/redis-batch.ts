@@ -1,42 +1,35 @@
 import { keyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
 
-/** A decision waiting for the next batch (see lua/includes/decide.lua for the arguments). */
-export interface DecideOp {
-  readonly type: 'd';
+/**
+ * One operation waiting for the next batch: a decision ('d'), the completions and releases of a
+ * key ('c'), or this process no longer waiting on a key ('l'). Every operation has the same
+ * fields (one object shape on the hot path); those of another type are left empty.
+ */
+export interface Op {
+  readonly type: 'd' | 'c' | 'l';
   readonly namespace: string;
   readonly key: string;
+  /** 'd': slots per call, the bound on a slot's release, the history kept, the rules. */
   readonly cost: number;
   readonly maxHoldMs: number;
   readonly retainMs: number;
   readonly rules: readonly Rule[];
+  /** 'd': book only a slot that starts within this many ms (Infinity: any). */
   readonly maxDelayMs: number;
-  /** Number of the call's first member (see `RedisStore`). */
+  /** 'd': number of the call's first member (members are FIRST .. FIRST+COST-1, see `RedisStore`). */
   readonly first: number;
-}
-
-/** Completions and releases of one key waiting for the next batch (see lua/includes/complete.lua). */
-export interface CompleteOp {
-  readonly type: 'c';
-  readonly namespace: string;
-  readonly key: string;
-  /** MEMBER, RELEASE_AT ('' = remove) pairs. */
+  /** 'c': NUMBER, RELEASE_AT ('' = remove) pairs. */
   readonly pairs: ReadonlyArray<string | number>;
-}
-
-/** This process no longer waits for a completion on the key (its waiting calls went away). */
-export interface LeaveOp {
-  readonly type: 'l';
-  readonly namespace: string;
-  readonly key: string;
-}
-
-export type Op = (DecideOp | CompleteOp | LeaveOp) & {
-  readonly resolve: (reply: unknown) => void;
+  /** 'd': the decision's answer; 'c' and 'l': undefined. */
+  readonly resolve: (reply: Decided | undefined) => void;
   readonly reject: (error: unknown) => void;
   /** Times the batch found the store had lost its data. */
   tries: number;
-};
+}
+
+/** A decision's answer (lua/includes/decide.lua): status, wait, start, rule index, store clock, retry. */
+export type Decided = readonly [status: number, waitMs: number, startAt: number, ruleIndex: number, now: number, retryMs: number];
 
 /** One `EVALSHA` of lua/batch.lua: its keys, its arguments after EPOCH, TAG and CHANNEL, and who gets which reply. */
 export interface EncodedBatch {
@@ -45,57 +38,85 @@ export interface EncodedBatch {
   deliver(reply: readonly unknown[]): void;
 }
 
+/** Per rules array, its arguments as lua/batch.lua reads a rule set (rules arrays are reused per key). */
+const ruleText = new WeakMap<readonly Rule[], string>();
+
 /**
- * Lays out a batch for lua/batch.lua: per key, completions first (merged into one), then a leave,
- * then the decisions (callers with the same cost, bound, history and rules merged into one decide of COUNT
- * calls, in the order they asked). `deliver` hands each caller its part of the reply.
+ * Lays out a batch for lua/batch.lua (see its header): the distinct rule sets once, then per key
+ * its completions (merged into one), a leave, then its decisions (callers with the same rule set
+ * and cost merged into one decide of COUNT calls, in the order they asked). `deliver` hands each
+ * caller its part of the flat reply.
  */
 export function encodeBatch(prefix: string, ops: readonly Op[]): EncodedBatch {
-  const keys: string[] = [];
-  const groups = new Map<string, Map<string, Op[]>>();
+  const byKey = new Map<string, Op[]>();
   for (const op of ops) {
-    let byKey = groups.get(op.key);
-    if (!byKey) groups.set(op.key, (byKey = new Map()));
-    const id = op.type === 'd' ? `d${op.cost},${op.maxHoldMs},${op.retainMs}|${ruleArgs(op.rules).join(',')}` : op.type;
-    const same = byKey.get(id);
+    const same = byKey.get(op.key);
     if (same) same.push(op);
-    else byKey.set(id, [op]);
+    else byKey.set(op.key, [op]);
   }
+  const keys: string[] = [];
+  const sets = new Map<string, number>();
+  const setArgs: Array<string | number> = [];
   const args: Array<string | number> = [];
-  const receivers: Array<(reply: unknown) => void> = [];
-  for (const [key, byKey] of groups) {
-    const { log, meta } = keyNames(prefix, ops[0]!.namespace, key);
+  const decided: Op[][] = [];
+  const others: Op[] = [];
+  const namespace = ops[0]!.namespace;
+  for (const [key, keyOps] of byKey) {
+    const { log, meta } = keyNames(prefix, namespace, key);
     keys.push(log, meta);
     const k = keys.length / 2;
-    const ordered = [...byKey.values()].sort((a, b) => ORDER[a[0]!.type] - ORDER[b[0]!.type]);
-    for (const merged of ordered) {
-      const first = merged[0]!;
-      if (first.type === 'c') {
-        const pairs = merged.flatMap((op) => (op as CompleteOp).pairs);
-        args.push('c', k, key, pairs.length / 2, ...pairs);
-        receivers.push((reply) => merged.forEach((op) => op.resolve(reply)));
-      } else if (first.type === 'l') {
-        args.push('l', k, key);
-        receivers.push((reply) => merged.forEach((op) => op.resolve(reply)));
+    const pairs: Array<string | number> = [];
+    let leave = false;
+    const groups = new Map<string, Op[]>();
+    for (const op of keyOps) {
+      if (op.type === 'c') {
+        for (const value of op.pairs) pairs.push(value);
+        others.push(op);
+      } else if (op.type === 'l') {
+        leave = true;
+        others.push(op);
       } else {
-        const calls = merged.flatMap((op) => {
-          const { maxDelayMs, first: number } = op as DecideOp;
-          return [Number.isFinite(maxDelayMs) ? Math.floor(maxDelayMs) : 'inf', number];
-        });
-        args.push('d', k, key, first.cost, first.maxHoldMs, first.retainMs, merged.length, ...calls, ...ruleArgs(first.rules));
-        receivers.push((reply) => merged.forEach((op, i) => op.resolve((reply as unknown[])[i])));
+        let rules = ruleText.get(op.rules);
+        if (rules === undefined) ruleText.set(op.rules, (rules = ruleArgs(op.rules).join(',')));
+        const id = `${op.cost}|${op.maxHoldMs},${op.retainMs},${rules}`;
+        const same = groups.get(id);
+        if (same) same.push(op);
+        else groups.set(id, [op]);
       }
+    }
+    // Completions first (they may free room), then the leave, then the decisions.
+    if (pairs.length > 0) args.push(-k, pairs.length / 2, ...pairs);
+    if (leave) args.push(-k, 0);
+    for (const group of groups.values()) {
+      const { cost, maxHoldMs, retainMs, rules } = group[0]!;
+      const setId = `${maxHoldMs},${retainMs},${ruleText.get(rules)!}`;
+      let set = sets.get(setId);
+      if (set === undefined) {
+        sets.set(setId, (set = sets.size + 1));
+        setArgs.push(maxHoldMs, retainMs, ...ruleArgs(rules));
+      }
+      args.push(k, set, cost, group.length);
+      for (const op of group) args.push(Number.isFinite(op.maxDelayMs) ? Math.floor(op.maxDelayMs) : 'inf', op.first);
+      decided.push(group);
     }
   }
   return {
     keys,
-    args: [receivers.length, ...args],
-    deliver: (reply) => receivers.forEach((receive, i) => receive(reply[i + 1])),
+    args: [sets.size, ...setArgs, ...args],
+    deliver: (reply) => {
+      const now = reply[1] as number;
+      let at = 2;
+      for (const group of decided) {
+        for (const op of group) {
+          const r = reply as number[];
+          op.resolve([r[at]!, r[at + 1]!, r[at + 2]!, r[at + 3]!, now, r[at + 4]!]);
+          at += 5;
+        }
+      }
+      for (const op of others) op.resolve(undefined);
+    },
   };
 }
-
-/** Per key: completions first (they may free room), then a leave, then decisions. */
-const ORDER = { c: 0, l: 1, d: 2 } as const;
 
 /** Rules as lua/includes/buckets.lua reads them: R, then R triples LIMIT, WINDOW, BUCKET. */
 export function ruleArgs(rules: readonly Rule[]): number[] {

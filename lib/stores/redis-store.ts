@@ -5,7 +5,7 @@ import type { Rule } from '../rules.js';
 import { MAX_TIMER_MS } from '../sleep.js';
 import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
 import { Journal } from './journal.js';
-import { encodeBatch, ruleArgs, type CompleteOp, type DecideOp, type LeaveOp, type Op } from './redis-batch.js';
+import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
 import { MAX_RECOVERIES, Recovery } from './redis-recovery.js';
 import type { RedisClientLike, RedisStoreOptions } from './redis-options.js';
 import { scripts } from './redis-scripts.js';
@@ -111,8 +111,7 @@ export class RedisStore implements Store {
     const first = this.#seq + 1;
     this.#seq += request.cost;
     const { namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs } = request;
-    const reply = (await this.#enqueue({ type: 'd', namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first })) as number[];
-    const [status, waitMs, startAt, ruleIndex, now, retryMs] = reply as [number, number, number, number, number, number];
+    const [status, waitMs, startAt, ruleIndex, now, retryMs] = (await this.#enqueue('d', namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, NONE))!;
     const members: string[] = [];
     if (status === 1) {
       for (let i = 0; i < cost; i++) members.push(this.#member(first + i));
@@ -126,8 +125,12 @@ export class RedisStore implements Store {
     if (settle.length === 0) return;
     this.#recovery?.journal.settle(namespace, key, settle, (member) => Number.parseInt(member, 10));
     const pairs: Array<string | number> = [];
-    for (const { member, releaseAt } of settle) pairs.push(member, releaseAt === null ? '' : Math.ceil(releaseAt));
-    await this.#enqueue({ type: 'c', namespace, key, pairs });
+    for (const { member, releaseAt } of settle) {
+      // Members of another store (or none) are in no log of this one: nothing to change.
+      if (member.endsWith(this.#tag)) pairs.push(Number.parseInt(member, 10), releaseAt === null ? '' : Math.ceil(releaseAt));
+    }
+    if (pairs.length === 0) return;
+    await this.#enqueue('c', namespace, key, 0, 0, 0, NO_RULES, 0, 0, pairs);
   }
 
   async listen(namespace: string, listener: (key: string) => void): Promise<() => void> {
@@ -160,7 +163,7 @@ export class RedisStore implements Store {
   }
 
   async leave(namespace: string, key: string): Promise<void> {
-    await this.#enqueue({ type: 'l', namespace, key });
+    await this.#enqueue('l', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE);
   }
 
   async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
@@ -273,9 +276,21 @@ export class RedisStore implements Store {
    * event loop goes to Redis together, at the next `setImmediate`: operations on different keys of
    * one namespace share one `EVALSHA` (on a Cluster, one per key).
    */
-  #enqueue(op: DecideOp | CompleteOp | LeaveOp): Promise<unknown> {
+  #enqueue(
+    type: Op['type'],
+    namespace: string,
+    key: string,
+    cost: number,
+    maxHoldMs: number,
+    retainMs: number,
+    rules: readonly Rule[],
+    maxDelayMs: number,
+    first: number,
+    pairs: ReadonlyArray<string | number>,
+  ): Promise<Decided | undefined> {
     return new Promise((resolve, reject) => {
-      this.#queue.push({ ...op, resolve, reject, tries: 0 } as Op);
+      // One object shape for every operation (see Op).
+      this.#queue.push({ type, namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, pairs, resolve, reject, tries: 0 });
       if (!this.#flushScheduled) {
         this.#flushScheduled = true;
         setImmediate(() => this.#flush());
@@ -358,6 +373,9 @@ export class RedisStore implements Store {
     return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
   }
 }
+
+const NONE: readonly never[] = [];
+const NO_RULES: readonly Rule[] = [];
 
 function positive(what: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) {

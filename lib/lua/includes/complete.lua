@@ -3,22 +3,27 @@
   score to the response time (ZADD XX LT: a score only ever goes down, so a decision that relied
   on it stays valid); a call that never started (aborted, closed) leaves the log. When processes
   wait for a completion on the key (meta `w`), one message on the namespace's channel wakes the
-  oldest of them (includes/waiters.lua).
+  oldest of them (includes/waiters.lua). With no calls, this process leaves the key's waiting list
+  (its waiting calls went away), which wakes the next one if it was the oldest.
 
-  A[I ..]  KEY   the encoded user key, the message
-           N     followed by N pairs: MEMBER, RELEASE_AT (ms, store clock; '' = remove)
+  A[I ..]  N   followed by N pairs: NUMBER (the member is NUMBER followed by TAG), RELEASE_AT (ms,
+               store clock; '' = remove)
 
-  Replies 1 when a waiting process was woken, else 0.
+  Returns the index in A after its arguments.
 ]]
-local function vt_complete(log, meta, channel, a, i)
-  local key = a[i]
-  local count = tonumber(a[i + 1])
+local function vt_complete(log, meta, tag, channel, a, i)
+  local count = tonumber(a[i])
+  if count == 0 then
+    local value = redis.call('HGET', meta, 'w')
+    if value then vt_waiters_update(meta, value, tag, 0, 0, channel, vt_user_key(log)) end
+    return i + 1
+  end
   -- The latest completion is a time that has passed (no TIME needed): waiting entries long past
   -- theirs belong to processes that stopped asking, and are passed over.
   local latest = 0
   for e = 0, count - 1 do
-    local member = a[i + 2 + 2 * e]
-    local release = a[i + 3 + 2 * e]
+    local member = a[i + 1 + 2 * e] .. tag
+    local release = a[i + 2 + 2 * e]
     if release == '' then
       redis.call('ZREM', log, member)
     else
@@ -26,7 +31,7 @@ local function vt_complete(log, meta, channel, a, i)
       latest = math.max(latest, tonumber(release))
     end
   end
-  local waiting = vt_waiters_parse(redis.call('HGET', meta, 'w'))
-  vt_waiters_wake(waiting, channel, key, latest)
-  return #waiting > 0 and 1 or 0, i + 2 + 2 * count
+  local value = redis.call('HGET', meta, 'w')
+  if value then vt_waiters_wake(vt_waiters_parse(value), channel, vt_user_key(log), latest) end
+  return i + 1 + 2 * count
 end

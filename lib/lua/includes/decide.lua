@@ -13,51 +13,48 @@
     'deferred' with the bound: the next completion (complete.lua) wakes the oldest waiting process,
     which asks again then, or at the bound at the latest.
 
-  A[I ..]  KEY       the encoded user key (the message that wakes a waiting process)
-           COST      slots per call (1 .. smallest limit)
-           MAX_HOLD  ms after its start a call may still reach the vendor: a booked slot's score
-                     is START + MAX_HOLD until its completion lowers it
-           RETAIN    ms of history to keep (at least the longest window)
+  SET      the call's rule set (lua/batch.lua): MAX_HOLD (ms after its start a call may still
+           reach the vendor: a booked slot's score is START + MAX_HOLD until its completion lowers
+           it), RETAIN (ms of history to keep, at least the longest window), the rules {LIMIT,
+           WINDOW, BUCKET (ms, 0 = exact)} at RULES_AT in A
+  A[I ..]  COST      slots per call (1 .. smallest limit)
            COUNT     calls, followed by COUNT pairs: MAX_DELAY (ms, 'inf' = any), FIRST (the number
                      of the call's first member; members are FIRST .. FIRST+COST-1, each followed by TAG)
-           R         number of rules, followed by R triples: LIMIT, WINDOW (ms), BUCKET (ms, 0 = exact)
 
-  Replies, per call, { status, wait_ms, start_at, rule_index, now_ms, retry_ms }
+  Appends to OUT, per call, five values: status, wait_ms, start_at, rule_index, retry_ms
   status: 1 booked (start in wait_ms), 0 refused (wait_ms: no slot before then), 2 deferred (ask
   again after a completion on the key, or in retry_ms at the latest; no slot before wait_ms).
   rule_index: 0-based index of the rule that set the start, -2 a vendor pause, -1 neither,
   -3 (deferred) a new epoch is not ready yet (live processes are putting back their calls).
 ]]
-local function vt_decide(log, meta, now, ready, tag, channel, a, i)
+local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local now_ms = math.ceil(now)
-  local key = a[i]
-  local cost = tonumber(a[i + 1])
-  local max_hold = tonumber(a[i + 2])
-  local retain = tonumber(a[i + 3])
-  local count = tonumber(a[i + 4])
-  local calls_at = i + 5
-  local rule_count = tonumber(a[calls_at + 2 * count])
-  local rules_at = calls_at + 2 * count + 1
-  local next_op = rules_at + 3 * rule_count
+  local cost = tonumber(a[i])
+  local count = tonumber(a[i + 1])
+  local calls_at = i + 2
+  local max_hold, retain = set.max_hold, set.retain
+  local rules_at, rule_count = set.rules_at, set.rule_count
+  local next_op = calls_at + 2 * count
 
   local state = redis.call('HMGET', meta, 'pause', 'w')
   local pause = tonumber(state[1] or 0)
-  local folded_until, folded = vt_fold(log, meta, a, rules_at, rule_count, now_ms)
-  -- Buckets count until their end plus the window: meta lives at least that long.
-  if folded_until > 0 then vt_keep(meta, folded_until - now_ms) end
+  local folded = {}
+  if set.bucketed then
+    local folded_until
+    folded_until, folded = vt_fold(log, meta, a, rules_at, rule_count, now_ms)
+    -- Buckets count until their end plus the window: meta lives at least that long.
+    if folded_until > 0 then vt_keep(meta, folded_until - now_ms) end
+  end
   local size = redis.call('ZCARD', log)
   local fresh = size == 0
   -- Entries older than the history kept sit below every index a rule looks at: trimming them is
   -- needed only to bound memory, so it waits until the log holds twice what the rules can bind.
-  local most = 0
-  for r = 0, rule_count - 1 do most = math.max(most, tonumber(a[rules_at + 3 * r])) end
-  if size > 2 * most + 32 then
+  if size > 2 * set.most + 32 then
     redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - retain)
     size = redis.call('ZCARD', log)
   end
 
   local buckets = {}
-  local replies = {}
   local booked_until = 0
   local waits_until = 0
   for c = 0, count - 1 do
@@ -125,18 +122,18 @@ local function vt_decide(log, meta, now, ready, tag, channel, a, i)
     if ready > now_ms then
       local until_ready = math.ceil(ready - now)
       if max_delay ~= 'inf' and until_ready > tonumber(max_delay) then
-        reply = { 0, math.max(until_ready, wait), start_at, -2, now_ms, 0 }
+        reply = { 0, math.max(until_ready, wait), start_at, -2, 0 }
       else
-        reply = { 2, until_ready, start_at, -3, now_ms, until_ready }
+        reply = { 2, until_ready, start_at, -3, until_ready }
       end
     elseif bound ~= nil and (limited or max_delay == '0') then
       -- Cannot wait for the completion: refused, with the soonest a slot could be free.
-      reply = { 0, wait, start_at, rule_index, now_ms, 0 }
+      reply = { 0, wait, start_at, rule_index, 0 }
     elseif bound ~= nil then
-      reply = { 2, wait, start_at, rule_index, now_ms, math.max(1, math.ceil(bound - now)) }
+      reply = { 2, wait, start_at, rule_index, math.max(1, math.ceil(bound - now)) }
       waits_until = math.max(waits_until, bound)
     elseif limited then
-      reply = { 0, wait, start_at, rule_index, now_ms, 0 }
+      reply = { 0, wait, start_at, rule_index, 0 }
     else
       local first = tonumber(a[calls_at + 2 * c + 1])
       local score = start_at + max_hold
@@ -151,14 +148,15 @@ local function vt_decide(log, meta, now, ready, tag, channel, a, i)
       end
       size = size + cost
       booked_until = math.max(booked_until, score)
-      reply = { 1, wait, start_at, rule_index, now_ms, 0 }
+      reply = { 1, wait, start_at, rule_index, 0 }
     end
-    replies[c + 1] = reply
-    if reply[1] == 2 then
-      -- The calls after this one meet the same state: the same answer.
-      for rest = c + 2, count do replies[rest] = reply end
-      break
+    local n = #out
+    for rest = c, reply[1] == 2 and count - 1 or c do
+      -- A deferred call: the calls after it meet the same state, the same answer.
+      for v = 1, 5 do out[n + v] = reply[v] end
+      n = n + 5
     end
+    if reply[1] == 2 then break end
   end
 
   if booked_until > 0 then
@@ -169,6 +167,6 @@ local function vt_decide(log, meta, now, ready, tag, channel, a, i)
   end
   -- This process waits for a completion (in the key's list of waiting processes until its bound),
   -- or no longer does (out of the list, if it was in it).
-  if waits_until > 0 or state[2] then vt_waiters_update(meta, state[2], tag, waits_until, now_ms, channel, key) end
-  return replies, next_op
+  if waits_until > 0 or state[2] then vt_waiters_update(meta, state[2], tag, waits_until, now_ms, channel, vt_user_key(log)) end
+  return next_op
 end

@@ -33,3 +33,9 @@ local function vt_epoch(epoch_key, expected)
   if value ~= expected then return 'lost' end
   return tonumber(string.match(value, ':(%d+)$')) or 0
 end
+
+-- The encoded user key of LOG ('<prefix>:<name>:{<key>}:log'): the message that wakes a process
+-- waiting on it. Encoded keys hold no braces (lib/keys.ts).
+local function vt_user_key(log)
+  return string.match(log, '{([^{}]*)}:log$')
+end
