@@ -1,3 +1,4 @@
+import { StoreClock } from './clock.js';
 import { StoreUnavailableError, ThrottleError } from './errors.js';
 import type { LocalFallback, LocalSlot } from './fallback.js';
 import type { StoreErrorPolicy, ThrottleEvents } from './options.js';
@@ -32,6 +33,8 @@ export interface Booking {
   readonly sentAt: number;
   /** `performance.now()` when the answer came: the store decided between `sentAt` and this. */
   readonly receivedAt: number;
+  /** The store's clock against this process's, as the decisions so far tell it. */
+  readonly clock: StoreClock;
 }
 
 export interface DecisionsOptions {
@@ -62,6 +65,8 @@ export class Decisions {
   #unlisten: (() => void) | undefined;
   /** The store's latest failure, until it answers again. */
   #failure: StoreUnavailableError | undefined;
+  /** Per store answering (the throttle's, or the local fallback's): its clock. */
+  readonly #clocks = new WeakMap<Store, StoreClock>();
 
   constructor(options: DecisionsOptions) {
     this.#options = options;
@@ -87,7 +92,7 @@ export class Decisions {
       const sentAt = performance.now();
       if (fallback?.active) {
         const local = await fallback.decide(request);
-        return { result: local.result, extra: { store: local.store, localSlot: local.localSlot, sentAt, receivedAt: performance.now() } };
+        return { result: local.result, extra: this.#booking(local.store, local.localSlot, sentAt, local.result.now) };
       }
       try {
         if (fallback?.owing) await fallback.putBack();
@@ -100,7 +105,7 @@ export class Decisions {
           await this.#listen(store.listen.bind(store));
           continue;
         }
-        return { result, extra: { store, localSlot: undefined, sentAt, receivedAt: performance.now() } };
+        return { result, extra: this.#booking(store, undefined, sentAt, result.now) };
       } catch (error) {
         const failure = storeError(error);
         if (!(failure instanceof StoreUnavailableError)) throw failure;
@@ -116,6 +121,14 @@ export class Decisions {
         await sleep(backoffMs, [call.signal, closing]);
       }
     }
+  }
+
+  #booking(store: Store, localSlot: LocalSlot | undefined, sentAt: number, now: number): Booking {
+    const receivedAt = performance.now();
+    let clock = this.#clocks.get(store);
+    if (!clock) this.#clocks.set(store, (clock = new StoreClock()));
+    clock.sample(sentAt, receivedAt, now);
+    return { store, localSlot, sentAt, receivedAt, clock };
   }
 
   /** Stops listening. */

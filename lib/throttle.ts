@@ -4,22 +4,23 @@ import type { AxiosInstanceType } from './adapters/axios-types.js';
 import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { throttleWrap } from './adapters/wrap.js';
-import { checkCount, checkDelay, checkKnown } from './check.js';
+import { prepareCall, type CallDefaults } from './calls.js';
+import { checkDelay } from './check.js';
+import type { StoreClock } from './clock.js';
 import { Completions } from './completions.js';
 import { PAUSED } from './decision.js';
 import { CallTimeoutError, QueueFullError, RateLimitedError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
 import { Decisions, storeError, type Booking, type Call } from './decisions.js';
 import { LocalFallback, type LocalSlot } from './fallback.js';
-import { encodeKey, normalizeKey, type KeyInput } from './keys.js';
-import { SCHEDULE_OPTIONS, type KeyUsage, type ScheduleOptions, type ThrottleEvents, type ThrottleOptions, type ThrottleStats } from './options.js';
+import type { KeyInput } from './keys.js';
+import type { KeyUsage, ScheduleOptions, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
 import { Refusals } from './refusals.js';
-import type { RuleSource } from './rule-source.js';
-import { describe, longestWindow, MAX_WINDOW_MS, type Rule } from './rules.js';
+import { describe, MAX_WINDOW_MS, type Rule } from './rules.js';
 import { throttleSettings } from './settings.js';
 import { sleep, withTimeout } from './sleep.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { ReserveResult, Store } from './store.js';
-import { waitInLine } from './waiter.js';
+import { waitInLine, type WaiterHooks } from './waiter.js';
 import { KeyLine } from './waiting.js';
 
 /** A booked slot. Local times are `performance.now()` readings. */
@@ -28,6 +29,7 @@ interface Grant {
   /** Where the slot was booked: the throttle's store, or the local fallback. */
   readonly store: Store;
   readonly localSlot: LocalSlot | undefined;
+  readonly clock: StoreClock;
   /** Local time the slot starts at, read up to 1 ms early (completion times convert to the store clock late, never early). */
   readonly due: number;
   /**
@@ -53,17 +55,16 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly mode: 'wait' | 'throw';
   readonly store: Store;
   readonly #ownsStore: boolean;
-  readonly #rules: RuleSource;
-  readonly #maxDelayMs: number;
-  readonly #retainMs: number;
+  readonly #callDefaults: CallDefaults;
   readonly #maxQueued: number;
   readonly #maxHoldMs: number;
-  readonly #timeoutMs: number;
   readonly #fallback: LocalFallback | undefined;
   readonly #decisions: Decisions;
   readonly #completions: Completions;
   readonly #closing = new AbortController();
   readonly #lines = new Map<string, KeyLine<Call>>();
+  /** Keys with a call asked without a line (none of the key's calls waited), until it is answered. */
+  readonly #alone = new Map<string, Promise<unknown>>();
   readonly #sleeping = new Map<string, number>();
   readonly #refusals = new Refusals();
   #closed: Promise<void> | undefined;
@@ -74,11 +75,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     const settings = throttleSettings(options);
     this.name = settings.name;
     this.mode = settings.mode;
-    this.#rules = settings.rules;
-    this.#maxDelayMs = settings.maxDelayMs;
-    this.#timeoutMs = settings.timeoutMs;
+    this.#callDefaults = { mode: settings.mode, maxDelayMs: settings.maxDelayMs, timeoutMs: settings.timeoutMs, retainMs: settings.retainMs, rules: settings.rules };
     this.#maxHoldMs = settings.maxHoldMs;
-    this.#retainMs = settings.retainMs;
     this.#maxQueued = settings.maxQueued;
     const policy = settings.onStoreError;
     this.#ownsStore = settings.store === undefined;
@@ -132,7 +130,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    */
   async schedule<T>(key: KeyInput, fn: () => T | PromiseLike<T>, options: ScheduleOptions = {}): Promise<Awaited<T>> {
     if (typeof fn !== 'function') throw new TypeError(`Expected fn to be a function, got ${describe(fn)}`);
-    const call = await this.#prepare(key, options);
+    const call = await prepareCall(this.#callDefaults, key, options);
     const askedAt = performance.now();
     let grant: Grant;
     try {
@@ -147,7 +145,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
 
   /** Usage of `key` under its rules, read from the store without booking anything. */
   async inspect(key: KeyInput): Promise<KeyUsage> {
-    const call = await this.#prepare(key, {});
+    const call = await prepareCall(this.#callDefaults, key, {});
     let usage;
     try {
       usage = await this.store.inspect(this.name, call.encoded, call.rules);
@@ -180,7 +178,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * place is kept. Resolves once the store has recorded it. `source` is reported in the `paused` event.
    */
   async pause(key: KeyInput, ms: number, source = 'pause()'): Promise<void> {
-    const call = await this.#prepare(key, {});
+    const call = await prepareCall(this.#callDefaults, key, {});
     checkDelay('pause ms', ms);
     if (ms > MAX_WINDOW_MS) throw new ThrottleConfigError(`Expected pause ms to be at most ${MAX_WINDOW_MS} (366 days), got ${ms}`);
     try {
@@ -226,40 +224,14 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         if (await line.clear(closed)) await this.store.leave?.(this.name, key).catch(() => undefined);
       }),
     );
+    // Calls asked without a line give back what was booked for them once answered.
+    await Promise.allSettled([...this.#alone.values()]);
     // The calls just rejected give their slots back once their rejections have run (microtasks).
     await new Promise((resolve) => process.nextTick(resolve));
     await this.#decisions.close();
     await this.#completions.close();
     await this.#fallback?.close();
     if (this.#ownsStore) await this.store.close();
-  }
-
-  async #prepare(key: KeyInput, options: ScheduleOptions): Promise<Call> {
-    const userKey = normalizeKey(key);
-    if (options === null || typeof options !== 'object') {
-      throw new TypeError(`Expected schedule options to be an object, got ${describe(options)}`);
-    }
-    checkKnown('schedule', options, SCHEDULE_OPTIONS);
-    const cost = checkCount('cost', options.cost ?? 1);
-    const requested = options.maxDelayMs === undefined ? this.#maxDelayMs : checkDelay('maxDelayMs', options.maxDelayMs);
-    const maxDelayMs = this.mode === 'throw' ? 0 : requested;
-    const timeoutMs = options.timeoutMs === undefined ? this.#timeoutMs : checkDelay('timeoutMs', options.timeoutMs);
-    const priority = options.priority ?? 0;
-    if (typeof priority !== 'number' || !Number.isFinite(priority)) {
-      throw new ThrottleConfigError(`Expected priority to be a finite number, got ${describe(priority)}`);
-    }
-    const signal = options.signal;
-    if (signal !== undefined && !(signal instanceof AbortSignal)) {
-      throw new TypeError(`Expected signal to be an AbortSignal, got ${describe(signal)}`);
-    }
-    const rules = await this.#rules(userKey);
-    const smallest = Math.min(...rules.map((rule) => rule.limit));
-    if (cost > smallest) {
-      throw new ThrottleConfigError(`Expected cost to be at most ${smallest} (the smallest limit of key "${userKey}"), got ${cost}`);
-    }
-    const retainMs = Math.max(longestWindow(rules), this.#retainMs);
-    const deadline = performance.now() + maxDelayMs;
-    return { key: userKey, encoded: encodeKey(userKey), rules, retainMs, cost, maxDelayMs, deadline, priority, timeoutMs, signal };
   }
 
   /**
@@ -307,38 +279,83 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     return grant;
   }
 
-  /** Waits in the key's line (lib/waiting.ts) until the store books the call's slot or refuses it. */
+  /**
+   * Asks the store for the call's slot: at once when no call of its key waits in this process, else
+   * in the key's line (lib/waiting.ts), which it also joins, first, when the store defers it.
+   */
   async #inLine(call: Call): Promise<Grant> {
-    let line = this.#lines.get(call.encoded);
-    if (line && line.deferred && line.size >= this.#maxQueued) throw new QueueFullError(call.key, this.#maxQueued);
-    if (!line) {
+    const key = call.encoded;
+    let line = this.#lines.get(key);
+    let first = false;
+    if (line === undefined && !this.#alone.has(key)) {
+      // Calls of the key that come meanwhile wait in a held line, behind this one.
+      const asked = this.#decisions.decide(call);
+      this.#alone.set(key, asked);
+      let answer;
+      try {
+        answer = await asked;
+      } catch (error) {
+        this.#lines.get(key)?.resume();
+        throw error;
+      } finally {
+        this.#alone.delete(key);
+      }
+      const { result, extra } = answer;
+      line = this.#lines.get(key);
+      const aborted = [call.signal, this.#closing.signal].find((signal) => signal?.aborted);
+      if (aborted || result.status !== 'deferred') {
+        line?.resume();
+        if (result.status === 'booked') {
+          const grant = this.#grant(result, extra);
+          if (!aborted) return grant;
+          this.#release(call, grant);
+        }
+        if (aborted) throw aborted.reason;
+        this.#hooks(call).refused(result, extra);
+        throw new RateLimitedError(call.key, this.#reason(call, result), result.waitMs);
+      }
+      first = true;
+    }
+    if (line === undefined) {
       const created = new KeyLine<Call>(
         (queued) => this.#decisions.decide(queued),
         (deferred) => {
-          if (this.#lines.get(call.encoded) === created) this.#lines.delete(call.encoded);
+          if (this.#lines.get(key) === created) this.#lines.delete(key);
           // Its calls went away while it waited for a completion: let the next process be woken.
-          if (deferred && !this.#closing.signal.aborted) this.store.leave?.(this.name, call.encoded).catch(() => undefined);
+          if (deferred && !this.#closing.signal.aborted) this.store.leave?.(this.name, key).catch(() => undefined);
         },
+        this.#alone.has(key),
       );
-      this.#lines.set(call.encoded, (line = created));
+      this.#lines.set(key, (line = created));
+    } else if (!first && line.deferred && line.size >= this.#maxQueued) {
+      throw new QueueFullError(call.key, this.#maxQueued);
     }
-    const { result, booking } = await waitInLine(line, call, {
+    const waiting = waitInLine(line, call, this.#hooks(call), first);
+    // Deferred when asked alone: it asks again first, then the calls that came meanwhile.
+    if (first) line.resume();
+    const { result, booking } = await waiting;
+    return this.#grant(result, booking);
+  }
+
+  #hooks(call: Call): WaiterHooks {
+    return {
       reason: (answer) => this.#reason(call, answer),
       refused: (answer, at) => {
         if (at.store === this.store) this.#refusals.remember(call.encoded, call.cost, at.sentAt + answer.waitMs, this.#reason(call, answer));
       },
       release: (answer, at) => this.#release(call, this.#grant(answer, at)),
       failure: () => this.#decisions.failure,
-    });
-    return this.#grant(result, booking);
+    };
   }
 
   #grant(result: ReserveResult, booking: Booking): Grant {
     // A slot at once starts at the decision's own clock reading, rounded up: no correction; a later
     // one is reached by a timer that may fire up to 1 ms early.
     const due = booking.sentAt + result.waitMs - (result.waitMs > 0 ? 1 : 0);
-    const startsAt = booking.receivedAt + result.waitMs;
-    return { result, store: booking.store, localSlot: booking.localSlot, due, startsAt };
+    // A later slot: counted from this answer's arrival, or from the store clock as the quickest
+    // answers placed it (lib/clock.ts), whichever is sooner; both are never before the slot.
+    const startsAt = result.waitMs > 0 ? Math.min(booking.receivedAt + result.waitMs, booking.clock.localTime(result.startAt)) : booking.receivedAt;
+    return { result, store: booking.store, localSlot: booking.localSlot, clock: booking.clock, due, startsAt };
   }
 
   #reason(call: Call, result: ReserveResult): Rule | 'paused' | 'booked' {
@@ -360,7 +377,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       const message = `a call took ${Math.round(completedAt - startedAt)} ms, not less than maxHoldMs (${this.#maxHoldMs} ms): a slot counts at most until start + maxHoldMs, so set maxHoldMs above the vendor's request timeout`;
       this.notify('debug', { message, key: call.key });
     }
-    const releaseAt = Math.ceil(grant.result.startAt + (completedAt - grant.due));
+    // The latest the store clock can read now: from this call's own answer, or from the quickest answers.
+    const releaseAt = Math.ceil(Math.min(grant.result.startAt + (completedAt - grant.due), grant.clock.storeTime(completedAt)));
     if (grant.localSlot) grant.localSlot.releaseAt = releaseAt;
     this.#completions.write(grant.store, call.encoded, grant.result.members.map((member) => ({ member, releaseAt })), call.retainMs + this.#maxHoldMs);
   }

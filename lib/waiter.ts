@@ -20,9 +20,10 @@ export interface WaiterHooks {
 /**
  * Puts `call` in `line` and resolves once the store books its slot; rejects when the store refuses
  * it, when its `maxDelayMs` runs out in line (`RateLimitedError`, or the store's failure), or with
- * its signal's reason when aborted. Nothing is left booked for a call that rejects.
+ * its signal's reason when aborted. Nothing is left booked for a call that rejects. `first`: the
+ * call asked before every call in line (it was deferred when asked alone), so it goes ahead of them.
  */
-export function waitInLine(line: KeyLine<Call>, call: Call, hooks: WaiterHooks): Promise<{ readonly result: ReserveResult; readonly booking: Booking }> {
+export function waitInLine(line: KeyLine<Call>, call: Call, hooks: WaiterHooks, first = false): Promise<{ readonly result: ReserveResult; readonly booking: Booking }> {
   return new Promise((resolve, reject) => {
     let last: { readonly result: ReserveResult; readonly at: number } | undefined;
     let timer: NodeJS.Timeout | undefined;
@@ -78,6 +79,6 @@ export function waitInLine(line: KeyLine<Call>, call: Call, hooks: WaiterHooks):
     // close() clears every line itself: only the call's own signal is listened to here (a listener
     // per waiting call on the throttle's signal would make each removal scan all of them).
     call.signal?.addEventListener('abort', onAbort, { once: true });
-    line.add(waiter);
+    line.add(waiter, first);
   });
 }

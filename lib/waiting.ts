@@ -45,10 +45,14 @@ export class KeyLine<C> {
   #timer: NodeJS.Timeout | undefined;
   /** The store deferred the head: nothing is asked until a wake or the timer. */
   #deferred = false;
+  /** A call asked without a line is being answered: nothing is asked until `resume()`. */
+  #held: boolean;
 
-  constructor(decide: Decide<C>, onEmpty: (deferred: boolean) => void) {
+  /** `held`: the line asks nothing until `resume()` (a call ahead of it is being decided). */
+  constructor(decide: Decide<C>, onEmpty: (deferred: boolean) => void, held = false) {
     this.#decide = decide;
     this.#onEmpty = onEmpty;
+    this.#held = held;
   }
 
   get size(): number {
@@ -60,12 +64,23 @@ export class KeyLine<C> {
     return this.#deferred;
   }
 
-  add(waiter: Waiter<C>): void {
-    // Before the first waiter of lower priority: by priority, then first come, first served.
+  /**
+   * By priority, then first come, first served: before the first waiter of lower priority, or with
+   * `first` (it asked before every waiter here) before the first of the same or lower priority.
+   */
+  add(waiter: Waiter<C>, first = false): void {
     let at = this.#waiters.length;
-    while (at > 0 && this.#waiters[at - 1]!.priority < waiter.priority) at--;
+    while (at > 0 && (this.#waiters[at - 1]!.priority < waiter.priority || (first && this.#waiters[at - 1]!.priority === waiter.priority))) at--;
     this.#waiters.splice(at, 0, waiter);
-    if (!this.#deferred) void this.#pump();
+    if (!this.#deferred && !this.#held) void this.#pump();
+  }
+
+  /** The call decided ahead of the line has its answer: the line may ask. */
+  resume(): void {
+    if (!this.#held) return;
+    this.#held = false;
+    if (this.#waiters.length === 0) this.#idle();
+    else if (!this.#deferred) void this.#pump();
   }
 
   /** Takes a waiter out (aborted, timed out, closed); false when it was no longer waiting. */
@@ -79,7 +94,7 @@ export class KeyLine<C> {
 
   /** A completion may have freed room on the key: ask again (once, even if several came). */
   wake(): void {
-    if (this.#asking) {
+    if (this.#asking || this.#held) {
       this.#woken = true;
       return;
     }
@@ -148,7 +163,7 @@ export class KeyLine<C> {
   }
 
   #idle(): void {
-    if (this.#waiters.length === 0 && this.#asking === undefined) {
+    if (this.#waiters.length === 0 && this.#asking === undefined && !this.#held) {
       clearTimeout(this.#timer);
       const deferred = this.#deferred;
       this.#deferred = false;

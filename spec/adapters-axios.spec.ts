@@ -1,5 +1,6 @@
 import axios, { AxiosError, type AxiosAdapter, type AxiosInstance } from 'axios';
 import { expect } from 'chai';
+import { once } from 'node:events';
 import nock from 'nock';
 import type { AxiosThrottleHandle, AxiosThrottleOptions } from '../lib/adapters/options.js';
 import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
@@ -134,9 +135,10 @@ describe('throttle.axios()', function () {
       const throttle = make({ rules: ['1/150ms'] });
       vendor = nockVendor(ORIGIN);
       const acme = acmeFor(throttle);
+      const booked = once(throttle, 'delayed');
       const first = acme.get('/first', as('u1')); // starts at once
       const second = acme.get('/second', as('u1')); // booked once /first has answered, sleeping until its slot
-      await delay(20);
+      await booked;
       const low = acme.get('/low', { ...as('u1'), throttle: { priority: 0 } });
       const high = acme.get('/high', { ...as('u1'), throttle: { priority: 10 } });
       await Promise.all([first, second, low, high]);

@@ -35,9 +35,11 @@ describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 
     expect(usage.waitingHere).to.equal(4);
     await fake.clock.tickAsync(2_000);
     await Promise.all(calls);
-    // A slot that was waited for counts from 1 ms before its start (completion times are read late,
-    // never early): calls 3 and 4 complete at 1,001 on the store's clock, so 5 and 6 start at 2,001.
-    expect(starts).to.deep.equal([0, 0, 1_000, 1_000, 2_001, 2_001]);
+    // Completion times are read late, never early (lib/clock.ts: by the clock drift allowed since
+    // the store's latest answer, under 1 ms here): calls 5 and 6 start at 2,000 or 1 ms after.
+    expect(starts.slice(0, 4)).to.deep.equal([0, 0, 1_000, 1_000]);
+    for (const start of starts.slice(4)) expect(start).to.be.within(2_000, 2_001);
+    expect(starts).to.have.length(6);
     await throttle.close();
   });
 
