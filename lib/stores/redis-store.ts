@@ -25,6 +25,15 @@ interface Subscriber {
 /** Keys of each script on a Cluster, where a batch holds one user key's two keys and no epoch key. */
 const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 1, epoch: 1 } as const satisfies Record<keyof typeof scripts, number>;
 
+/**
+ * Completions alone wait this long for company before they are sent: those of the next few ms, and
+ * any decision asked meanwhile (which sends at once), go in the same batch. Costs no quota: a
+ * completion's release is its response time, whenever it is written, and the slot it frees starts a
+ * whole window after that, so the decisions it wakes come in time for any window longer than this
+ * plus a round trip.
+ */
+const COMPLETION_DELAY_MS = 5;
+
 /** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by ioredis), but for the operations of one key. */
 const MAX_BATCH = 256;
 
@@ -53,7 +62,8 @@ export class RedisStore implements Store {
   readonly #tag = `.${randomBytes(6).toString('base64url')}`;
   #seq = 0;
   #queue: Op[] = [];
-  #flushScheduled = false;
+  /** The next batch: none, at the next `setImmediate`, or at a timer (completions alone, see COMPLETION_DELAY_MS). */
+  #flushScheduled: 'none' | 'now' | NodeJS.Timeout = 'none';
   #subscriber: Subscriber | undefined;
   readonly #channels = new Map<string, { readonly ready: Promise<unknown>; readonly listeners: Set<(key: string) => void> }>();
   #closed = false;
@@ -291,15 +301,19 @@ export class RedisStore implements Store {
     return new Promise((resolve, reject) => {
       // One object shape for every operation (see Op).
       this.#queue.push({ type, namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, pairs, resolve, reject, tries: 0 });
-      if (!this.#flushScheduled) {
-        this.#flushScheduled = true;
+      if (this.#flushScheduled === 'now') return;
+      if (type !== 'c') {
+        if (this.#flushScheduled !== 'none') clearTimeout(this.#flushScheduled);
+        this.#flushScheduled = 'now';
         setImmediate(() => this.#flush());
+      } else if (this.#flushScheduled === 'none') {
+        this.#flushScheduled = setTimeout(() => this.#flush(), COMPLETION_DELAY_MS);
       }
     });
   }
 
   #flush(): void {
-    this.#flushScheduled = false;
+    this.#flushScheduled = 'none';
     const ops = this.#queue;
     this.#queue = [];
     // Per namespace (per key on a Cluster), the operations of each key, in the order asked.
