@@ -17,6 +17,27 @@ export function idealOffsets(count: number, rules: readonly Rule[]): number[] {
 }
 
 /**
+ * The quota an exact limiter with perfect knowledge would have used with these very calls: each
+ * call (in the order they started) takes its measured duration, start to response, and starts as
+ * soon as every rule allows given the earlier calls' responses, known the instant they happen
+ * (a call counts from its start until T after its response). Returns the replayed time from the
+ * first start to the last: the shortest batch time any exact limiter reaches with these durations.
+ */
+export function exactReplayMs(durations: readonly number[], rules: readonly Rule[]): number {
+  const releases: number[] = [];
+  let start = 0;
+  for (let k = 0; k < durations.length; k++) {
+    start = 0;
+    if (k > 0) {
+      const sorted = [...releases].sort((a, b) => a - b);
+      for (const rule of rules) if (k >= rule.limit) start = Math.max(start, sorted[k - rule.limit]! + rule.windowMs);
+    }
+    releases.push(start + durations[k]!);
+  }
+  return start;
+}
+
+/**
  * Arrivals a silent vendor drops when it enforces every rule: in time order, an arrival is
  * dropped when, for some rule {N, T}, N performed calls already lie in (a − T, a]. Dropped calls
  * are not performed. With one rule this is scripts/sim-vendor.ts `vendorDrops`.

@@ -7,7 +7,7 @@ import type { Redis } from 'ioredis';
 import { contenderById } from './contenders.js';
 import type { ContenderId } from './contender.js';
 import { startDelayProxy, type DelayProxy } from './delay-proxy.js';
-import { dropsUnderRules, idealOffsets, percentile } from './metrics.js';
+import { dropsUnderRules, exactReplayMs, idealOffsets, percentile } from './metrics.js';
 import type { WorkerPool } from './pool.js';
 import type { BurstLoad, BurstResult, ClosedLoad, ClosedResult, Reply, RunSpec } from './protocol.js';
 import { keyMemory, readServer, serverCost, type ServerCost } from './redis-usage.js';
@@ -30,6 +30,13 @@ export interface RunOutcome {
   /** Burst runs: Σ ideal batch time / Σ actual (first to last arrival at the vendor), over users. */
   readonly utilization?: number;
   readonly idealSeconds?: number;
+  /**
+   * Burst runs with HTTP, both on calls' start times (first to last), Σ ideal ÷ Σ actual over users:
+   * the contender's (`startQuota`), and that of an exact limiter with perfect knowledge given the
+   * same calls' durations (`exactCeiling`, scripts/compare/metrics.ts `exactReplayMs`).
+   */
+  readonly startQuota?: number;
+  readonly exactCeiling?: number;
   /** Burst runs: the slowest user's first to last arrival. */
   readonly batchSeconds?: number;
   /** Calls started per second: from the release to the last start (burst), or over the measured time (closed). */
@@ -283,6 +290,7 @@ function startsPerUser(users: readonly string[], results: readonly BurstResult[]
 function analyseBurst(scenario: Scenario, users: readonly string[], results: readonly BurstResult[], perUser: ReadonlyMap<string, number[]>, cost: ServerCost): Measured {
   const asks = users.map((): number[] => []);
   const starts = users.map((): number[] => []);
+  const durations = users.map((): Array<[number, number]> => []);
   let scheduled = 0;
   let sent = 0;
   for (const result of results) {
@@ -291,8 +299,12 @@ function analyseBurst(scenario: Scenario, users: readonly string[], results: rea
       scheduled++;
       asks[u]!.push(result.ask[i]!);
       if (result.start[i]! >= 0) starts[u]!.push(result.start[i]!);
+      if (result.start[i]! >= 0 && result.end[i]! >= 0) durations[u]!.push([result.start[i]!, result.end[i]! - result.start[i]!]);
     });
   }
+  let startIdeal = 0;
+  let startActual = 0;
+  let startCeiling = 0;
   const added: number[] = [];
   let idealSum = 0;
   let actualSum = 0;
@@ -312,6 +324,12 @@ function analyseBurst(scenario: Scenario, users: readonly string[], results: rea
     if (sorted.length > 0) lastStart = Math.max(lastStart, sorted.at(-1)!);
     const arrivals = perUser.get(user) ?? [];
     dropped += dropsUnderRules(arrivals, scenario.rules);
+    const timed = durations[u]!.sort((a, b) => a[0] - b[0]);
+    if (!scenario.noHttp && timed.length > 1 && timed.length === sorted.length) {
+      startIdeal += ideal.at(-1)!;
+      startActual += sorted.at(-1)! - sorted[0]!;
+      startCeiling += exactReplayMs(timed.map(([, ms]) => ms), scenario.rules);
+    }
     if (arrivals.length > 1) {
       const idealMs = ideal.at(-1)!;
       const actualMs = arrivals.at(-1)! - arrivals[0]!;
@@ -329,6 +347,7 @@ function analyseBurst(scenario: Scenario, users: readonly string[], results: rea
     dropped,
     utilization: actualSum > 0 && idealSum > 0 ? idealSum / actualSum : NaN,
     idealSeconds: idealMax / 1000,
+    ...(startActual > 0 ? { startQuota: startIdeal / startActual, exactCeiling: startIdeal / startCeiling } : {}),
     batchSeconds: batchMax / 1000,
     decisionsPerSec: calls / ((lastStart - firstAsk) / 1000),
     addedP50Ms: percentile(added, 50),
