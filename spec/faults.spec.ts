@@ -297,7 +297,7 @@ describe('faults: a Redis ACL user that may only touch the throttle\'s prefix an
 
   /**
    * Creates (or resets) the user with exactly these commands, on keys `<prefix>:*` and channels
-   * `<prefix>:*` only (completions are published on `<prefix>:<name>:free`).
+   * `<prefix>:*` only (completions are published on `<prefix>:<name>:free<tag>`).
    */
   async function setUser(commands: readonly string[]): Promise<void> {
     await admin.call('ACL', 'SETUSER', user, 'reset', 'on', `>${password}`, `~${prefix}:*`, `&${prefix}:*`, ...commands.map((command) => `+${command}`));

@@ -8,7 +8,8 @@
   ARGV[1]  EPOCH    the epoch value the caller knows ('' = no check)
   ARGV[2]  TAG      this process's member suffix (members are <number><TAG>), which also names it
                     in a key's list of waiting processes
-  ARGV[3]  CHANNEL  the namespace's channel, where completions wake waiting processes
+  ARGV[3]  CHANNEL  the namespace's channel prefix: a completion wakes a waiting process on
+                    CHANNEL followed by the process's tag
   ARGV[4]  S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
                     LIMIT, WINDOW, BUCKET (includes/decide.lua)
            then the operations, to the end of ARGV, each starting with K (the key: KEYS[2K-1 .. 2K]):

@@ -46,9 +46,10 @@ const MAX_BATCH = 256;
  * pipelines), so a `SCRIPT FLUSH` or a restarted Redis is recovered transparently.
  *
  * A decision that waits for a call in flight learns of its completion through one Redis channel per
- * namespace (`<prefix>:<name>:free`), on a second connection the store opens with `duplicate()`
- * the first time a decision waits. A completion publishes only when a process waits on its key,
- * and names the one that has waited longest: it alone asks again (lua/includes/waiters.lua).
+ * namespace and process (`<prefix>:<name>:free<tag>`), on a second connection the store opens with
+ * `duplicate()` the first time a decision waits. A completion publishes only when a process waits
+ * on its key, to the one that has waited longest: it alone hears it and asks again
+ * (lua/includes/waiters.lua).
  *
  * The client stays the caller's: `close()` does not quit it (only the store's own subscriber).
  */
@@ -145,7 +146,7 @@ export class RedisStore implements Store {
 
   async listen(namespace: string, listener: (key: string) => void): Promise<() => void> {
     if (this.#closed) return () => undefined;
-    const channel = this.#channel(namespace);
+    const channel = this.#ownChannel(namespace);
     let entry = this.#channels.get(channel);
     if (!entry) {
       const subscriber = this.#openSubscriber();
@@ -240,8 +241,14 @@ export class RedisStore implements Store {
     return `${number}${this.#tag}`;
   }
 
+  /** The namespace's channel prefix, as the batch script takes it. */
   #channel(namespace: string): string {
     return `${this.prefix}:${namespace}:free`;
+  }
+
+  /** Where completions wake this process: the namespace's prefix and this process's tag. */
+  #ownChannel(namespace: string): string {
+    return `${this.#channel(namespace)}${this.#tag}`;
   }
 
   #openSubscriber(): Subscriber {
@@ -259,11 +266,8 @@ export class RedisStore implements Store {
       if (++connections === 1) return;
       for (const { listeners } of this.#channels.values()) for (const listener of listeners) listener('');
     });
-    subscriber.on('message', (channel, message) => {
-      // "<key>\t<tag>": the oldest process waiting on the key is woken, not every one.
-      const tab = message.indexOf('\t');
-      if (tab >= 0 && message.slice(tab + 1) !== this.#tag) return;
-      const key = tab >= 0 ? message.slice(0, tab) : message;
+    subscriber.on('message', (channel, key) => {
+      // The key: this process is the oldest waiting on it (no other process hears the message).
       for (const listener of this.#channels.get(channel)?.listeners ?? []) listener(key);
     });
     this.#subscriber = subscriber;

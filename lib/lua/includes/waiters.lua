@@ -23,13 +23,14 @@ local function vt_waiters_write(meta, list)
   redis.call('HSET', meta, 'w', table.concat(parts, ' '))
 end
 
--- Wakes the oldest waiting process: one message "<key>\t<tag>" on the namespace's channel. With
--- NOW_MS (a time known to have passed; 0: none), an entry more than a second past its time is
--- passed over: its process stopped asking.
+-- Wakes the oldest waiting process: one message, the key, on that process's channel (the
+-- namespace's CHANNEL followed by its tag), so that no other process hears it. With NOW_MS (a time
+-- known to have passed; 0: none), an entry more than a second past its time is passed over: its
+-- process stopped asking.
 local function vt_waiters_wake(list, channel, key, now_ms)
   for _, w in ipairs(list) do
     if w[2] + 1000 >= now_ms then
-      redis.call('PUBLISH', channel, key .. '\t' .. w[1])
+      redis.call('PUBLISH', channel .. w[1], key)
       return
     end
   end
