@@ -38,6 +38,24 @@ export function exactReplayMs(durations: readonly number[], rules: readonly Rule
 }
 
 /**
+ * How unevenly the processes sharing a user were served: per process, the median start of its calls
+ * (ms after the user's first start); the spread is (latest median − earliest median) ÷ the user's
+ * first-to-last start time. With equal loads, first asked first served across processes gives each
+ * process calls all along the batch, so medians near the middle and a spread near 0; one process
+ * served entirely before another gives about 0.5, and more when it goes further.
+ */
+export function processSpread(startsByProcess: ReadonlyArray<readonly number[]>): number | undefined {
+  const all = startsByProcess.flat();
+  const busy = startsByProcess.filter((starts) => starts.length > 0);
+  if (busy.length < 2 || all.length < 2) return undefined;
+  const first = Math.min(...all);
+  const span = Math.max(...all) - first;
+  if (!(span > 0)) return undefined;
+  const medians = busy.map((starts) => percentile([...starts].sort((a, b) => a - b), 50) - first);
+  return (Math.max(...medians) - Math.min(...medians)) / span;
+}
+
+/**
  * Arrivals a silent vendor drops when it enforces every rule: in time order, an arrival is
  * dropped when, for some rule {N, T}, N performed calls already lie in (a − T, a]. Dropped calls
  * are not performed. With one rule this is scripts/sim-vendor.ts `vendorDrops`.

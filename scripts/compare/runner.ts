@@ -7,7 +7,7 @@ import type { Redis } from 'ioredis';
 import { contenderById } from './contenders.js';
 import type { ContenderId } from './contender.js';
 import { startDelayProxy, type DelayProxy } from './delay-proxy.js';
-import { dropsUnderRules, exactReplayMs, idealOffsets, percentile } from './metrics.js';
+import { dropsUnderRules, exactReplayMs, idealOffsets, percentile, processSpread } from './metrics.js';
 import type { WorkerPool } from './pool.js';
 import type { BurstLoad, BurstResult, ClosedLoad, ClosedResult, Reply, RunSpec } from './protocol.js';
 import { keyMemory, readServer, serverCost, type ServerCost } from './redis-usage.js';
@@ -37,6 +37,11 @@ export interface RunOutcome {
    */
   readonly startQuota?: number;
   readonly exactCeiling?: number;
+  /**
+   * Burst runs where several processes call for one user: the processes' spread (scripts/compare/
+   * metrics.ts `processSpread`), the mean and the largest over such users. 0: evenly served.
+   */
+  readonly processSpread?: { readonly mean: number; readonly max: number };
   /** Burst runs: the slowest user's first to last arrival. */
   readonly batchSeconds?: number;
   /** Calls started per second: from the release to the last start (burst), or over the measured time (closed). */
@@ -287,15 +292,23 @@ function startsPerUser(users: readonly string[], results: readonly BurstResult[]
   return new Map(users.map((user, u) => [user, starts[u]!.sort((a, b) => a - b)]));
 }
 
+function spreadOf(byProcess: ReadonlyArray<ReadonlyArray<readonly number[]>>): Pick<Measured, 'processSpread'> {
+  const spreads = byProcess.map(processSpread).filter((spread): spread is number => spread !== undefined);
+  if (spreads.length === 0) return {};
+  return { processSpread: { mean: spreads.reduce((a, b) => a + b, 0) / spreads.length, max: Math.max(...spreads) } };
+}
+
 function analyseBurst(scenario: Scenario, users: readonly string[], results: readonly BurstResult[], perUser: ReadonlyMap<string, number[]>, cost: ServerCost): Measured {
   const asks = users.map((): number[] => []);
   const starts = users.map((): number[] => []);
   const durations = users.map((): Array<[number, number]> => []);
+  const byProcess = users.map(() => results.map((): number[] => []));
   let scheduled = 0;
   let sent = 0;
-  for (const result of results) {
+  for (const [worker, result] of results.entries()) {
     sent += result.sent;
     result.user.forEach((u, i) => {
+      if (result.start[i]! >= 0) byProcess[u]![worker]!.push(result.start[i]!);
       scheduled++;
       asks[u]!.push(result.ask[i]!);
       if (result.start[i]! >= 0) starts[u]!.push(result.start[i]!);
@@ -348,6 +361,7 @@ function analyseBurst(scenario: Scenario, users: readonly string[], results: rea
     utilization: actualSum > 0 && idealSum > 0 ? idealSum / actualSum : NaN,
     idealSeconds: idealMax / 1000,
     ...(startActual > 0 ? { startQuota: startIdeal / startActual, exactCeiling: startIdeal / startCeiling } : {}),
+    ...spreadOf(byProcess),
     batchSeconds: batchMax / 1000,
     decisionsPerSec: calls / ((lastStart - firstAsk) / 1000),
     addedP50Ms: percentile(added, 50),

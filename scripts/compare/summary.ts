@@ -58,6 +58,24 @@ export function quotaTable(scenarios: readonly Scenario[], outcomes: readonly Ru
     if (o?.startQuota === undefined || o.exactCeiling === undefined) continue;
     out.push(`| ${scenario.number}. ${scenario.id} | ${percent(o.startQuota)} | ${percent(o.exactCeiling)} | ${percent(o.startQuota / o.exactCeiling)} |`);
   }
+  out.push(
+    '',
+    '#### Fairness across processes',
+    '',
+    'Where several processes call for one user at once, with equal loads: per process, the median start of its calls; ' +
+      'the spread is (latest median − earliest median) ÷ the user\'s first-to-last start time, mean over such users ' +
+      '(largest in brackets). 0: every process served all along the batch; about 0.5: one process served entirely before another.',
+    '',
+    `| scenario | ${contenders.map((c) => (c === VT ? `**${contenderById(c).label}**` : contenderById(c).label)).join(' | ')} |`,
+    `| --- | ${contenders.map(() => '---:').join(' | ')} |`,
+  );
+  for (const scenario of bursts) {
+    const cells = contenders.map((c) => {
+      const spread = find(outcomes, scenario.id, c)?.processSpread;
+      return spread === undefined ? '–' : `${short(spread.mean, 2)} (${short(spread.max, 2)})`;
+    });
+    if (cells.some((cell) => cell !== '–')) out.push(`| ${scenario.number}. ${scenario.id} | ${cells.join(' | ')} |`);
+  }
   return out.join('\n');
 }
 
