@@ -3,6 +3,7 @@ import { QueueFullError, RateLimitedError, ThrottleClosedError } from '../lib/er
 import { Throttle } from '../lib/throttle.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import { useFakeClock } from './support/fake-clock.js';
+import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 
 /** A fn that runs until `finish()` is called: a call kept in flight for as long as a spec needs. */
 function inFlight() {
@@ -194,5 +195,31 @@ describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 
     await fake.clock.tickAsync(0);
     expect(throttle.stats).to.deep.equal({ queues: 0, queued: 0, sleeping: 0 });
     await throttle.close();
+  });
+});
+
+describe('Throttle: processes waiting on one key take turns (RedisStore)', () => {
+  it('a process with a long backlog does not keep every freed slot: after the opening window, processes alternate', async () => {
+    // Two processes (two stores, so two tags) on one Redis and one key. A asks first for 8 calls,
+    // B just after for 8; 2/150ms, each call 20 ms. A's first ask takes the opening window.
+    const prefix = uniquePrefix();
+    const client = redisClient();
+    const make = () => new Throttle({ name: 'turns', rules: ['2/150ms'], store: redisStore(client, { prefix }) });
+    const [a, b] = [make(), make()];
+    const order: string[] = [];
+    const run = (throttle: Throttle, who: string) =>
+      Array.from({ length: 8 }, () => throttle.schedule('u', () => new Promise<void>((resolve) => {
+        order.push(who);
+        setTimeout(resolve, 20);
+      })));
+    const calls = run(a, 'a');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    await Promise.all([...calls, ...run(b, 'b')]);
+    expect(order.slice(0, 2)).to.deep.equal(['a', 'a']);
+    // After the opening window no process gets more than two freed slots in a row while the other waits.
+    const rest = order.slice(2, order.lastIndexOf('a') < order.lastIndexOf('b') ? order.lastIndexOf('a') + 1 : order.lastIndexOf('b') + 1);
+    expect(rest.join(''), order.join('')).to.not.match(/aaa|bbb/);
+    expect(order.filter((who) => who === 'a')).to.have.length(8);
+    await Promise.all([a.close(), b.close()]);
   });
 });

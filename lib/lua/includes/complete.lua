@@ -15,7 +15,7 @@ local function vt_complete(log, meta, tag, channel, a, i)
   local count = tonumber(a[i])
   if count == 0 then
     local value = redis.call('HGET', meta, 'w')
-    if value then vt_waiters_update(meta, value, tag, 0, 0, channel, vt_user_key(log)) end
+    if value then vt_waiters_update(meta, value, tag, 0, 0, channel, vt_user_key(log), false) end
     return i + 1
   end
   -- The latest completion is a time that has passed (no TIME needed): waiting entries long past

@@ -167,6 +167,6 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   end
   -- This process waits for a completion (in the key's list of waiting processes until its bound),
   -- or no longer does (out of the list, if it was in it).
-  if waits_until > 0 or state[2] then vt_waiters_update(meta, state[2], tag, waits_until, now_ms, channel, vt_user_key(log)) end
+  if waits_until > 0 or state[2] then vt_waiters_update(meta, state[2], tag, waits_until, now_ms, channel, vt_user_key(log), booked_until > 0) end
   return next_op
 end

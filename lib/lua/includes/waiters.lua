@@ -36,11 +36,12 @@ local function vt_waiters_wake(list, channel, key, now_ms)
   end
 end
 
--- After a decision of process TAG: UNTIL_MS > 0 keeps it in the list (its place, or the end) until
--- then at least; 0 takes it out (it no longer waits), waking the next if it was the oldest. Stale
--- entries go. Writes meta only when the list changes (a process that waits again, with no later
--- time, costs nothing more).
-local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, key)
+-- After a decision of process TAG: UNTIL_MS > 0 keeps it in the list until then at least: at its
+-- place if the decision SERVED none of its calls, else at the end (the processes that wait take
+-- turns: round robin, one wake each); 0 takes it out (it no longer waits), waking the next if it was
+-- the oldest. Stale entries go. Writes meta only when the list changes (a process that waits again
+-- at its place, with no later time, costs nothing more).
+local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, key, served)
   local list = vt_waiters_parse(value)
   local kept = {}
   local found = false
@@ -51,10 +52,13 @@ local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, ke
     if w[1] == tag then
       found = true
       was_head = #kept == 0
-      if until_ms > 0 then
+      if until_ms > 0 and not served then
         mine = math.max(w[2], until_ms)
         changed = changed or mine ~= w[2]
         kept[#kept + 1] = { tag, mine }
+      elseif until_ms > 0 then
+        found = false
+        changed = true
       else
         changed = true
       end
