@@ -633,7 +633,7 @@ function renderReport(report: Report): string {
   }
 
   if (report.aims.length > 0) {
-    out.push('Aims (issue): scenarios 1 and 3 from one process');
+    out.push("Aims (an earlier issue's; issue 10's are in scripts/compare.ts): scenarios 1 and 3 from one process");
     for (const check of report.aims) {
       const digits = check.aim.includes('/s') ? 0 : 4;
       out.push(`  ${check.met ? 'MET   ' : 'MISSED'}  ${check.id}  ${check.aim}: ${formatNumber(check.value, digits)}`);
