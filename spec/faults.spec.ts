@@ -72,8 +72,11 @@ describe('faults: a worker killed with kill -9 while it holds booked slots and q
   type Scenario = 'in flight' | 'booked ahead';
 
   /**
-   * Starts a victim and three survivors on one key. The victim goes first, the survivors once it has
-   * started (or booked ahead), and the victim is killed as soon as it holds the scenario's slots.
+   * Starts a victim and three survivors on one key. The victim goes first, alone, until it holds the
+   * scenario's slots; then the survivors go and the victim is killed at once, its slots still
+   * counting when the survivors ask. (Waiting processes take turns: a victim that shared the key
+   * from the start could need most of the run to hold a window's worth, and the survivors would be
+   * done before it died.)
    */
   async function killOneWorker(scenario: Scenario): Promise<KillOutcome> {
     const vendor = await startVendor({ limit, windowMs, latencyMs: LATENCY });
@@ -93,15 +96,12 @@ describe('faults: a worker killed with kill -9 while it holds booked slots and q
     try {
       await Promise.all(workers.map((worker) => worker.waitFor((message) => message.type === 'ready')));
       victim.go();
-      // In flight: the survivors go once the victim's first call has started. Booked ahead: once
-      // the victim has booked a slot ahead (it alone on the key, so that it surely gets one).
-      await victim.waitFor((message) => message.type === 'progress' && (scenario === 'in flight' ? message.started >= 1 : message.sleeping >= 1));
-      for (const survivor of survivors) survivor.go();
       const holding = (message: FaultWorkerProgress): boolean =>
         message.started - message.completed + message.sleeping >= limit &&
         message.queued >= 1 &&
         (scenario === 'in flight' || message.sleeping >= 1);
       await victim.waitFor((message) => message.type === 'progress' && holding(message));
+      for (const survivor of survivors) survivor.go();
       victim.child.kill('SIGKILL');
       const killedAt = now();
       const done = await Promise.all(survivors.map((survivor) => survivor.waitFor((message): message is FaultWorkerDone => message.type === 'done')));
