@@ -48,7 +48,7 @@ const MAX_BATCH = 256;
  * A decision that waits for a call in flight learns of its completion through one Redis channel per
  * namespace and process (`<prefix>:<name>:free<tag>`), on a second connection the store opens with
  * `duplicate()` the first time a decision waits. A completion publishes only when a process waits
- * on its key, to the one that has waited longest: it alone hears it and asks again
+ * on its key, to the first in the key's waiting list (they take turns): it alone hears it and asks again
  * (lua/includes/waiters.lua).
  *
  * The client stays the caller's: `close()` does not quit it (only the store's own subscriber).

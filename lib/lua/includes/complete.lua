@@ -2,9 +2,9 @@
   complete: the calls of one key that completed, or never started. A completion lowers its slot's
   score to the response time (ZADD XX LT: a score only ever goes down, so a decision that relied
   on it stays valid); a call that never started (aborted, closed) leaves the log. When processes
-  wait for a completion on the key (meta `w`), one message on its own channel wakes the oldest of
-  them (includes/waiters.lua). With no calls, this process leaves the key's waiting list
-  (its waiting calls went away), which wakes the next one if it was the oldest.
+  wait for a completion on the key (meta `w`), one message on its own channel wakes the first of
+  them (includes/waiters.lua). With no calls, this process leaves the key's waiting list (its
+  waiting calls went away), which wakes the next one if it was the first.
 
   A[I ..]  N   followed by N pairs: NUMBER (the member is NUMBER followed by TAG), RELEASE_AT (ms,
                store clock; '' = remove)

@@ -10,8 +10,8 @@
     wait (the caller sleeps until then: one round trip, no polling);
   - some binding score is still a bound (its call in flight, or booked ahead): book nothing, set
     this process in the key's list of waiting processes (includes/waiters.lua), and answer
-    'deferred' with the bound: the next completion (complete.lua) wakes the oldest waiting process,
-    which asks again then, or at the bound at the latest.
+    'deferred' with the bound: the next completion (complete.lua) wakes the first waiting process
+    (they take turns), which asks again then, or at the bound at the latest.
 
   SET      the call's rule set (lua/batch.lua): MAX_HOLD (ms after its start a call may still
            reach the vendor: a booked slot's score is START + MAX_HOLD until its completion lowers

@@ -1,7 +1,8 @@
--- The processes waiting for a completion on a key, oldest first: meta field `w`, a list of
+-- The processes waiting for a completion on a key, in turn order: meta field `w`, a list of
 -- "<tag>=<until>" separated by spaces (a process's member tag, and the time by which it asks again
--- on its own: its bound). A completion wakes the oldest alone (complete.lua); it leaves the list
--- once it no longer waits, and wakes the next. An entry past its time by more than a second
+-- on its own: its bound). A completion wakes the first alone (complete.lua); one that is served
+-- and still waits goes to the end (vt_waiters_update); one that no longer waits leaves the list,
+-- and wakes the next. An entry past its time by more than a second
 -- belongs to a process that stopped asking (it crashed, or its calls went away): dropped.
 -- Included after "log".
 
@@ -23,7 +24,7 @@ local function vt_waiters_write(meta, list)
   redis.call('HSET', meta, 'w', table.concat(parts, ' '))
 end
 
--- Wakes the oldest waiting process: one message, the key, on that process's channel (the
+-- Wakes the first waiting process: one message, the key, on that process's channel (the
 -- namespace's CHANNEL followed by its tag), so that no other process hears it. With NOW_MS (a time
 -- known to have passed; 0: none), an entry more than a second past its time is passed over: its
 -- process stopped asking.
@@ -39,7 +40,7 @@ end
 -- After a decision of process TAG: UNTIL_MS > 0 keeps it in the list until then at least: at its
 -- place if the decision SERVED none of its calls, else at the end (the processes that wait take
 -- turns: round robin, one wake each); 0 takes it out (it no longer waits), waking the next if it was
--- the oldest. Stale entries go. Writes meta only when the list changes (a process that waits again
+-- the first. Stale entries go. Writes meta only when the list changes (a process that waits again
 -- at its place, with no later time, costs nothing more).
 local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, key, served)
   local list = vt_waiters_parse(value)
