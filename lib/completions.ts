@@ -1,4 +1,14 @@
+import type { Rule } from './rules.js';
 import type { Settlement, Store } from './store.js';
+
+/**
+ * How long a completion or release may wait to be written with others: a tenth of the shortest
+ * window, at most 20 ms. The room it frees comes a whole window after the response, so the
+ * decisions it wakes still come in time; a busy key then needs about one command per call.
+ */
+export function coalesceMs(rules: readonly Rule[]): number {
+  return Math.min(20, Math.min(...rules.map((rule) => rule.windowMs)) / 10);
+}
 
 /** Keys whose unsent completions are kept at most; past it the oldest are forgotten. */
 const MAX_KEYS = 10_000;
@@ -29,10 +39,13 @@ export class Completions {
     this.#onFailure = onFailure;
   }
 
-  /** Writes in the background; `keepMs`: how long the write matters (the slot's window and bound). */
-  write(store: Store, key: string, settle: readonly Settlement[], keepMs: number): void {
+  /**
+   * Writes in the background; `keepMs`: how long the write matters (the slot's window and bound);
+   * `coalesceMs`: how long the store may hold it back to batch it with others.
+   */
+  write(store: Store, key: string, settle: readonly Settlement[], keepMs: number, coalesceMs: number): void {
     const done = store
-      .settle(this.#namespace, key, settle)
+      .settle(this.#namespace, key, settle, coalesceMs)
       .then(
         () => this.#onWritten(key),
         (error: unknown) => {

@@ -88,8 +88,12 @@ export interface InspectResult {
  */
 export interface Store {
   reserve(request: ReserveRequest): Promise<ReserveResult>;
-  /** Applies completions and releases of earlier slots, and wakes decisions waiting for the key. */
-  settle(namespace: string, key: string, settle: readonly Settlement[]): Promise<void>;
+  /**
+   * Applies completions and releases of earlier slots, and wakes decisions waiting for the key. The
+   * store may hold the write back up to `coalesceMs` to send it with others: a release is its
+   * response time whenever written, and the room it frees comes a window after it.
+   */
+  settle(namespace: string, key: string, settle: readonly Settlement[], coalesceMs?: number): Promise<void>;
   inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult>;
   /**
    * Calls `listener(key)` whenever a completion or release is written for a key of `namespace` on

@@ -7,7 +7,7 @@ import { throttleWrap } from './adapters/wrap.js';
 import { prepareCall, type CallDefaults } from './calls.js';
 import { checkDelay } from './check.js';
 import type { StoreClock } from './clock.js';
-import { Completions } from './completions.js';
+import { coalesceMs, Completions } from './completions.js';
 import { PAUSED } from './decision.js';
 import { CallTimeoutError, QueueFullError, RateLimitedError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
 import { Decisions, storeError, type Booking, type Call } from './decisions.js';
@@ -380,12 +380,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     // The latest the store clock can read now: from this call's own answer, or from the quickest answers.
     const releaseAt = Math.ceil(Math.min(grant.result.startAt + (completedAt - grant.due), grant.clock.storeTime(completedAt)));
     if (grant.localSlot) grant.localSlot.releaseAt = releaseAt;
-    this.#completions.write(grant.store, call.encoded, grant.result.members.map((member) => ({ member, releaseAt })), call.retainMs + this.#maxHoldMs);
+    this.#completions.write(grant.store, call.encoded, grant.result.members.map((member) => ({ member, releaseAt })), call.retainMs + this.#maxHoldMs, coalesceMs(call.rules));
   }
 
   /** Gives back a slot whose call will never start. */
   #release(call: Call, grant: Grant): void {
     if (grant.localSlot) this.#fallback?.forget(call.encoded, grant.localSlot);
-    this.#completions.write(grant.store, call.encoded, grant.result.members.map((member) => ({ member, releaseAt: null })), call.retainMs + this.#maxHoldMs);
+    this.#completions.write(grant.store, call.encoded, grant.result.members.map((member) => ({ member, releaseAt: null })), call.retainMs + this.#maxHoldMs, coalesceMs(call.rules));
   }
 }

@@ -111,7 +111,8 @@ export class MemoryStore implements Store {
     return { ...answer, status: 'booked', members };
   }
 
-  async settle(namespace: string, key: string, settle: readonly Settlement[]): Promise<void> {
+  /** Written at once (in-process, nothing to batch): `_coalesceMs` is not needed. */
+  async settle(namespace: string, key: string, settle: readonly Settlement[], _coalesceMs?: number): Promise<void> {
     const nowMs = Math.ceil(this.#clock());
     const log = this.#logs.get(`${namespace}\n${key}`);
     if (!log || log.expiresAt <= nowMs) return;

@@ -25,15 +25,6 @@ interface Subscriber {
 /** Keys of each script on a Cluster, where a batch holds one user key's two keys and no epoch key. */
 const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 1, epoch: 1 } as const satisfies Record<keyof typeof scripts, number>;
 
-/**
- * Completions alone wait this long for company before they are sent: those of the next few ms, and
- * any decision asked meanwhile (which sends at once), go in the same batch. Costs no quota: a
- * completion's release is its response time, whenever it is written, and the slot it frees starts a
- * whole window after that, so the decisions it wakes come in time for any window longer than this
- * plus a round trip.
- */
-const COMPLETION_DELAY_MS = 5;
-
 /** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by ioredis), but for the operations of one key. */
 const MAX_BATCH = 256;
 
@@ -63,8 +54,10 @@ export class RedisStore implements Store {
   readonly #tag = `.${randomBytes(6).toString('base64url')}`;
   #seq = 0;
   #queue: Op[] = [];
-  /** The next batch: none, at the next `setImmediate`, or at a timer (completions alone, see COMPLETION_DELAY_MS). */
+  /** The next batch: none, at the next `setImmediate`, or at a timer (completions alone, see `settle`). */
   #flushScheduled: 'none' | 'now' | NodeJS.Timeout = 'none';
+  /** `performance.now()` when the timer of `#flushScheduled` fires. */
+  #flushAt = Infinity;
   #subscriber: Subscriber | undefined;
   readonly #channels = new Map<string, { readonly ready: Promise<unknown>; readonly listeners: Set<(key: string) => void> }>();
   #closed = false;
@@ -132,7 +125,11 @@ export class RedisStore implements Store {
     return { status: status === 1 ? 'booked' : status === 2 ? 'deferred' : 'refused', waitMs, retryMs, startAt, now, ruleIndex, members };
   }
 
-  async settle(namespace: string, key: string, settle: readonly Settlement[]): Promise<void> {
+  /**
+   * Completions alone wait up to `coalesceMs` (none by default) for company: those of the next ms,
+   * and any decision asked meanwhile (which sends at once), go in the same batch.
+   */
+  async settle(namespace: string, key: string, settle: readonly Settlement[], coalesceMs = 0): Promise<void> {
     if (settle.length === 0) return;
     this.#recovery?.journal.settle(namespace, key, settle, (member) => Number.parseInt(member, 10));
     const pairs: Array<string | number> = [];
@@ -141,7 +138,7 @@ export class RedisStore implements Store {
       if (member.endsWith(this.#tag)) pairs.push(Number.parseInt(member, 10), releaseAt === null ? '' : Math.ceil(releaseAt));
     }
     if (pairs.length === 0) return;
-    await this.#enqueue('c', namespace, key, 0, 0, 0, NO_RULES, 0, 0, pairs);
+    await this.#enqueue('c', namespace, key, 0, 0, 0, NO_RULES, 0, 0, pairs, coalesceMs);
   }
 
   async listen(namespace: string, listener: (key: string) => void): Promise<() => void> {
@@ -301,23 +298,29 @@ export class RedisStore implements Store {
     maxDelayMs: number,
     first: number,
     pairs: ReadonlyArray<string | number>,
+    delayMs = 0,
   ): Promise<Decided | undefined> {
     return new Promise((resolve, reject) => {
       // One object shape for every operation (see Op).
       this.#queue.push({ type, namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, pairs, resolve, reject, tries: 0 });
       if (this.#flushScheduled === 'now') return;
-      if (type !== 'c') {
-        if (this.#flushScheduled !== 'none') clearTimeout(this.#flushScheduled);
+      const at = performance.now() + delayMs;
+      if (type === 'c' && delayMs > 0 && at >= this.#flushAt) return;
+      if (this.#flushScheduled !== 'none') clearTimeout(this.#flushScheduled);
+      if (type === 'c' && delayMs > 0) {
+        this.#flushScheduled = setTimeout(() => this.#flush(), delayMs);
+        this.#flushAt = at;
+      } else {
         this.#flushScheduled = 'now';
+        this.#flushAt = Infinity;
         setImmediate(() => this.#flush());
-      } else if (this.#flushScheduled === 'none') {
-        this.#flushScheduled = setTimeout(() => this.#flush(), COMPLETION_DELAY_MS);
       }
     });
   }
 
   #flush(): void {
     this.#flushScheduled = 'none';
+    this.#flushAt = Infinity;
     const ops = this.#queue;
     this.#queue = [];
     // Per namespace (per key on a Cluster), the operations of each key, in the order asked.
