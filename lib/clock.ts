@@ -21,15 +21,26 @@ export class StoreClock {
   #low = -Infinity;
   #lowAt = 0;
 
-  /** One decision's round trip: `now` is the store's reading, rounded up to a whole ms. */
+  /**
+   * One decision's round trip: `now` is the store's reading, rounded up to a whole ms. A sample
+   * that contradicts the bounds kept (the store's clock was stepped, or another host answers after
+   * a failover) replaces them.
+   */
   sample(sentAt: number, receivedAt: number, now: number): void {
     const high = now - sentAt;
+    const low = now - 1 - receivedAt;
+    if (low > this.#highBound(receivedAt) || high < this.#lowBound(sentAt)) {
+      this.#high = high;
+      this.#highAt = sentAt;
+      this.#low = low;
+      this.#lowAt = receivedAt;
+      return;
+    }
     if (high <= this.#highBound(sentAt)) {
       this.#high = high;
       this.#highAt = sentAt;
     }
     // `now` may be up to 1 ms above the reading.
-    const low = now - 1 - receivedAt;
     if (low >= this.#lowBound(receivedAt)) {
       this.#low = low;
       this.#lowAt = receivedAt;

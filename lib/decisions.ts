@@ -92,7 +92,7 @@ export class Decisions {
       const sentAt = performance.now();
       if (fallback?.active) {
         const local = await fallback.decide(request);
-        return { result: local.result, extra: this.#booking(local.store, local.localSlot, sentAt, local.result.now) };
+        return { result: local.result, extra: this.#booking(local.store, local.localSlot, sentAt, local.result) };
       }
       try {
         if (fallback?.owing) await fallback.putBack();
@@ -105,7 +105,7 @@ export class Decisions {
           await this.#listen(store.listen.bind(store));
           continue;
         }
-        return { result, extra: this.#booking(store, undefined, sentAt, result.now) };
+        return { result, extra: this.#booking(store, undefined, sentAt, result) };
       } catch (error) {
         const failure = storeError(error);
         if (!(failure instanceof StoreUnavailableError)) throw failure;
@@ -123,11 +123,16 @@ export class Decisions {
     }
   }
 
-  #booking(store: Store, localSlot: LocalSlot | undefined, sentAt: number, now: number): Booking {
+  #booking(store: Store, localSlot: LocalSlot | undefined, askedAt: number, result: ReserveResult): Booking {
     const receivedAt = performance.now();
-    let clock = this.#clocks.get(store);
-    if (!clock) this.#clocks.set(store, (clock = new StoreClock()));
-    clock.sample(sentAt, receivedAt, now);
+    // An in-process store may answer with a clock reading taken before the ask: from then on.
+    const sentAt = Math.min(askedAt, result.readAt ?? askedAt);
+    let clock = store.singleClock ? this.#clocks.get(store) : undefined;
+    if (!clock) {
+      clock = new StoreClock();
+      if (store.singleClock) this.#clocks.set(store, clock);
+    }
+    clock.sample(sentAt, receivedAt, result.now);
     return { store, localSlot, sentAt, receivedAt, clock };
   }
 

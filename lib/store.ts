@@ -50,6 +50,12 @@ export interface ReserveResult {
   readonly startAt: number;
   /** Store-clock time (ms, rounded up) the decision was taken at. */
   readonly now: number;
+  /**
+   * A store that reads its clock in this process: `performance.now()` when it read `now` (it may
+   * reuse a reading taken before the decision was asked for). Others leave it out: they read their
+   * clock after the ask left.
+   */
+  readonly readAt?: number;
   /** Index in `rules` of the rule that set the start, `PAUSED` (-2) for a vendor pause, -1 when neither did. */
   readonly ruleIndex: number;
   /** Members of the booked slots (`cost` of them), empty unless booked. */
@@ -94,6 +100,12 @@ export interface Store {
    * response time whenever written, and the room it frees comes a window after it.
    */
   settle(namespace: string, key: string, settle: readonly Settlement[], coalesceMs?: number): Promise<void>;
+  /**
+   * Every decision reads one clock (true: one Redis, or this process). A store whose decisions read
+   * several clocks (a Redis Cluster: each master's `TIME`) leaves it out, and each decision's own
+   * round trip then places its call (lib/clock.ts).
+   */
+  readonly singleClock?: boolean;
   inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult>;
   /**
    * Calls `listener(key)` whenever a completion or release is written for a key of `namespace` on

@@ -305,6 +305,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       const aborted = [call.signal, this.#closing.signal].find((signal) => signal?.aborted);
       if (aborted || result.status !== 'deferred') {
         line?.resume();
+        // Deferred, so listed in the key's waiting processes, but gone: leave, unless calls here still wait.
+        if (result.status === 'deferred' && !(this.#lines.get(key)?.size)) this.store.leave?.(this.name, key).catch(() => undefined);
         if (result.status === 'booked') {
           const grant = this.#grant(result, extra);
           if (!aborted) return grant;
@@ -353,7 +355,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     // one is reached by a timer that may fire up to 1 ms early.
     const due = booking.sentAt + result.waitMs - (result.waitMs > 0 ? 1 : 0);
     // A later slot: counted from this answer's arrival, or from the store clock as the quickest
-    // answers placed it (lib/clock.ts), whichever is sooner; both are never before the slot.
+    // answers placed it (lib/clock.ts), whichever is sooner. The first ignores drift over the wait
+    // itself (docs/design.md §5, Clocks).
     const startsAt = result.waitMs > 0 ? Math.min(booking.receivedAt + result.waitMs, booking.clock.localTime(result.startAt)) : booking.receivedAt;
     return { result, store: booking.store, localSlot: booking.localSlot, clock: booking.clock, due, startsAt };
   }
@@ -377,7 +380,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       const message = `a call took ${Math.round(completedAt - startedAt)} ms, not less than maxHoldMs (${this.#maxHoldMs} ms): a slot counts at most until start + maxHoldMs, so set maxHoldMs above the vendor's request timeout`;
       this.notify('debug', { message, key: call.key });
     }
-    // The latest the store clock can read now: from this call's own answer, or from the quickest answers.
+    // The latest the store clock can read now: from this call's own answer (drift over the call
+    // ignored, as for its start), or from the quickest answers, whichever is sooner.
     const releaseAt = Math.ceil(Math.min(grant.result.startAt + (completedAt - grant.due), grant.clock.storeTime(completedAt)));
     if (grant.localSlot) grant.localSlot.releaseAt = releaseAt;
     this.#completions.write(grant.store, call.encoded, grant.result.members.map((member) => ({ member, releaseAt })), call.retainMs + this.#maxHoldMs, coalesceMs(call.rules));

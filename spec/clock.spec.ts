@@ -27,6 +27,15 @@ describe('StoreClock: where the store clock stands, from round trips', () => {
     expect(clock.storeTime(later + 30)).to.be.closeTo(later + 30 + 1_000_015 + MAX_DRIFT * 30, 1e-6);
   });
 
+  it('takes a sample that contradicts the bounds kept (the store clock stepped, a failover) instead of them', () => {
+    const clock = new StoreClock();
+    clock.sample(0, 2, 1_000_001);
+    // The store's clock stepped 500 ms ahead: the old upper bound would place releases 500 ms early.
+    clock.sample(100, 102, 1_000_601);
+    expect(clock.storeTime(102)).to.be.at.least(1_000_601);
+    expect(clock.localTime(1_000_700)).to.be.closeTo(202 + MAX_DRIFT * 100, 0.001); // from the new lower bound, aged 100 ms
+  });
+
   it('never places a start before the store reaches it, nor a release before the store clock, whatever the round trips', () => {
     fc.assert(
       fc.property(

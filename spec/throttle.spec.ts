@@ -612,3 +612,26 @@ describe('Throttle: bad input', () => {
     await bad.close();
   });
 });
+
+describe('Throttle: where completions land on the store clock (real time)', () => {
+  it('never writes a release before the store clock, even when thousands of calls are decided in one turn on one clock reading', async () => {
+    // The MemoryStore reads its clock once per turn of the event loop: the later calls of a big
+    // turn are answered with a reading older than their ask. Their releases must still not be early.
+    const clock = () => performance.timeOrigin + performance.now();
+    const memory = new MemoryStore({ now: clock });
+    const early: number[] = [];
+    /** Per key, the store clock as its call returned: its completion comes after. */
+    const ends = new Map<string, number>();
+    const store = delegatingStore(memory, {
+      settle: (namespace, key, settle, coalesceMs) => {
+        const end = ends.get(key)!;
+        for (const { releaseAt } of settle) if (releaseAt !== null && releaseAt < end) early.push(end - releaseAt);
+        return memory.settle(namespace, key, settle, coalesceMs);
+      },
+    });
+    const throttle = new Throttle({ rules: ['1000/s'], store });
+    await Promise.all(Array.from({ length: 3_000 }, (_, i) => throttle.schedule(`u${i}`, () => void ends.set(`u${i}`, clock()))));
+    await throttle.close();
+    expect(early, 'ms early').to.deep.equal([]);
+  });
+});

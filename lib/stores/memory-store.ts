@@ -40,8 +40,11 @@ export class MemoryStore implements Store {
   /** Walks the map across decisions, a few entries each time, dropping expired logs (see #sweep). */
   #cursor: Iterator<[string, KeyLog]> = this.#logs.entries();
   #seq = 0;
-  /** The clock reading of this turn of the event loop (see #clock). */
+  /** The clock reading of this turn of the event loop (see #clock), and `performance.now()` when it was taken. */
   #reading: number | undefined;
+  #readAt = 0;
+  /** One clock, read in this process. */
+  readonly singleClock = true;
 
   constructor(options: MemoryStoreOptions = {}) {
     if (options === null || typeof options !== 'object') throw new TypeError('Expected MemoryStore options to be an object');
@@ -55,6 +58,8 @@ export class MemoryStore implements Store {
    */
   #clock(): number {
     if (this.#reading === undefined) {
+      // Local time first: the reading is taken at or after it.
+      this.#readAt = performance.now();
       this.#reading = this.#now();
       // A promise job, not queueMicrotask: fake timers (sinon) replace the latter.
       void Promise.resolve().then(() => {
@@ -83,7 +88,7 @@ export class MemoryStore implements Store {
     const { ruleIndex, bound, earliest } = plan;
     const startAt = Math.ceil(plan.startAt);
     const waitMs = earliest <= now ? 0 : Math.ceil(earliest - now);
-    const answer = { waitMs, startAt, now: nowMs, ruleIndex, retryMs: 0, members: [] };
+    const answer = { waitMs, startAt, now: nowMs, readAt: this.#readAt, ruleIndex, retryMs: 0, members: [] };
     const limited = waitMs > request.maxDelayMs;
     if (bound !== undefined) {
       if (limited || request.maxDelayMs === 0) {

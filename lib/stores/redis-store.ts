@@ -101,6 +101,11 @@ export class RedisStore implements Store {
     }
   }
 
+  /** One Redis: one clock (`TIME`). On a Cluster each master has its own. */
+  get singleClock(): boolean {
+    return !this.#cluster;
+  }
+
   /** The ioredis client this store runs on. */
   get client(): RedisClientLike {
     return this.#client;

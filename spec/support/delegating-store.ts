@@ -8,8 +8,10 @@ export function delegatingStore(inner: Store, overrides: Partial<Store>): Store 
     inspect: (...args) => inner.inspect(...args),
     pause: (...args) => inner.pause(...args),
     ...(inner.listen ? { listen: (...args: Parameters<NonNullable<Store['listen']>>) => inner.listen!(...args) } : {}),
+    ...(inner.leave ? { leave: (...args: Parameters<NonNullable<Store['leave']>>) => inner.leave!(...args) } : {}),
     restore: (...args) => inner.restore(...args),
     close: () => inner.close(),
+    ...(inner.singleClock === undefined ? {} : { singleClock: inner.singleClock }),
     ...overrides,
   };
 }
