@@ -9,18 +9,10 @@ import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
 import { MAX_RECOVERIES, Recovery } from './redis-recovery.js';
 import type { RedisClientLike, RedisStoreOptions } from './redis-options.js';
 import { scripts } from './redis-scripts.js';
+import { Wakes } from './redis-wakes.js';
 
 type ScriptFn = (...args: Array<string | number>) => Promise<unknown>;
 type ScriptedClient = RedisClientLike & Record<string, ScriptFn> & { readonly isCluster?: boolean };
-
-/** A subscriber connection (ioredis `duplicate()` of the user's client). */
-interface Subscriber {
-  subscribe(channel: string): Promise<unknown>;
-  on(event: 'message', listener: (channel: string, message: string) => void): unknown;
-  on(event: 'error', listener: (error: unknown) => void): unknown;
-  on(event: 'ready', listener: () => void): unknown;
-  disconnect(): void;
-}
 
 /** Keys of each script on a Cluster, where a batch holds one user key's two keys and no epoch key. */
 const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 1, epoch: 1 } as const satisfies Record<keyof typeof scripts, number>;
@@ -58,9 +50,7 @@ export class RedisStore implements Store {
   #flushScheduled: 'none' | 'now' | NodeJS.Timeout = 'none';
   /** `performance.now()` when the timer of `#flushScheduled` fires. */
   #flushAt = Infinity;
-  #subscriber: Subscriber | undefined;
-  readonly #channels = new Map<string, { readonly ready: Promise<unknown>; readonly listeners: Set<(key: string) => void> }>();
-  #closed = false;
+  readonly #wakes: Wakes;
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
     if (client === null || typeof client !== 'object' || typeof client.defineCommand !== 'function') {
@@ -83,6 +73,7 @@ export class RedisStore implements Store {
       client.defineCommand(name, this.#cluster ? { lua, numberOfKeys: CLUSTER_KEYS[op as keyof typeof scripts] } : { lua });
     }
     this.#client = scripted;
+    this.#wakes = new Wakes(client, (promise) => this.#timed(promise));
     if (recovery !== false) {
       const heartbeatMs = positive('recovery.heartbeatMs', recovery.heartbeatMs ?? 500);
       const graceMs = positive('recovery.graceMs', recovery.graceMs ?? 3_000);
@@ -146,33 +137,8 @@ export class RedisStore implements Store {
     await this.#enqueue('c', namespace, key, 0, 0, 0, NO_RULES, 0, 0, pairs, coalesceMs);
   }
 
-  async listen(namespace: string, listener: (key: string) => void): Promise<() => void> {
-    if (this.#closed) return () => undefined;
-    const channel = this.#ownChannel(namespace);
-    let entry = this.#channels.get(channel);
-    if (!entry) {
-      const subscriber = this.#openSubscriber();
-      // A subscription that fails leaves waiters to their bounds; the next listen() tries again.
-      const ready = this.#timed(subscriber.subscribe(channel)).catch((error: unknown) => {
-        this.#channels.delete(channel);
-        throw error;
-      });
-      this.#channels.set(channel, (entry = { ready, listeners: new Set() }));
-    }
-    entry.listeners.add(listener);
-    const current = entry;
-    await current.ready;
-    return () => {
-      current.listeners.delete(listener);
-      if (current.listeners.size > 0 || this.#channels.get(channel) !== current) return;
-      this.#channels.delete(channel);
-      // No one listens any more (every throttle on the store closed): the subscriber goes, so that
-      // it does not keep the process alive; the next wait opens one again.
-      if (this.#channels.size === 0) {
-        this.#subscriber?.disconnect();
-        this.#subscriber = undefined;
-      }
-    };
+  listen(namespace: string, listener: (key: string) => void): Promise<() => void> {
+    return this.#wakes.listen(`${this.#channel(namespace)}${this.#tag}`, listener);
   }
 
   async leave(namespace: string, key: string): Promise<void> {
@@ -232,11 +198,8 @@ export class RedisStore implements Store {
 
   /** Stops the epoch heartbeat and the store's subscriber. The client belongs to the caller and stays open. */
   async close(): Promise<void> {
-    this.#closed = true;
     this.#recovery?.close();
-    this.#subscriber?.disconnect();
-    this.#subscriber = undefined;
-    this.#channels.clear();
+    this.#wakes.close();
   }
 
   #member(number: number): string {
@@ -246,34 +209,6 @@ export class RedisStore implements Store {
   /** The namespace's channel prefix, as the batch script takes it. */
   #channel(namespace: string): string {
     return `${this.prefix}:${namespace}:free`;
-  }
-
-  /** Where completions wake this process: the namespace's prefix and this process's tag. */
-  #ownChannel(namespace: string): string {
-    return `${this.#channel(namespace)}${this.#tag}`;
-  }
-
-  #openSubscriber(): Subscriber {
-    if (this.#subscriber) return this.#subscriber;
-    const duplicate = (this.#client as unknown as { duplicate?: () => Subscriber }).duplicate;
-    if (typeof duplicate !== 'function') throw new StoreUnavailableError('The Redis client cannot open a subscriber connection (no duplicate())');
-    const subscriber = duplicate.call(this.#client);
-    subscriber.on('error', () => {
-      // A lost subscriber reconnects on its own; waiters ask again at their bounds meanwhile.
-    });
-    let connections = 0;
-    subscriber.on('ready', () => {
-      // Back after a disconnection (ioredis subscribes again by itself): announcements may have
-      // been missed meanwhile, so every waiting call asks again.
-      if (++connections === 1) return;
-      for (const { listeners } of this.#channels.values()) for (const listener of listeners) listener('');
-    });
-    subscriber.on('message', (channel, key) => {
-      // The key: this process is the oldest waiting on it (no other process hears the message).
-      for (const listener of this.#channels.get(channel)?.listeners ?? []) listener(key);
-    });
-    this.#subscriber = subscriber;
-    return subscriber;
   }
 
   /** Runs one script (inspect, pause, restore, epoch: rare operations, never batched) with a timeout. */
