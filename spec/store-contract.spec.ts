@@ -761,18 +761,34 @@ describe('RedisStore specifics', () => {
       calls++;
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
+    // Folding waits until a bucketed rule could bind: a call of the whole limit folds (and is refused).
+    const foldNow = () => store.reserve(request({ rules, cost: 1_000, maxDelayMs: 0, maxHoldMs: 1 }));
+    expect((await foldNow()).status).to.equal('refused');
     // Three windows of steady use: at most the live buckets (10, or 11 across a bucket's end) remain.
     const steady = await bucketsOf('200:20');
     expect(steady.fields).to.be.within(1, 11);
     expect(steady.n).to.equal(steady.calls);
     expect(await client.pttl(meta)).to.be.above(0);
-    // 25 bucket widths without a decision (more than meta has fields): one decision deletes them all.
+    // 25 bucket widths without a decision (more than meta has fields): one fold deletes them all.
     await new Promise((resolve) => setTimeout(resolve, 500));
-    await store.reserve(request({ rules, maxHoldMs: 1 }));
+    await foldNow();
     expect(await bucketsOf('200:20')).to.deep.equal({ fields: 0, calls: 0, n: 0 });
     const long = await bucketsOf('2000:1000');
     expect(long.n).to.equal(long.calls);
     expect(long.calls).to.equal(calls);
+  });
+
+  it('a fold that finds nothing to fold still leaves meta with a time to live', async () => {
+    const client = redisClient();
+    const prefix = uniquePrefix();
+    const store = redisStore(client, { prefix });
+    const rules = [{ limit: 100, windowMs: 1_000, bucketMs: 100 }];
+    // 40 calls in flight: more than the log holds before folding (32 with no exact rule), none foldable.
+    expect((await store.reserve(request({ rules, cost: 40, maxHoldMs: 10_000 }))).status).to.equal('booked');
+    expect((await store.reserve(request({ rules, maxHoldMs: 10_000 }))).status).to.equal('booked');
+    const { meta } = keyNames(prefix, 'ns', 'k');
+    expect(await client.hget(meta, 'b:1000:100:n')).to.equal('0');
+    expect(await client.pttl(meta)).to.be.within(1, 1_000);
   });
 
   it('a bucketed 100000/day key holds 20,000 completed calls in its window in under 4 KB', async () => {

@@ -37,10 +37,26 @@ local sets = {}
 local i = 5
 for n = 1, tonumber(ARGV[4]) do
   local rule_count = tonumber(ARGV[i + 2])
-  local set = { max_hold = tonumber(ARGV[i]), retain = tonumber(ARGV[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, bucketed = false }
+  local set = { max_hold = tonumber(ARGV[i]), retain = tonumber(ARGV[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { 'pause', 'w' }, groups = {} }
+  local by_prefix = {}
   for r = 0, rule_count - 1 do
-    set.most = math.max(set.most, tonumber(ARGV[i + 3 + 3 * r]))
-    if ARGV[i + 5 + 3 * r] ~= '0' then set.bucketed = true end
+    local limit = tonumber(ARGV[i + 3 + 3 * r])
+    set.most = math.max(set.most, limit)
+    if ARGV[i + 5 + 3 * r] ~= '0' then
+      -- A bucketed rule's (WINDOW, BUCKET): meta's count of calls in its buckets is read with the state.
+      set.bucketed = true
+      local prefix = 'b:' .. tonumber(ARGV[i + 4 + 3 * r]) .. ':' .. tonumber(ARGV[i + 5 + 3 * r]) .. ':'
+      local group = by_prefix[prefix]
+      if group == nil then
+        group = { rules = {} }
+        by_prefix[prefix] = group
+        set.groups[#set.groups + 1] = group
+        set.meta_fields[#set.meta_fields + 1] = prefix .. 'n'
+      end
+      group.rules[#group.rules + 1] = r
+    else
+      set.most_exact = math.max(set.most_exact, limit)
+    end
   end
   sets[n] = set
   i = i + 3 + 3 * rule_count

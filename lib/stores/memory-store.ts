@@ -80,9 +80,9 @@ export class MemoryStore implements Store {
     const id = `${request.namespace}\n${request.key}`;
     const log = this.#open(id, nowMs);
     this.#sweep(nowMs);
-    fold(log, nowMs, request.rules);
     const most = Math.max(...request.rules.map((rule) => rule.limit));
     if (log.scores.length > 2 * most + 32) trim(log, nowMs - request.retainMs);
+    if (foldDue(log, request.rules, request.cost)) fold(log, nowMs, request.rules);
     const scoreAt = (i: number) => log.scores[i]!;
     const plan = planSlot(log.scores.length, scoreAt, request.rules, request.cost, now, request.maxHoldMs, log.pausedUntil, liveBuckets(log, nowMs));
     const { ruleIndex, bound, earliest } = plan;
@@ -258,6 +258,25 @@ function fold(log: KeyLog, nowMs: number, rules: readonly Rule[]): void {
   }
   log.scores.splice(0, drop);
   log.members.splice(0, drop);
+}
+
+/**
+ * `vt_fold_due`: folding waits until the log holds more than twice the exact rules' largest limit
+ * plus 32, or a bucketed rule could bind (the calls in its log and its buckets, as counted at the
+ * last fold, leave no room for `cost` more). Until then old calls count one by one.
+ */
+function foldDue(log: KeyLog, rules: readonly Rule[], cost: number): boolean {
+  if (!rules.some(isBucketed)) return false;
+  const size = log.scores.length;
+  const mostExact = rules.reduce((most, rule) => (isBucketed(rule) ? most : Math.max(most, rule.limit)), 0);
+  if (size > 2 * mostExact + 32) return true;
+  return rules.some((rule) => {
+    if (!isBucketed(rule)) return false;
+    const prefix = `${rule.windowMs}:${rule.bucketMs}:`;
+    let folded = 0;
+    for (const [field, count] of log.buckets) if (field.startsWith(prefix)) folded += count;
+    return size + folded > rule.limit - cost;
+  });
 }
 
 function isBucketed(rule: Rule): boolean {

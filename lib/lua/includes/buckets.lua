@@ -2,7 +2,8 @@
 -- `--- @include "buckets"`, after "log".
 
 -- Rules come as R, then R triples: LIMIT, WINDOW (ms), BUCKET (ms; 0 = exact). A bucketed rule
--- (BUCKET > 0) counts completed calls older than the exact rules' longest window in buckets, fields
+-- (BUCKET > 0) counts completed calls older than the exact rules' longest window, once a decision
+-- folds them (vt_fold_due in includes/decide.lua), in buckets, fields
 -- 'b:<WINDOW>:<BUCKET>:<index>' of meta: a call that ended at s counts as if it ended at
 -- ceil(s / BUCKET) × BUCKET, the end of its bucket (never earlier: a call is held back by less than
 -- one bucket width, never let through early). See lib/decision.ts (bucketIndex, bucketedFreeAt).
@@ -114,7 +115,16 @@ local function vt_fold(log, meta, a, rules_at, rule_count, now_ms)
       changes[#changes + 1] = group.n
     end
   end
-  if #changes > 0 then redis.call('HSET', meta, unpack(changes)) end
+  if #changes > 0 then
+    redis.call('HSET', meta, unpack(changes))
+    -- Nothing folded to count on: meta may have just been created by these fields, without a time
+    -- to live. They matter for a window at most.
+    if until_ms == 0 then
+      local longest = 0
+      for _, group in ipairs(groups) do longest = math.max(longest, group.window) end
+      vt_keep(meta, longest)
+    end
+  end
   return until_ms, totals
 end
 

@@ -27,6 +27,18 @@
   rule_index: 0-based index of the rule that set the start, -2 a vendor pause, -1 neither,
   -3 (deferred) a new epoch is not ready yet (live processes are putting back their calls).
 ]]
+-- Whether the log's old completed calls are folded into buckets before the next call of COST: when
+-- the log holds more than twice the exact rules' largest limit plus 32 (memory stays bounded), or
+-- when some bucketed rule could bind (its log and buckets together leave no room for COST more:
+-- the rule then reads its buckets). Until then each call counts by its own release, exactly.
+local function vt_fold_due(size, folded, set, a, cost)
+  if size > 2 * set.most_exact + 32 then return true end
+  for r, n in pairs(folded) do
+    if size + n > tonumber(a[set.rules_at + 3 * r]) - cost then return true end
+  end
+  return false
+end
+
 local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local now_ms = math.ceil(now)
   local cost = tonumber(a[i])
@@ -36,17 +48,18 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local rules_at, rule_count = set.rules_at, set.rule_count
   local next_op = calls_at + 2 * count
 
-  local state = redis.call('HMGET', meta, 'pause', 'w')
+  local state = redis.call('HMGET', meta, unpack(set.meta_fields))
   local pause = tonumber(state[1] or 0)
+  -- Calls in the buckets of each bucketed rule: meta's count as of the last fold, never fewer than
+  -- those still counting (buckets change only when calls are folded).
   local folded = {}
-  if set.bucketed then
-    local folded_until
-    folded_until, folded = vt_fold(log, meta, a, rules_at, rule_count, now_ms)
-    -- Buckets count until their end plus the window: meta lives at least that long.
-    if folded_until > 0 then vt_keep(meta, folded_until - now_ms) end
+  for g, group in ipairs(set.groups) do
+    for _, r in ipairs(group.rules) do folded[r] = tonumber(state[2 + g] or 0) end
   end
   local size = redis.call('ZCARD', log)
-  local fresh = size == 0
+  -- A booking into an empty log creates the key: it has no time to live yet (PEXPIRE GT would not set one).
+  local fresh = false
+  local unfolded = set.bucketed
   -- Entries older than the history kept sit below every index a rule looks at: trimming them is
   -- needed only to bound memory, so it waits until the log holds twice what the rules can bind.
   if size > 2 * set.most + 32 then
@@ -58,6 +71,14 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local booked_until = 0
   local waits_until = 0
   for c = 0, count - 1 do
+    if unfolded and vt_fold_due(size, folded, set, a, cost) then
+      local folded_until
+      folded_until, folded = vt_fold(log, meta, a, rules_at, rule_count, now_ms)
+      -- Buckets count until their end plus the window: meta lives at least that long.
+      if folded_until > 0 then vt_keep(meta, folded_until - now_ms) end
+      size = redis.call('ZCARD', log)
+      unfolded = false
+    end
     local max_delay = a[calls_at + 2 * c]
     -- The clock as read, not rounded up: a slot is free now only if it is free at the moment the
     -- call can start, which is after this reading, never before it.
@@ -137,6 +158,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
     else
       local first = tonumber(a[calls_at + 2 * c + 1])
       local score = start_at + max_hold
+      if size == 0 then fresh = true end
       -- In chunks: unpack() takes a few thousand values at most, and cost may be as large as a limit.
       for from = 0, cost - 1, 1000 do
         local args = {}
