@@ -39,9 +39,11 @@ for n = 1, tonumber(ARGV[4]) do
   local rule_count = tonumber(ARGV[i + 2])
   local set = { max_hold = tonumber(ARGV[i]), retain = tonumber(ARGV[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { 'pause', 'w' }, groups = {} }
   local by_prefix = {}
+  local longest = 1
   for r = 0, rule_count - 1 do
     local limit = tonumber(ARGV[i + 3 + 3 * r])
     set.most = math.max(set.most, limit)
+    longest = math.max(longest, tonumber(ARGV[i + 4 + 3 * r]))
     if ARGV[i + 5 + 3 * r] ~= '0' then
       -- A bucketed rule's (WINDOW, BUCKET): meta's count of calls in its buckets is read with the state.
       set.bucketed = true
@@ -58,6 +60,9 @@ for n = 1, tonumber(ARGV[4]) do
       set.most_exact = math.max(set.most_exact, limit)
     end
   end
+  -- The history kept (RETAIN, k longest windows) and the slots booked ahead (a window at most) hold
+  -- at most (k + 1) × the largest limit: 32 more, and the log is trimmed.
+  set.trim_above = set.most * (math.ceil(set.retain / longest) + 1) + 32
   sets[n] = set
   i = i + 3 + 3 * rule_count
 end

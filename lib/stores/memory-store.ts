@@ -80,8 +80,7 @@ export class MemoryStore implements Store {
     const id = `${request.namespace}\n${request.key}`;
     const log = this.#open(id, nowMs);
     this.#sweep(nowMs);
-    const most = Math.max(...request.rules.map((rule) => rule.limit));
-    if (log.scores.length > 2 * most + 32) trim(log, nowMs - request.retainMs);
+    if (log.scores.length > trimAbove(request)) trim(log, nowMs - request.retainMs);
     if (foldDue(log, request.rules, request.cost)) fold(log, nowMs, request.rules);
     const scoreAt = (i: number) => log.scores[i]!;
     const plan = planSlot(log.scores.length, scoreAt, request.rules, request.cost, now, request.maxHoldMs, log.pausedUntil, liveBuckets(log, nowMs));
@@ -295,6 +294,17 @@ function liveBuckets(log: KeyLog, nowMs: number): BucketsOf {
     }
     return out.sort((a, b) => a.end - b.end);
   };
+}
+
+/**
+ * As `set.trim_above` in lua/batch.lua: the history kept (`retainMs`, k longest windows) and the slots
+ * booked ahead (a window at most) hold at most (k + 1) × the largest limit; the log is trimmed once it
+ * holds 32 more.
+ */
+function trimAbove(request: ReserveRequest): number {
+  const most = Math.max(...request.rules.map((rule) => rule.limit));
+  const longest = Math.max(1, ...request.rules.map((rule) => rule.windowMs));
+  return most * (Math.ceil(request.retainMs / longest) + 1) + 32;
 }
 
 function trim(log: KeyLog, before: number): void {

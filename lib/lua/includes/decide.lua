@@ -61,8 +61,9 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local fresh = false
   local unfolded = set.bucketed
   -- Entries older than the history kept sit below every index a rule looks at: trimming them is
-  -- needed only to bound memory, so it waits until the log holds twice what the rules can bind.
-  if size > 2 * set.most + 32 then
+  -- needed only to bound memory, so it waits until the log holds 32 more than the history and the
+  -- bookings ahead can count.
+  if size > set.trim_above then
     redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - retain)
     size = redis.call('ZCARD', log)
   end
