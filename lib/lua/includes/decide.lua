@@ -39,6 +39,9 @@ local function vt_fold_due(size, folded, set, a, cost)
   return false
 end
 
+-- The buckets of a rule set without bucketed rules: none, never written.
+local vt_no_buckets = {}
+
 local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local now_ms = math.ceil(now)
   local cost = tonumber(a[i])
@@ -52,7 +55,8 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local pause = tonumber(state[1] or 0)
   -- Calls in the buckets of each bucketed rule: meta's count as of the last fold, never fewer than
   -- those still counting (buckets change only when calls are folded).
-  local folded = {}
+  local folded = vt_no_buckets
+  if set.bucketed then folded = {} end
   for g, group in ipairs(set.groups) do
     for _, r in ipairs(group.rules) do folded[r] = tonumber(state[2 + g] or 0) end
   end
@@ -68,7 +72,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
     size = redis.call('ZCARD', log)
   end
 
-  local buckets = {}
+  local buckets = set.bucketed and {} or vt_no_buckets
   local booked_until = 0
   local waits_until = 0
   for c = 0, count - 1 do
@@ -90,10 +94,10 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
       rule_index = -2
     end
     -- Binding scores: known ones move the start; bounds (calls in flight) are checked after.
-    local pending = {}
+    local pending = nil
     for r = 0, rule_count - 1 do
-      local limit = tonumber(a[rules_at + 3 * r])
-      local window = tonumber(a[rules_at + 3 * r + 1])
+      local limit = set.limits[r]
+      local window = set.windows[r]
       local score = nil
       local free_at = nil
       if folded[r] ~= nil then
@@ -114,6 +118,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
         end
       end
       if score ~= nil and score > now_ms then
+        pending = pending or {}
         pending[#pending + 1] = { score, window, r }
       elseif free_at ~= nil and free_at > start_at then
         start_at = free_at
@@ -125,7 +130,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
     -- the soonest when it started (bound - MAX_HOLD) or now: no slot before that plus its window.
     local bound = nil
     local earliest = start_at
-    for _, p in ipairs(pending) do
+    for _, p in ipairs(pending or vt_no_buckets) do
       if p[1] + p[2] > start_at then
         if bound == nil or p[1] < bound then bound = p[1] end
         local soonest = math.max(now_ms, p[1] - max_hold) + p[2]
@@ -157,17 +162,22 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
     elseif limited then
       reply = { 0, wait, start_at, rule_index, 0 }
     else
-      local first = tonumber(a[calls_at + 2 * c + 1])
       local score = start_at + max_hold
       if size == 0 then fresh = true end
-      -- In chunks: unpack() takes a few thousand values at most, and cost may be as large as a limit.
-      for from = 0, cost - 1, 1000 do
-        local args = {}
-        for k = from, math.min(cost, from + 1000) - 1 do
-          args[#args + 1] = score
-          args[#args + 1] = string.format('%d', first + k) .. tag
+      if cost == 1 then
+        -- The usual call: its one member is FIRST as sent.
+        redis.call('ZADD', log, score, a[calls_at + 2 * c + 1] .. tag)
+      else
+        local first = tonumber(a[calls_at + 2 * c + 1])
+        -- In chunks: unpack() takes a few thousand values at most, and cost may be as large as a limit.
+        for from = 0, cost - 1, 1000 do
+          local args = {}
+          for k = from, math.min(cost, from + 1000) - 1 do
+            args[#args + 1] = score
+            args[#args + 1] = string.format('%d', first + k) .. tag
+          end
+          redis.call('ZADD', log, unpack(args))
         end
-        redis.call('ZADD', log, unpack(args))
       end
       size = size + cost
       booked_until = math.max(booked_until, score)
