@@ -4,6 +4,7 @@
  * once; 1 s warm-up, then 3 s measured (`MS` to change it), rule 1000/1s (`LIMIT` to change it).
  *
  *   npx tsx scripts/store-micro.ts
+ *   THROTTLE=1 npx tsx scripts/store-micro.ts   # through Throttle.schedule(), fn does nothing
  *
  * Prints decisions per second, Redis CPU and worker CPU per decision and completion, and the
  * commands Redis ran per pair (`INFO commandstats`: the script call, and what the script ran).
@@ -11,7 +12,7 @@
  * side only: this machine's speed varies between runs.
  */
 import { Redis } from 'ioredis';
-import { RedisStore } from '../lib/index.js';
+import { RedisStore, Throttle } from '../lib/index.js';
 import { startRedis } from './support/redis-server.js';
 
 const KEYS = 10_000;
@@ -25,7 +26,15 @@ let next = 0;
 let pairs = 0;
 let stop = false;
 
+// THROTTLE=1: the same load through Throttle.schedule() with a fn that does nothing.
+const throttle = process.env.THROTTLE ? new Throttle({ name: 'n', rules, store }) : undefined;
+const nothing = (): void => undefined;
+
 async function loop(): Promise<void> {
+  while (!stop && throttle) {
+    await throttle.schedule(`u${next++ % KEYS}`, nothing);
+    pairs++;
+  }
   while (!stop) {
     const key = `u${next++ % KEYS}`;
     const result = await store.reserve({ namespace: 'n', key, rules, cost: 1, maxDelayMs: Infinity, maxHoldMs: 10_000, retainMs: 1000 });
@@ -64,6 +73,7 @@ try {
     }
   }
 } finally {
+  await throttle?.close();
   await store.close();
   client.disconnect();
   admin.disconnect();
