@@ -255,8 +255,9 @@ for (const { name, make } of subjects) {
       const deferred = await store.reserve(request({ rules, key: 'flying' }));
       expect(deferred.status).to.equal('deferred');
       expect(deferred.retryMs).to.be.within(500, 1_001);
-      // A call that no longer counts anywhere is not put back.
-      await store.restore('ns', 'old', [{ releaseInMs: -60_000, cost: 3 }], 60_000);
+      // A call that no longer counts anywhere is not put back (one released exactly a window before
+      // the clock reading rounded up may still count until that reading's next whole ms: kept).
+      await store.restore('ns', 'old', [{ releaseInMs: -60_001, cost: 3 }], 60_000);
       expect((await store.inspect('ns', 'old', rules)).rules[0]!.used).to.equal(0);
       expect((await store.reserve(request({ rules, key: 'old', cost: 3, maxDelayMs: 0 }))).status).to.equal('booked');
     });
@@ -827,5 +828,63 @@ describe('RedisStore specifics', () => {
     // One epoch key per namespace (never expires, a few bytes), two keys per user key.
     expect(keys.sort()).to.deep.equal([`${prefix}:ns:epoch`, `${prefix}:ns:{x}:log`, `${prefix}:ns:{x}:meta`]);
     expect(await client.ping()).to.equal('PONG');
+  });
+});
+
+describe('MemoryStore: a clock read between two milliseconds', () => {
+  // A call told to start at once starts at the clock reading itself, which may lie just before the
+  // next whole ms: a slot whose window ends at that whole ms still counts then. Trimming, expiry
+  // and folding judge what no longer counts by the reading rounded down, never up.
+  function store(): { store: MemoryStore; at(ms: number): void } {
+    let clock = 0;
+    return {
+      store: new MemoryStore({ now: () => clock }),
+      at: (ms) => {
+        clock = ms;
+      },
+    };
+  }
+  const settleNow = async (subject: MemoryStore, result: ReserveResult, releaseAt: number): Promise<void> => {
+    await subject.settle('ns', 'k', result.members.map((member) => ({ member, releaseAt })));
+  };
+
+  it('a trim leaves a slot that still counts at the reading', async () => {
+    const { store: subject, at } = store();
+    const rules = [{ limit: 3, windowMs: 1_000 }];
+    const x = 1_100_000;
+    // 36 earlier calls, 400 ms apart (3 in any window), the last at x − 800: with the 3 below, the
+    // log first holds more than 38 slots, and is trimmed, at the decision that matters.
+    for (let i = 0; i < 36; i++) {
+      at(x - 800 - 400 * (35 - i));
+      const old = await subject.reserve(request({ rules }));
+      expect(old).to.deep.include({ status: 'booked', waitMs: 0 });
+      await settleNow(subject, old, x - 800 - 400 * (35 - i));
+    }
+    const starts: number[] = [];
+    for (const offset of [-0.4, 500, 800]) {
+      at(x + offset);
+      const result = await subject.reserve(request({ rules }));
+      expect(result).to.deep.include({ status: 'booked', waitMs: 0 });
+      starts.push(x + offset);
+      await settleNow(subject, result, Math.ceil(x + offset));
+    }
+    // The first call (started at x − 0.4, released at x) counts until x + 1000.
+    at(x + 999.4);
+    const next = await subject.reserve(request({ rules }));
+    expect(next.status).to.equal('booked');
+    starts.push(x + 999.4 + next.waitMs);
+    expect(maxInWindow(starts, 1_000)).to.equal(3);
+  });
+
+  it('an idle key does not expire while its last slot still counts at the reading', async () => {
+    const { store: subject, at } = store();
+    const rules = [{ limit: 1, windowMs: 1_000 }];
+    at(5_000_000 - 0.4);
+    const first = await subject.reserve(request({ rules }));
+    await settleNow(subject, first, 5_000_000);
+    at(5_000_999.4);
+    const second = await subject.reserve(request({ rules }));
+    expect(second.status).to.equal('booked');
+    expect(maxInWindow([5_000_000 - 0.4, 5_000_999.4 + second.waitMs], 1_000)).to.equal(1);
   });
 });

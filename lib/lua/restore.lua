@@ -18,7 +18,8 @@ local log = KEYS[1]
 local retain = tonumber(ARGV[1])
 local relative = ARGV[2] == '1'
 local count = tonumber(ARGV[3])
-local now_ms = math.ceil(vt_now())
+local now = vt_now()
+local now_ms = math.ceil(now)
 local added = 0
 local latest = 0
 for i = 0, count - 1 do
@@ -26,10 +27,10 @@ for i = 0, count - 1 do
   local score = tonumber(ARGV[5 + 2 * i])
   if relative then score = now_ms + math.ceil(score) end
   -- A call that no longer counts anywhere is not put back.
-  if score + retain > now_ms then
+  if score + retain > math.floor(now) then
     added = added + redis.call('ZADD', log, 'NX', score, member)
     latest = math.max(latest, score)
   end
 end
-if latest > 0 then vt_keep(log, latest + retain - now_ms) end
+if latest > 0 then vt_keep(log, latest + retain - now) end
 return added

@@ -77,13 +77,15 @@ export class MemoryStore implements Store {
   async reserve(request: ReserveRequest): Promise<ReserveResult> {
     const now = this.#clock();
     const nowMs = Math.ceil(now);
+    // What no longer counts at `cut` no longer counts at `now` (as `cut` in lua/includes/decide.lua).
+    const cut = Math.floor(now);
     const id = `${request.namespace}\n${request.key}`;
-    const log = this.#open(id, nowMs);
-    this.#sweep(nowMs);
-    if (log.scores.length > trimAbove(request)) trim(log, nowMs - request.retainMs);
-    if (foldDue(log, request.rules, request.cost)) fold(log, nowMs, request.rules);
+    const log = this.#open(id, cut);
+    this.#sweep(cut);
+    if (log.scores.length > trimAbove(request)) trim(log, cut - request.retainMs);
+    if (foldDue(log, request.rules, request.cost)) fold(log, cut, request.rules);
     const scoreAt = (i: number) => log.scores[i]!;
-    const plan = planSlot(log.scores.length, scoreAt, request.rules, request.cost, now, request.maxHoldMs, log.pausedUntil, liveBuckets(log, nowMs));
+    const plan = planSlot(log.scores.length, scoreAt, request.rules, request.cost, now, request.maxHoldMs, log.pausedUntil, liveBuckets(log, cut));
     const { ruleIndex, bound, earliest } = plan;
     const startAt = Math.ceil(plan.startAt);
     const waitMs = earliest <= now ? 0 : Math.ceil(earliest - now);
@@ -117,9 +119,8 @@ export class MemoryStore implements Store {
 
   /** Written at once (in-process, nothing to batch): `_coalesceMs` is not needed. */
   async settle(namespace: string, key: string, settle: readonly Settlement[], _coalesceMs?: number): Promise<void> {
-    const nowMs = Math.ceil(this.#clock());
     const log = this.#logs.get(`${namespace}\n${key}`);
-    if (!log || log.expiresAt <= nowMs) return;
+    if (!log || log.expiresAt <= Math.floor(this.#clock())) return;
     for (const { member, releaseAt } of settle) {
       const index = log.members.lastIndexOf(member);
       if (index < 0) continue;
@@ -172,12 +173,13 @@ export class MemoryStore implements Store {
   }
 
   async restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number): Promise<void> {
-    const nowMs = Math.ceil(this.#clock());
+    const now = this.#clock();
+    const nowMs = Math.ceil(now);
     const id = `${namespace}\n${key}`;
-    const log = this.#open(id, nowMs);
+    const log = this.#open(id, Math.floor(now));
     for (const { releaseInMs, cost } of slots) {
       const score = nowMs + Math.ceil(releaseInMs);
-      if (score + retainMs <= nowMs) continue;
+      if (score + retainMs <= Math.floor(now)) continue;
       for (let i = 0; i < cost; i++) insert(log, score, String(++this.#seq));
       log.expiresAt = Math.max(log.expiresAt, score + retainMs);
     }
@@ -185,9 +187,10 @@ export class MemoryStore implements Store {
   }
 
   async pause(namespace: string, key: string, ms: number): Promise<number> {
-    const nowMs = Math.ceil(this.#clock());
+    const now = this.#clock();
+    const nowMs = Math.ceil(now);
     const id = `${namespace}\n${key}`;
-    const log = this.#open(id, nowMs);
+    const log = this.#open(id, Math.floor(now));
     log.pausedUntil = Math.max(log.pausedUntil, nowMs + Math.ceil(ms));
     log.expiresAt = Math.max(log.expiresAt, log.pausedUntil + 1);
     this.#logs.set(id, log);
@@ -199,9 +202,10 @@ export class MemoryStore implements Store {
     this.#listeners.clear();
   }
 
-  #open(id: string, nowMs: number): KeyLog {
+  /** The key's log, or a new one if it had expired by `at` (the clock rounded down). */
+  #open(id: string, at: number): KeyLog {
     const log = this.#logs.get(id);
-    if (log && log.expiresAt > nowMs) return log;
+    if (log && log.expiresAt > at) return log;
     this.#logs.delete(id);
     return { scores: [], members: [], pausedUntil: 0, waiting: false, expiresAt: 0, buckets: new Map() };
   }
@@ -216,7 +220,7 @@ export class MemoryStore implements Store {
    * (a Map iterator stays valid across inserts and deletes), dropping expired logs. Each decision
    * adds at most one key and checks two, so the map stays close to the number of live keys.
    */
-  #sweep(nowMs: number): void {
+  #sweep(at: number): void {
     for (let checked = 0; checked < SWEEP_PER_CALL; checked++) {
       let next = this.#cursor.next();
       if (next.done) {
@@ -225,7 +229,7 @@ export class MemoryStore implements Store {
         if (next.done) return;
       }
       const [id, log] = next.value;
-      if (log.expiresAt <= nowMs) this.#logs.delete(id);
+      if (log.expiresAt <= at) this.#logs.delete(id);
     }
   }
 }
@@ -235,20 +239,20 @@ export class MemoryStore implements Store {
  * and older than the exact rules' longest window leave the log and are counted in their bucket of
  * each distinct (window, bucket width). Buckets that no longer count are dropped.
  */
-function fold(log: KeyLog, nowMs: number, rules: readonly Rule[]): void {
+function fold(log: KeyLog, at: number, rules: readonly Rule[]): void {
   if (!rules.some(isBucketed)) return;
   const bucketed = [...new Map(rules.filter(isBucketed).map((rule) => [`${rule.windowMs}:${rule.bucketMs}`, rule])).values()];
   for (const [field] of log.buckets) {
     const [windowMs, bucketMs, index] = field.split(':').map(Number) as [number, number, number];
-    if (index * bucketMs + windowMs <= nowMs) log.buckets.delete(field);
+    if (index * bucketMs + windowMs <= at) log.buckets.delete(field);
   }
-  const before = nowMs - foldHorizon(rules);
+  const before = at - foldHorizon(rules);
   let drop = 0;
   while (drop < log.scores.length && log.scores[drop]! <= before) {
     const score = log.scores[drop]!;
     for (const { windowMs, bucketMs } of bucketed) {
       const index = bucketIndex(score, bucketMs!);
-      if (index * bucketMs! + windowMs <= nowMs) continue;
+      if (index * bucketMs! + windowMs <= at) continue;
       const field = `${windowMs}:${bucketMs}:${index}`;
       log.buckets.set(field, (log.buckets.get(field) ?? 0) + 1);
       log.expiresAt = Math.max(log.expiresAt, index * bucketMs! + windowMs);
@@ -282,15 +286,15 @@ function isBucketed(rule: Rule): boolean {
   return (rule.bucketMs ?? 0) > 0;
 }
 
-/** The buckets of each bucketed rule that still count at `nowMs`, ascending (as `vt_buckets`). */
-function liveBuckets(log: KeyLog, nowMs: number): BucketsOf {
+/** The buckets of each bucketed rule that still count at `at`, ascending (as `vt_buckets`). */
+function liveBuckets(log: KeyLog, at: number): BucketsOf {
   return (rule) => {
     const out: Bucket[] = [];
     for (const [field, count] of log.buckets) {
       const [windowMs, bucketMs, index] = field.split(':').map(Number) as [number, number, number];
       if (windowMs !== rule.windowMs || bucketMs !== rule.bucketMs) continue;
       const end = index * bucketMs;
-      if (end + windowMs > nowMs) out.push({ end, count });
+      if (end + windowMs > at) out.push({ end, count });
     }
     return out.sort((a, b) => a.end - b.end);
   };

@@ -8,11 +8,13 @@
 -- ceil(s / BUCKET) × BUCKET, the end of its bucket (never earlier: a call is held back by less than
 -- one bucket width, never let through early). See lib/decision.ts (bucketIndex, bucketedFreeAt).
 
--- The buckets of a bucketed rule that still count at NOW_MS, ascending: { {end, count}, ... }.
-local function vt_buckets(meta, window, bucket, now_ms)
+-- The buckets of a bucketed rule that still count at AT (whole ms, the clock rounded down: a bucket
+-- gone at AT is gone at the reading), ascending: { {end, count}, ... }. A fold at AT writes no index
+-- above ceil(AT / BUCKET); one more is read for a fold whose AT was the clock rounded up.
+local function vt_buckets(meta, window, bucket, at)
   local fields = {}
-  local first = math.floor((now_ms - window) / bucket) + 1
-  for index = first, math.ceil(now_ms / bucket) do fields[#fields + 1] = 'b:' .. window .. ':' .. bucket .. ':' .. index end
+  local first = math.floor((at - window) / bucket) + 1
+  for index = first, math.ceil((at + 1) / bucket) do fields[#fields + 1] = 'b:' .. window .. ':' .. bucket .. ':' .. index end
   local counts = redis.call('HMGET', meta, unpack(fields))
   local out = {}
   for k = 1, #fields do
@@ -22,15 +24,15 @@ local function vt_buckets(meta, window, bucket, now_ms)
   return out
 end
 
--- Moves calls whose release is known and older than the fold horizon out of the log,
--- into their buckets, and deletes the buckets that no longer count. Buckets belong to a distinct
+-- Moves calls whose release is known and older than the fold horizon at AT (whole ms, the clock
+-- rounded down) out of the log, into their buckets, and deletes the buckets that no longer count. Buckets belong to a distinct
 -- (WINDOW, BUCKET): rules sharing both (duplicates, or one window with several limits) read the same
 -- buckets, and each call is folded into them once. Per (WINDOW, BUCKET) meta keeps
 -- 'b:<WINDOW>:<BUCKET>:low' (no bucket field of it lies below: those were deleted) and ':n' (the
 -- calls in its buckets, all of which still count). Returns the latest time a bucket folded into
 -- still counts until (0 when none), for the keys' lifetime, and the calls in the buckets per rule
 -- index.
-local function vt_fold(log, meta, a, rules_at, rule_count, now_ms)
+local function vt_fold(log, meta, a, rules_at, rule_count, at)
   local horizon = 0
   local groups = {}
   local by_prefix = {}
@@ -61,7 +63,7 @@ local function vt_fold(log, meta, a, rules_at, rule_count, now_ms)
   local changes = {}
   for k, group in ipairs(groups) do
     local prefix = group.prefix
-    local first_live = math.floor((now_ms - group.window) / group.bucket) + 1
+    local first_live = math.floor((at - group.window) / group.bucket) + 1
     local low = tonumber(known[2 * k - 1])
     local stored = tonumber(known[2 * k])
     local n = stored or 0
@@ -71,7 +73,7 @@ local function vt_fold(log, meta, a, rules_at, rule_count, now_ms)
       -- again from the live buckets. (Dead buckets of such a key go with meta.)
       if stored ~= nil then
         n = 0
-        for _, b in ipairs(vt_buckets(meta, group.window, group.bucket, now_ms)) do n = n + b[2] end
+        for _, b in ipairs(vt_buckets(meta, group.window, group.bucket, at)) do n = n + b[2] end
       end
     else
       -- Every field of this (WINDOW, BUCKET) was written by a decision at some time t, at an index
@@ -94,20 +96,20 @@ local function vt_fold(log, meta, a, rules_at, rule_count, now_ms)
     end
   end
   local until_ms = 0
-  local old = redis.call('ZRANGEBYSCORE', log, '-inf', now_ms - horizon, 'WITHSCORES')
+  local old = redis.call('ZRANGEBYSCORE', log, '-inf', at - horizon, 'WITHSCORES')
   for e = 2, #old, 2 do
     local score = tonumber(old[e])
     for _, group in ipairs(groups) do
       local index = math.ceil(score / group.bucket)
       -- A call whose bucket no longer counts (not trimmed yet) just leaves.
-      if index * group.bucket + group.window > now_ms then
+      if index * group.bucket + group.window > at then
         redis.call('HINCRBY', meta, group.prefix .. index, 1)
         group.n = group.n + 1
         until_ms = math.max(until_ms, index * group.bucket + group.window)
       end
     end
   end
-  if #old > 0 then redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - horizon) end
+  if #old > 0 then redis.call('ZREMRANGEBYSCORE', log, '-inf', at - horizon) end
   for _, group in ipairs(groups) do
     for _, r in ipairs(group.rules) do totals[r] = group.n end
     if group.n ~= group.stored then

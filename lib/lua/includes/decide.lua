@@ -44,6 +44,9 @@ local vt_no_buckets = {}
 
 local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local now_ms = math.ceil(now)
+  -- What no longer counts at CUT no longer counts at now (NOW_MS, rounded up, may lie just past a
+  -- slot's end that a call starting at the reading itself must still see).
+  local cut = math.floor(now)
   local cost = tonumber(a[i])
   local count = tonumber(a[i + 1])
   local calls_at = i + 2
@@ -68,7 +71,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   -- needed only to bound memory, so it waits until the log holds 32 more than the history and the
   -- bookings ahead can count.
   if size > set.trim_above then
-    redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - retain)
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', cut - retain)
     size = redis.call('ZCARD', log)
   end
 
@@ -78,9 +81,9 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   for c = 0, count - 1 do
     if unfolded and vt_fold_due(size, folded, set, a, cost) then
       local folded_until
-      folded_until, folded = vt_fold(log, meta, a, rules_at, rule_count, now_ms)
+      folded_until, folded = vt_fold(log, meta, a, rules_at, rule_count, cut)
       -- Buckets count until their end plus the window: meta lives at least that long.
-      if folded_until > 0 then vt_keep(meta, folded_until - now_ms) end
+      if folded_until > 0 then vt_keep(meta, folded_until - now) end
       size = redis.call('ZCARD', log)
       unfolded = false
     end
@@ -103,7 +106,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
       if folded[r] ~= nil then
         -- Buckets are read only once the log and the buckets together could fill the rule.
         if buckets[r] == nil and size + folded[r] > limit - cost then
-          buckets[r] = vt_buckets(meta, window, tonumber(a[rules_at + 3 * r + 2]), now_ms)
+          buckets[r] = vt_buckets(meta, window, tonumber(a[rules_at + 3 * r + 2]), cut)
         end
         if buckets[r] ~= nil then
           local entry
@@ -195,7 +198,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   if booked_until > 0 then
     -- Every slot the log holds is covered: a later booking's score is the latest but for slots
     -- booked ahead, whose lifetime an earlier PEXPIRE set; GT never shortens it.
-    local ttl = math.ceil(booked_until + retain - now_ms)
+    local ttl = math.ceil(booked_until + retain - now)
     if fresh then redis.call('PEXPIRE', log, ttl) else redis.call('PEXPIRE', log, ttl, 'GT') end
   end
   -- This process waits for a completion (in the key's list of waiting processes until its bound),
