@@ -207,13 +207,17 @@ describe('Throttle: processes waiting on one key take turns (RedisStore)', () =>
     const make = () => new Throttle({ name: 'turns', rules: ['2/150ms'], store: redisStore(client, { prefix }) });
     const [a, b] = [make(), make()];
     const order: string[] = [];
+    let opened!: () => void;
+    const openingWindow = new Promise<void>((resolve) => (opened = resolve));
     const run = (throttle: Throttle, who: string) =>
       Array.from({ length: 8 }, () => throttle.schedule('u', () => new Promise<void>((resolve) => {
         order.push(who);
+        if (order.length === 2) opened();
         setTimeout(resolve, 20);
       })));
     const calls = run(a, 'a');
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    // B asks once A's first ask has taken the opening window (a fixed pause is too short on a busy machine).
+    await openingWindow;
     await Promise.all([...calls, ...run(b, 'b')]);
     expect(order.slice(0, 2)).to.deep.equal(['a', 'a']);
     // After the opening window no process gets more than two freed slots in a row while the other waits.
