@@ -1,7 +1,8 @@
 /**
- * The RedisStore alone, without a Throttle: what one decision and its completion cost Redis and
- * this process. 10,000 keys round-robin, 256 decisions in flight, each booked call completed at
- * once; 1 s warm-up, then 3 s measured (`MS` to change it), rule 1000/1s (`LIMIT` to change it).
+ * The RedisStore alone (or, with THROTTLE=1, through a Throttle): what one decision and its
+ * completion cost Redis and this process. 10,000 keys round-robin, 256 decisions in flight, each
+ * booked call completed at once; 1 s warm-up, then 3 s measured (`MS` to change it), rule 1000/1s
+ * (`LIMIT` to change it).
  *
  *   npx tsx scripts/store-micro.ts
  *   THROTTLE=1 npx tsx scripts/store-micro.ts   # through Throttle.schedule(), fn does nothing
