@@ -18,6 +18,11 @@ export interface Waiter<C> {
   readonly priority: number;
   /** Slots the call takes: calls with the same cost are asked for together. */
   readonly cost: number;
+  /**
+   * Calls like this one a single decision can book at most (the smallest limit of its rules over its
+   * cost): a line asks for one more than that at once, enough to learn that the rest must wait.
+   */
+  readonly room: number;
   /** Answers the line's ask for this call when it leaves the line: booked, refused, or an error. */
   readonly settle: (outcome: Outcome) => void;
   /** The store deferred the call (it stays in line): what it said, for when the call runs out of time. */
@@ -132,10 +137,11 @@ export class KeyLine<C> {
   async #ask(): Promise<void> {
     while (this.#waiters.length > 0) {
       this.#woken = false;
-      const cost = this.#waiters[0]!.cost;
+      const { cost, room } = this.#waiters[0]!;
+      const most = Math.min(MAX_ASK, room + 1);
       const batch: Array<Waiter<C>> = [];
       for (const waiter of this.#waiters) {
-        if (waiter.cost !== cost || batch.length >= MAX_ASK) break;
+        if (waiter.cost !== cost || batch.length >= most) break;
         batch.push(waiter);
       }
       const outcomes = await Promise.all(batch.map((waiter) => this.#decide(waiter.call).then((answer): Outcome => answer, (error: unknown): Outcome => ({ error }))));

@@ -44,6 +44,39 @@ describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 
     await throttle.close();
   });
 
+  it('a line asks for at most one call more than one decision can book (the smallest limit over the cost)', async () => {
+    // 20 calls at once on one key, 5/s, each 30 ms: asking for all that wait would send up to 19
+    // decisions at once, 14 of which can only be told to wait.
+    class CountingStore extends MemoryStore {
+      inFlight = 0;
+      most = 0;
+      override async reserve(request: Parameters<MemoryStore['reserve']>[0]): ReturnType<MemoryStore['reserve']> {
+        this.most = Math.max(this.most, ++this.inFlight);
+        try {
+          return await super.reserve(request);
+        } finally {
+          this.inFlight--;
+        }
+      }
+    }
+    const store = new CountingStore();
+    const throttle = new Throttle({ rules: ['5/s'], store });
+    const t0 = Date.now();
+    const starts: number[] = [];
+    const calls = Array.from({ length: 20 }, () => throttle.schedule('u', () => new Promise((resolve) => {
+      starts.push(Date.now() - t0);
+      setTimeout(resolve, 30);
+    })));
+    await fake.clock.tickAsync(4_100);
+    await Promise.all(calls);
+    expect(store.most).to.equal(6);
+    // Nothing later for it: 5 starts a window, each window a call's 30 ms after the one before.
+    expect(starts.filter((start) => start < 1_000)).to.have.length(5);
+    expect(starts).to.have.length(20);
+    expect(Math.max(...starts)).to.be.within(3_090, 3_093);
+    await throttle.close();
+  });
+
   it('a call of another throttle sharing the store is woken by the completion it waits for, not held back to maxHoldMs', async () => {
     // Two throttles on one store and key, as two processes sharing Redis would be. The first call
     // takes 50 ms; the other throttle's call asks while it is in flight, and books once it completes.
