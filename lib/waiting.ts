@@ -19,8 +19,9 @@ export interface Waiter<C> {
   /** Slots the call takes: calls with the same cost are asked for together. */
   readonly cost: number;
   /**
-   * Calls like this one a single decision can book at most (the smallest limit of its rules over its
-   * cost): a line asks for one more than that at once, enough to learn that the rest must wait.
+   * Calls like this one a single decision can usually book at most (the smallest limit of its rules
+   * over its cost): a line asks for one more than that at once, enough to learn that the rest must
+   * wait; if none is told to wait, the next ask takes up to MAX_ASK.
    */
   readonly room: number;
   /** Answers the line's ask for this call when it leaves the line: booked, refused, or an error. */
@@ -50,6 +51,11 @@ export class KeyLine<C> {
   #timer: NodeJS.Timeout | undefined;
   /** The store deferred the head: nothing is asked until a wake or the timer. */
   #deferred = false;
+  /**
+   * The last ask booked or refused every call it asked for: the next asks for up to MAX_ASK (a
+   * longer rule, a pause or a refusal can let one decision get past the smallest limit's share).
+   */
+  #wide = false;
   /** A call asked without a line is being answered: nothing is asked until `resume()`. */
   #held: boolean;
 
@@ -138,7 +144,7 @@ export class KeyLine<C> {
     while (this.#waiters.length > 0) {
       this.#woken = false;
       const { cost, room } = this.#waiters[0]!;
-      const most = Math.min(MAX_ASK, room + 1);
+      const most = this.#wide ? MAX_ASK : Math.min(MAX_ASK, room + 1);
       const batch: Array<Waiter<C>> = [];
       for (const waiter of this.#waiters) {
         if (waiter.cost !== cost || batch.length >= most) break;
@@ -160,6 +166,7 @@ export class KeyLine<C> {
         if (index >= 0) this.#waiters.splice(index, 1);
         waiter.settle(outcome);
       }
+      this.#wide = deferred === undefined;
       if (deferred && !this.#woken) {
         this.#deferred = true;
         this.#timer = setTimeout(() => this.wake(), Math.max(1, deferred.retryMs));

@@ -12,6 +12,20 @@ function inFlight() {
   return { fn, finish: () => finish() };
 }
 
+/** A MemoryStore that counts the most decisions asked of it at once. */
+class CountingStore extends MemoryStore {
+  inFlight = 0;
+  most = 0;
+  override async reserve(request: Parameters<MemoryStore['reserve']>[0]): ReturnType<MemoryStore['reserve']> {
+    this.most = Math.max(this.most, ++this.inFlight);
+    try {
+      return await super.reserve(request);
+    } finally {
+      this.inFlight--;
+    }
+  }
+}
+
 describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 'wait')", () => {
   const fake = useFakeClock();
 
@@ -47,18 +61,6 @@ describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 
   it('a line asks for at most one call more than one decision can book (the smallest limit over the cost)', async () => {
     // 20 calls at once on one key, 5/s, each 30 ms: asking for all that wait would send up to 19
     // decisions at once, 14 of which can only be told to wait.
-    class CountingStore extends MemoryStore {
-      inFlight = 0;
-      most = 0;
-      override async reserve(request: Parameters<MemoryStore['reserve']>[0]): ReturnType<MemoryStore['reserve']> {
-        this.most = Math.max(this.most, ++this.inFlight);
-        try {
-          return await super.reserve(request);
-        } finally {
-          this.inFlight--;
-        }
-      }
-    }
     const store = new CountingStore();
     const throttle = new Throttle({ rules: ['5/s'], store });
     const t0 = Date.now();
@@ -74,6 +76,30 @@ describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 
     expect(starts.filter((start) => start < 1_000)).to.have.length(5);
     expect(starts).to.have.length(20);
     expect(Math.max(...starts)).to.be.within(3_090, 3_093);
+    await throttle.close();
+  });
+
+  it('a line whose ask was booked whole asks wide next: a longer rule can let one decision book past the smallest limit', async () => {
+    // 1/100ms and 6/10s, maxHoldMs 100: six calls one second apart fill the long rule; then 8 calls
+    // at once. One decision can book six of them (10 s after each of the six, a second apart: the
+    // slot booked just before is past its bound and window by then), though the smallest limit is 1.
+    const store = new CountingStore();
+    const throttle = new Throttle({ rules: ['1/100ms', '6/10s'], maxHoldMs: 100, store });
+    const t0 = Date.now();
+    for (let i = 0; i < 6; i++) {
+      await throttle.schedule('u', () => undefined);
+      await fake.clock.tickAsync(1_000);
+    }
+    store.most = 0;
+    const starts: number[] = [];
+    const calls = Array.from({ length: 8 }, () => throttle.schedule('u', () => void starts.push(Date.now() - t0)));
+    await fake.clock.tickAsync(30_000);
+    await Promise.all(calls);
+    expect(starts.slice(0, 6)).to.deep.equal([10_000, 11_000, 12_000, 13_000, 14_000, 15_000]);
+    // The first call is asked alone, then the line asks for 2 (both booked), then wide: the other 5
+    // at once (3 booked, 2 told to wait). Capped at 2, it would take three asks to find that out.
+    expect(store.most).to.equal(5);
+    expect(starts.slice(6).every((start) => start >= 20_000)).to.equal(true);
     await throttle.close();
   });
 
