@@ -887,4 +887,16 @@ describe('MemoryStore: a clock read between two milliseconds', () => {
     expect(second.status).to.equal('booked');
     expect(maxInWindow([5_000_000 - 0.4, 5_000_999.4 + second.waitMs], 1_000)).to.equal(1);
   });
+
+  it('inspect counts a slot that still counts at the reading, as a decision does', async () => {
+    const { store: subject, at } = store();
+    const rules = [{ limit: 1, windowMs: 1_000 }];
+    at(5_000_000 - 0.4);
+    await settleNow(subject, await subject.reserve(request({ rules })), 5_000_000);
+    at(5_000_999.4);
+    const usage = await subject.inspect('ns', 'k', rules);
+    expect(usage.rules[0]).to.deep.include({ used: 1 });
+    expect(usage.nextFreeInMs).to.equal(1);
+    expect((await subject.reserve(request({ rules }))).waitMs).to.equal(1);
+  });
 });

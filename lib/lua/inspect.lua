@@ -17,21 +17,23 @@ local log, meta = KEYS[1], KEYS[2]
 local rule_count = tonumber(ARGV[1])
 local now = vt_now()
 local now_ms = math.ceil(now)
+-- What no longer counts at CUT (the clock rounded down) no longer counts at now, as in decide.lua.
+local cut = math.floor(now)
 
 local size = redis.call('ZCARD', log)
 local pause = tonumber(redis.call('HGET', meta, 'pause') or 0)
-local start_at = math.max(now_ms, pause)
+local start_at = math.max(now, pause)
 local result = { now_ms, 0, math.max(0, math.ceil(pause - now)) }
 for r = 0, rule_count - 1 do
   local limit = tonumber(ARGV[2 + 3 * r])
   local window = tonumber(ARGV[3 + 3 * r])
   local bucket = tonumber(ARGV[4 + 3 * r])
-  local floor = '(' .. (now_ms - window)
+  local floor = '(' .. (cut - window)
   local used = redis.call('ZCOUNT', log, floor, '+inf')
   local oldest = math.huge
   if used > 0 then oldest = tonumber(redis.call('ZRANGEBYSCORE', log, floor, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]) end
   if bucket > 0 then
-    local buckets = vt_buckets(meta, window, bucket, now_ms)
+    local buckets = vt_buckets(meta, window, bucket, cut)
     for _, b in ipairs(buckets) do used = used + b[2] end
     if #buckets > 0 then oldest = math.min(oldest, buckets[1][1]) end
     local free_at = vt_bucketed_free_at(log, size, buckets, limit, window, 1, start_at)
@@ -48,5 +50,5 @@ for r = 0, rule_count - 1 do
   result[4 + 2 * r] = used
   result[5 + 2 * r] = reset
 end
-if start_at > now_ms then result[2] = math.ceil(start_at - now) end
+if start_at > now then result[2] = math.ceil(start_at - now) end
 return result

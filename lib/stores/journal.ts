@@ -40,7 +40,9 @@ export class Journal {
 
   /** Slots booked: numbers `first` .. `first + count - 1`, each with its bound. */
   book(namespace: string, key: string, first: number, count: number, bound: number, retainMs: number, storeNow: number): void {
-    this.clockOffsetMs = storeNow - Date.now();
+    // The store's reading comes rounded up and Date.now() truncated: 2 ms less, so that the estimate
+    // never runs ahead of the store's clock (pruning a slot before it stops counting there).
+    this.clockOffsetMs = storeNow - Date.now() - 2;
     const journal = this.#open(namespace, key, retainMs);
     for (let number = first; number < first + count; number++) {
       if (!journal.pending.has(number)) this.#size += 1;

@@ -149,13 +149,15 @@ export class MemoryStore implements Store {
   async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
     const now = this.#clock();
     const nowMs = Math.ceil(now);
+    // What no longer counts at `cut` no longer counts at `now` (as in reserve).
+    const cut = Math.floor(now);
     const log = this.#logs.get(`${namespace}\n${key}`);
-    const live = log && log.expiresAt > nowMs ? log : undefined;
+    const live = log && log.expiresAt > cut ? log : undefined;
     // A call in flight is taken to end now, the soonest it can (as inspect.lua).
     const scores = live ? live.scores.map((score) => Math.min(score, nowMs)) : [];
     const scoreAt = (i: number) => scores[i]!;
     const pausedUntil = live?.pausedUntil ?? 0;
-    const bucketsOf: BucketsOf = live ? liveBuckets(live, nowMs) : () => [];
+    const bucketsOf: BucketsOf = live ? liveBuckets(live, cut) : () => [];
     const { startAt } = planSlot(scores.length, scoreAt, rules, 1, now, 0, pausedUntil, bucketsOf);
     return {
       now: nowMs,
@@ -163,7 +165,7 @@ export class MemoryStore implements Store {
       pausedForMs: Math.max(0, Math.ceil(pausedUntil - now)),
       rules: rules.map((rule) => {
         const { limit, windowMs } = rule;
-        const logged = countInWindow(scores.length, scoreAt, windowMs, nowMs);
+        const logged = countInWindow(scores.length, scoreAt, windowMs, cut);
         const buckets = rule.bucketMs ? bucketsOf(rule) : [];
         const used = logged + buckets.reduce((sum, bucket) => sum + bucket.count, 0);
         const oldest = Math.min(buckets[0]?.end ?? Infinity, scores[scores.length - logged] ?? Infinity);
