@@ -97,18 +97,26 @@ local function vt_fold(log, meta, a, rules_at, rule_count, at)
   end
   local until_ms = 0
   local old = redis.call('ZRANGEBYSCORE', log, '-inf', at - horizon, 'WITHSCORES')
+  -- Calls per bucket first, then one HINCRBY per bucket: the calls of a fold mostly share a few.
+  local adds = {}
   for e = 2, #old, 2 do
     local score = tonumber(old[e])
     for _, group in ipairs(groups) do
       local index = math.ceil(score / group.bucket)
       -- A call whose bucket no longer counts (not trimmed yet) just leaves.
       if index * group.bucket + group.window > at then
-        redis.call('HINCRBY', meta, group.prefix .. index, 1)
+        local field = group.prefix .. index
+        if adds[field] == nil then
+          adds[field] = 0
+          adds[#adds + 1] = field
+        end
+        adds[field] = adds[field] + 1
         group.n = group.n + 1
         until_ms = math.max(until_ms, index * group.bucket + group.window)
       end
     end
   end
+  for _, field in ipairs(adds) do redis.call('HINCRBY', meta, field, adds[field]) end
   if #old > 0 then redis.call('ZREMRANGEBYSCORE', log, '-inf', at - horizon) end
   for _, group in ipairs(groups) do
     for _, r in ipairs(group.rules) do totals[r] = group.n end
