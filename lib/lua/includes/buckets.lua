@@ -25,13 +25,13 @@ local function vt_buckets(meta, window, bucket, at)
 end
 
 -- Moves calls whose release is known and older than the fold horizon at AT (whole ms, the clock
--- rounded down) out of the log, into their buckets, and deletes the buckets that no longer count. Buckets belong to a distinct
--- (WINDOW, BUCKET): rules sharing both (duplicates, or one window with several limits) read the same
--- buckets, and each call is folded into them once. Per (WINDOW, BUCKET) meta keeps
--- 'b:<WINDOW>:<BUCKET>:low' (no bucket field of it lies below: those were deleted) and ':n' (the
--- calls in its buckets, all of which still count). Returns the latest time a bucket folded into
--- still counts until (0 when none), for the keys' lifetime, and the calls in the buckets per rule
--- index.
+-- rounded down) out of the log, into their buckets, and deletes the buckets that no longer count.
+-- Buckets belong to a distinct (WINDOW, BUCKET): rules sharing both (duplicates, or one window with
+-- several limits) read the same buckets, and each call is folded into them once. Per (WINDOW,
+-- BUCKET) meta keeps 'b:<WINDOW>:<BUCKET>:low' (no bucket field of it lies below: those were
+-- deleted) and ':n' (the calls in its buckets, all of which still count). Returns the latest time a
+-- bucket folded into still counts until (0 when none), for the keys' lifetime, and the calls in the
+-- buckets per rule index.
 local function vt_fold(log, meta, a, rules_at, rule_count, at)
   local horizon = 0
   local groups = {}

@@ -39,8 +39,9 @@ local function vt_fold_due(size, folded, set, a, cost)
   return false
 end
 
--- The buckets of a rule set without bucketed rules: none, never written.
-local vt_no_buckets = {}
+-- An empty table, never written: the buckets of a rule set without bucketed rules, or the bounds
+-- of a call that none binds.
+local vt_none = {}
 
 local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local now_ms = math.ceil(now)
@@ -58,7 +59,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local pause = tonumber(state[1] or 0)
   -- Calls in the buckets of each bucketed rule: meta's count as of the last fold, never fewer than
   -- those still counting (buckets change only when calls are folded).
-  local folded = vt_no_buckets
+  local folded = vt_none
   if set.bucketed then folded = {} end
   for g, group in ipairs(set.groups) do
     for _, r in ipairs(group.rules) do folded[r] = tonumber(state[2 + g] or 0) end
@@ -75,7 +76,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
     size = redis.call('ZCARD', log)
   end
 
-  local buckets = set.bucketed and {} or vt_no_buckets
+  local buckets = set.bucketed and {} or vt_none
   local booked_until = 0
   local waits_until = 0
   for c = 0, count - 1 do
@@ -133,7 +134,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
     -- the soonest when it started (bound - MAX_HOLD) or now: no slot before that plus its window.
     local bound = nil
     local earliest = start_at
-    for _, p in ipairs(pending or vt_no_buckets) do
+    for _, p in ipairs(pending or vt_none) do
       if p[1] + p[2] > start_at then
         if bound == nil or p[1] < bound then bound = p[1] end
         local soonest = math.max(now_ms, p[1] - max_hold) + p[2]
