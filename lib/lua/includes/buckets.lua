@@ -30,8 +30,8 @@ end
 -- several limits) read the same buckets, and each call is folded into them once. Per (WINDOW,
 -- BUCKET) meta keeps 'b:<WINDOW>:<BUCKET>:low' (no bucket field of it lies below: those were
 -- deleted) and ':n' (the calls in its buckets, all of which still count). Returns the latest time a
--- bucket folded into still counts until (0 when none), for the keys' lifetime, and the calls in the
--- buckets per rule index.
+-- bucket folded into still counts until (0 when none), for the keys' lifetime, the calls in the
+-- buckets per rule index, and the calls that left the log.
 local function vt_fold(log, meta, a, rules_at, rule_count, at)
   local horizon = 0
   local groups = {}
@@ -53,7 +53,7 @@ local function vt_fold(log, meta, a, rules_at, rule_count, at)
     end
   end
   local totals = {}
-  if #groups == 0 then return 0, totals end
+  if #groups == 0 then return 0, totals, 0 end
   local fields = {}
   for k, group in ipairs(groups) do
     fields[2 * k - 1] = group.prefix .. 'low'
@@ -117,7 +117,8 @@ local function vt_fold(log, meta, a, rules_at, rule_count, at)
     end
   end
   for _, field in ipairs(adds) do redis.call('HINCRBY', meta, field, adds[field]) end
-  if #old > 0 then redis.call('ZREMRANGEBYSCORE', log, '-inf', at - horizon) end
+  local removed = 0
+  if #old > 0 then removed = redis.call('ZREMRANGEBYSCORE', log, '-inf', at - horizon) end
   for _, group in ipairs(groups) do
     for _, r in ipairs(group.rules) do totals[r] = group.n end
     if group.n ~= group.stored then
@@ -135,7 +136,7 @@ local function vt_fold(log, meta, a, rules_at, rule_count, at)
       vt_keep(meta, longest)
     end
   end
-  return until_ms, totals
+  return until_ms, totals, removed
 end
 
 -- Earliest time from FROM at which COST more calls keep a bucketed rule (bucketedFreeAt in

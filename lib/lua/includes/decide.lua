@@ -72,8 +72,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   -- needed only to bound memory, so it waits until the log holds 32 more than the history and the
   -- bookings ahead can count.
   if size > set.trim_above then
-    redis.call('ZREMRANGEBYSCORE', log, '-inf', cut - retain)
-    size = redis.call('ZCARD', log)
+    size = size - redis.call('ZREMRANGEBYSCORE', log, '-inf', cut - retain)
   end
 
   local buckets = set.bucketed and {} or vt_none
@@ -81,11 +80,11 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local waits_until = 0
   for c = 0, count - 1 do
     if unfolded and vt_fold_due(size, folded, set, a, cost) then
-      local folded_until
-      folded_until, folded = vt_fold(log, meta, a, rules_at, rule_count, cut)
+      local folded_until, removed
+      folded_until, folded, removed = vt_fold(log, meta, a, rules_at, rule_count, cut)
       -- Buckets count until their end plus the window: meta lives at least that long.
       if folded_until > 0 then vt_keep(meta, folded_until - now) end
-      size = redis.call('ZCARD', log)
+      size = size - removed
       unfolded = false
     end
     local max_delay = a[calls_at + 2 * c]
