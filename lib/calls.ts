@@ -45,5 +45,6 @@ export async function prepareCall(defaults: CallDefaults, key: KeyInput, options
   }
   const retainMs = Math.max(longestWindow(rules), defaults.retainMs);
   const deadline = performance.now() + maxDelayMs;
-  return { key: userKey, encoded: encodeKey(userKey), rules, retainMs, cost, maxDelayMs, deadline, priority, timeoutMs, signal };
+  const room = Math.floor(smallest / cost);
+  return { key: userKey, encoded: encodeKey(userKey), rules, retainMs, cost, room, maxDelayMs, deadline, priority, timeoutMs, signal };
 }

@@ -16,6 +16,8 @@ export interface Call {
   readonly rules: readonly Rule[];
   readonly retainMs: number;
   readonly cost: number;
+  /** Calls of this cost one decision can usually book at most: the smallest limit over the cost (lib/waiting.ts). */
+  readonly room: number;
   readonly maxDelayMs: number;
   /** `performance.now()` by which the call must have its slot (Infinity: no bound). */
   readonly deadline: number;

@@ -43,7 +43,7 @@ export function waitInLine(line: KeyLine<Call>, call: Call, hooks: WaiterHooks, 
       call,
       priority: call.priority,
       cost: call.cost,
-      room: Math.floor(Math.min(...call.rules.map((rule) => rule.limit)) / call.cost),
+      room: call.room,
       settle: (outcome: Outcome) => {
         if (done) {
           // Left the line (aborted, out of time) while its slot was being booked: give it back.

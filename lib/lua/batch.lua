@@ -37,14 +37,14 @@ local sets = {}
 local i = 5
 for n = 1, tonumber(ARGV[4]) do
   local rule_count = tonumber(ARGV[i + 2])
-  local set = { max_hold = tonumber(ARGV[i]), retain = tonumber(ARGV[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { 'pause', 'w' }, groups = {}, limits = {}, windows = {} }
+  local set = { max_hold = tonumber(ARGV[i]), retain = tonumber(ARGV[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { 'pause', 'w' }, groups = {}, limits = {}, windows = {}, buckets = {} }
   local by_prefix = {}
   local longest = 1
   for r = 0, rule_count - 1 do
     local limit = tonumber(ARGV[i + 3 + 3 * r])
     local window = tonumber(ARGV[i + 4 + 3 * r])
     -- Parsed once per batch: every decision of the set reads them.
-    set.limits[r], set.windows[r] = limit, window
+    set.limits[r], set.windows[r], set.buckets[r] = limit, window, tonumber(ARGV[i + 5 + 3 * r])
     set.most = math.max(set.most, limit)
     longest = math.max(longest, window)
     if ARGV[i + 5 + 3 * r] ~= '0' then

@@ -31,10 +31,10 @@
 -- the log holds more than twice the exact rules' largest limit plus 32 (memory stays bounded), or
 -- when some bucketed rule could bind (its log and buckets together leave no room for COST more:
 -- the rule then reads its buckets). Until then each call counts by its own release, exactly.
-local function vt_fold_due(size, folded, set, a, cost)
+local function vt_fold_due(size, folded, set, cost)
   if size > 2 * set.most_exact + 32 then return true end
   for r, n in pairs(folded) do
-    if size + n > tonumber(a[set.rules_at + 3 * r]) - cost then return true end
+    if size + n > set.limits[r] - cost then return true end
   end
   return false
 end
@@ -79,7 +79,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local booked_until = 0
   local waits_until = 0
   for c = 0, count - 1 do
-    if unfolded and vt_fold_due(size, folded, set, a, cost) then
+    if unfolded and vt_fold_due(size, folded, set, cost) then
       local folded_until, removed
       folded_until, folded, removed = vt_fold(log, meta, a, rules_at, rule_count, cut)
       -- Buckets count until their end plus the window: meta lives at least that long.
@@ -106,7 +106,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
       if folded[r] ~= nil then
         -- Buckets are read only once the log and the buckets together could fill the rule.
         if buckets[r] == nil and size + folded[r] > limit - cost then
-          buckets[r] = vt_buckets(meta, window, tonumber(a[rules_at + 3 * r + 2]), cut)
+          buckets[r] = vt_buckets(meta, window, set.buckets[r], cut)
         end
         if buckets[r] ~= nil then
           local entry
