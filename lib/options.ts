@@ -76,12 +76,13 @@ export interface ThrottleOptions {
   /** Calls per key that may wait in this process behind a call waiting for a completion, before `QueueFullError`. @default Infinity */
   readonly maxQueued?: number;
   /**
-   * Long windows in bounded memory: a rule whose limit is above this is counted with a bucketed log.
+   * Large limits in bounded memory: a rule whose limit is above this is counted with a bucketed log.
    * Completed calls older than the exact rules' longest window leave the per-call log and are counted
    * in `buckets` buckets per window, each as if it ended at its bucket's end. Such a rule may hold a
    * call back by less than one bucket width (`windowMs / buckets`), never let one through early, and
-   * a key needs a few KB whatever the limit (docs/design.md §12). `Infinity` keeps every rule exact.
-   * @default 1_000
+   * a key needs a few KB whatever the limit (docs/design.md §10). `Infinity` keeps every rule exact,
+   * at about 100 bytes of Redis per call in the window above 48.
+   * @default 48
    */
   readonly bucketAbove?: number;
   /** Buckets per window of a bucketed rule (see `bucketAbove`), 2 to 1000. @default 50 */

@@ -23,6 +23,13 @@ export interface ThrottleSettings {
 
 const POLICIES: readonly StoreErrorPolicy[] = ['fail', 'wait', 'local'];
 
+/**
+ * Rules above this limit are bucketed by default. An exact log is trimmed once it holds twice its
+ * limit plus 32 slots (lua/batch.lua): up to 48 that stays within Redis's 128-entry compact
+ * encoding of a sorted set (about 26 bytes a slot); above it, about 100 bytes a slot.
+ */
+const DEFAULT_BUCKET_ABOVE = 48;
+
 /** Checks `new Throttle()`'s options: a `ThrottleConfigError` that says what was expected, or the settings. */
 export function throttleSettings(options: ThrottleOptions): ThrottleSettings {
   if (options === null || typeof options !== 'object') {
@@ -35,7 +42,7 @@ export function throttleSettings(options: ThrottleOptions): ThrottleSettings {
     throw new ThrottleConfigError(`Expected mode to be 'wait' or 'throw', got ${describe(options.mode)}`);
   }
   const mode = given === 'throw' ? 'throw' : 'wait';
-  const bucketAbove = checkCount('bucketAbove', options.bucketAbove ?? 1_000, 0);
+  const bucketAbove = checkCount('bucketAbove', options.bucketAbove ?? DEFAULT_BUCKET_ABOVE, 0);
   const buckets = checkWhole('buckets', options.buckets ?? 50, 2, 1_000);
   const rules = compileRules(options.rules, bucketAbove, buckets);
   const maxDelayMs = checkDelay('maxDelayMs', options.maxDelayMs ?? Infinity);

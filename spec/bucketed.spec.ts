@@ -38,7 +38,7 @@ describe('bucketed log', function () {
     }
   });
 
-  it('is chosen for limits above bucketAbove (default 1000), with windowMs / buckets wide buckets', async () => {
+  it('is chosen for limits above bucketAbove (default 48), with windowMs / buckets wide buckets', async () => {
     const memory = new MemoryStore();
     const seen: Array<readonly Rule[]> = [];
     const store = delegatingStore(memory, {
@@ -47,9 +47,14 @@ describe('bucketed log', function () {
         return memory.reserve(request);
       },
     });
-    const byDefault = new Throttle({ rules: ['5/s', '1000/h', '100000/day'], store });
+    const byDefault = new Throttle({ rules: ['5/s', '48/min', '49/min', '1000/h'], store });
     await byDefault.schedule('u', () => {});
-    expect(seen[0]).to.deep.equal([{ limit: 5, windowMs: 1_000 }, { limit: 1_000, windowMs: 3_600_000 }, { limit: 100_000, windowMs: 86_400_000, bucketMs: 1_728_000 }]);
+    expect(seen[0]).to.deep.equal([
+      { limit: 5, windowMs: 1_000 },
+      { limit: 48, windowMs: 60_000 },
+      { limit: 49, windowMs: 60_000, bucketMs: 1_200 },
+      { limit: 1_000, windowMs: 3_600_000, bucketMs: 72_000 },
+    ]);
     const tuned = new Throttle({ rules: ['5/s', '1000/h'], store, bucketAbove: 4, buckets: 60 });
     await tuned.schedule('v', () => {});
     expect(seen[1]).to.deep.equal([{ limit: 5, windowMs: 1_000, bucketMs: 17 }, { limit: 1_000, windowMs: 3_600_000, bucketMs: 60_000 }]);
