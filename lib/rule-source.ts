@@ -1,6 +1,6 @@
 import { ThrottleConfigError } from './errors.js';
 import type { RulesOption } from './options.js';
-import { parseRules, type Rule, type RuleInput } from './rules.js';
+import { isConcurrent, parseRules, type Rule, type RuleInput } from './rules.js';
 
 /** A key's rules, as the throttle reads them for each call. */
 export type RuleSource = (key: string) => Promise<readonly Rule[]> | readonly Rule[];
@@ -27,8 +27,12 @@ export function compileRules(option: RulesOption, bucketAbove: number, buckets: 
   };
 }
 
-/** Rules with a limit above `above` are counted in `buckets` buckets per window (see `ThrottleOptions.bucketAbove`). */
+/**
+ * Rules with a limit above `above` are counted in `buckets` buckets per window (see
+ * `ThrottleOptions.bucketAbove`). A cap on calls in flight keeps no history: never bucketed.
+ */
 function bucketRules(rules: readonly Rule[], above: number, buckets: number): readonly Rule[] {
-  if (rules.every((rule) => rule.limit <= above)) return rules;
-  return rules.map((rule) => (rule.limit > above ? { limit: rule.limit, windowMs: rule.windowMs, bucketMs: Math.ceil(rule.windowMs / buckets) } : rule));
+  const bucketed = (rule: Rule): boolean => rule.limit > above && !isConcurrent(rule);
+  if (!rules.some(bucketed)) return rules;
+  return rules.map((rule) => (bucketed(rule) ? { limit: rule.limit, windowMs: rule.windowMs, bucketMs: Math.ceil(rule.windowMs / buckets) } : rule));
 }

@@ -1,8 +1,13 @@
 import { ThrottleConfigError } from './errors.js';
 
-/** At most `limit` calls may start in any interval of `windowMs` milliseconds. */
+/**
+ * At most `limit` calls may start in any interval of `windowMs` milliseconds; with `windowMs` 0 (a
+ * rule written `'4 concurrent'` or `{ concurrent: 4 }`), at most `limit` calls may be in flight at
+ * once, from their start until their completion.
+ */
 export interface Rule {
   readonly limit: number;
+  /** The window in ms; 0 for a cap on calls in flight ({@link isConcurrent}). */
   readonly windowMs: number;
   /**
    * Set by the throttle for a long window with a large limit (see `ThrottleOptions.bucketAbove`):
@@ -15,9 +20,10 @@ export interface Rule {
 /**
  * A rule as users write it: `{ limit, windowMs }` or a string `N/unit`, where unit is one of
  * `ms`, `s`, `sec`, `second`, `m`, `min`, `minute`, `h`, `hr`, `hour`, `d`, `day`, optionally after an
- * amount: `30/90s`, `20/500ms`, `2/1.5h` (the window must come out as whole milliseconds).
+ * amount: `30/90s`, `20/500ms`, `2/1.5h` (the window must come out as whole milliseconds); or a cap
+ * on calls in flight across every process, `{ concurrent: N }` or the string `'N concurrent'`.
  */
-export type RuleInput = Rule | string;
+export type RuleInput = Rule | { readonly concurrent: number } | string;
 
 const UNIT_MS: Readonly<Record<string, number>> = {
   ms: 1,
@@ -35,6 +41,7 @@ const UNIT_MS: Readonly<Record<string, number>> = {
 };
 
 const SHORTHAND = /^\s*(\d+)\s*\/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$/i;
+const CONCURRENT = /^\s*(\d+)\s+concurrent\s*$/i;
 
 /** Largest window accepted: 366 days. Longer windows are almost certainly a unit mistake. */
 export const MAX_WINDOW_MS = 366 * 86_400_000;
@@ -45,12 +52,25 @@ export const MAX_LIMIT = 10_000_000;
 export function parseRule(input: RuleInput): Rule {
   if (typeof input === 'string') return parseShorthand(input);
   if (input === null || typeof input !== 'object') {
-    throw new ThrottleConfigError(`Expected a rule like '30/min' or { limit, windowMs }, got ${describe(input)}`);
+    throw new ThrottleConfigError(`Expected a rule like '30/min', { limit, windowMs } or { concurrent }, got ${describe(input)}`);
+  }
+  if ('concurrent' in input) {
+    const { concurrent } = input;
+    if ('limit' in input || 'windowMs' in input) {
+      throw new ThrottleConfigError(`Expected a rule to be { limit, windowMs } or { concurrent }, not both, got ${describe(input)}`);
+    }
+    checkLimit(concurrent, input);
+    return { limit: concurrent, windowMs: 0 };
   }
   const { limit, windowMs } = input;
   checkLimit(limit, input);
   checkWindow(windowMs, input);
   return { limit, windowMs };
+}
+
+/** Whether the rule caps calls in flight (`'4 concurrent'`) rather than calls per window. */
+export function isConcurrent(rule: Rule): boolean {
+  return rule.windowMs === 0;
 }
 
 /** Parses a non-empty list of rules; duplicates are kept (harmless), order is preserved. */
@@ -60,8 +80,9 @@ export function parseRules(input: readonly RuleInput[] | RuleInput): Rule[] {
   return list.map(parseRule);
 }
 
-/** `30/60000ms` → `30/min` style label for messages, metrics and the CLI. */
+/** `30/60000ms` → `30/min` style label for messages, metrics and the CLI; `4 concurrent` for a cap in flight. */
 export function formatRule(rule: Rule): string {
+  if (isConcurrent(rule)) return `${rule.limit} concurrent`;
   for (const [unit, ms] of [['day', 86_400_000], ['h', 3_600_000], ['min', 60_000], ['s', 1_000]] as const) {
     if (rule.windowMs === ms) return `${rule.limit}/${unit}`;
     if (rule.windowMs % ms === 0) return `${rule.limit}/${rule.windowMs / ms}${unit}`;
@@ -75,11 +96,17 @@ export function longestWindow(rules: readonly Rule[]): number {
 }
 
 function parseShorthand(text: string): Rule {
+  const concurrent = CONCURRENT.exec(text);
+  if (concurrent) {
+    const limit = Number(concurrent[1]);
+    checkLimit(limit, text);
+    return { limit, windowMs: 0 };
+  }
   const match = SHORTHAND.exec(text);
   const unitMs = match ? UNIT_MS[match[3]!.toLowerCase()] : undefined;
   if (!match || unitMs === undefined) {
     throw new ThrottleConfigError(
-      `Expected a rule like '30/min', '5/s', '10000/day' or '30/90s' (units: ${Object.keys(UNIT_MS).join(', ')}), got '${text}'`,
+      `Expected a rule like '30/min', '5/s', '10000/day', '30/90s' (units: ${Object.keys(UNIT_MS).join(', ')}) or '4 concurrent', got '${text}'`,
     );
   }
   const limit = Number(match[1]);
@@ -99,8 +126,9 @@ function checkLimit(limit: unknown, input: unknown): asserts limit is number {
 
 function checkWindow(windowMs: unknown, input: unknown): asserts windowMs is number {
   if (typeof windowMs !== 'number' || !Number.isInteger(windowMs) || windowMs < 1 || windowMs > MAX_WINDOW_MS) {
+    const hint = windowMs === 0 ? ' (a cap on calls in flight is written { concurrent: N })' : '';
     throw new ThrottleConfigError(
-      `Expected rule windowMs to be a whole number of milliseconds from 1 to ${MAX_WINDOW_MS}, got ${describe(windowMs)} in ${describe(input)}`,
+      `Expected rule windowMs to be a whole number of milliseconds from 1 to ${MAX_WINDOW_MS}, got ${describe(windowMs)} in ${describe(input)}${hint}`,
     );
   }
 }

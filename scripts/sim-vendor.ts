@@ -79,6 +79,8 @@ export interface Vendor {
   maxInWindow(user?: string): number;
   /** `windowViolations()` summed over users (or for one user). */
   violations(user?: string): number;
+  /** Most calls of one user (or of the worst user) in service at once: arrived and not yet answered. */
+  maxConcurrent(user?: string): number;
 }
 
 /** Wall-clock ms with sub-ms resolution; the same base in every process of one machine. */
@@ -188,6 +190,8 @@ export async function startVendor(options: VendorOptions): Promise<Vendor> {
   const { min, max } = options.latencyMs ?? { min: 5, max: 55 };
   const userFrom = options.userFrom ?? defaultUser;
   const arrivals = new Map<string, number[]>();
+  /** Per user, each call's time in service at the vendor: [arrival, response]. */
+  const inService = new Map<string, Array<readonly [number, number]>>();
   const pending = new Set<NodeJS.Timeout>();
   let received = 0;
 
@@ -210,6 +214,9 @@ export async function startVendor(options: VendorOptions): Promise<Vendor> {
     let list = arrivals.get(user);
     if (!list) arrivals.set(user, (list = []));
     list.push(arrival);
+    let spans = inService.get(user);
+    if (!spans) inService.set(user, (spans = []));
+    spans.push([arrival, r + latency]);
     // Drain the request body (if any) so the connection can be reused.
     req.resume();
     respondAt(r + latency, pending, () => {
@@ -267,7 +274,24 @@ export async function startVendor(options: VendorOptions): Promise<Vendor> {
       const lists = user === undefined ? [...arrivals.values()] : [arrivals.get(user) ?? []];
       return lists.reduce((sum, list) => sum + windowViolations(list, limit, windowMs), 0);
     },
+    maxConcurrent(user?: string) {
+      const lists = user === undefined ? [...inService.values()] : [inService.get(user) ?? []];
+      return lists.reduce((worst, spans) => Math.max(worst, maxOverlap(spans)), 0);
+    },
   };
+}
+
+/** Most of `spans` ([from, to), ms) that hold at one moment: an end at t comes before a start at t. */
+export function maxOverlap(spans: ReadonlyArray<readonly [number, number]>): number {
+  const edges = spans.flatMap(([from, to]): Array<[number, number]> => [[from, 1], [to, -1]]);
+  edges.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  let open = 0;
+  let most = 0;
+  for (const [, step] of edges) {
+    open += step;
+    most = Math.max(most, open);
+  }
+  return most;
 }
 
 async function main(): Promise<void> {

@@ -14,6 +14,19 @@ describe('rules', () => {
     expect(parseRule({ limit: 30, windowMs: 60_000 })).to.deep.equal({ limit: 30, windowMs: 60_000 });
   });
 
+  it('parses a cap on calls in flight as a rule of window 0', () => {
+    expect(parseRule('4 concurrent')).to.deep.equal({ limit: 4, windowMs: 0 });
+    expect(parseRule(' 1  Concurrent ')).to.deep.equal({ limit: 1, windowMs: 0 });
+    expect(parseRule({ concurrent: 4 })).to.deep.equal({ limit: 4, windowMs: 0 });
+    expect(parseRules(['30/min', '4 concurrent'])).to.deep.equal([{ limit: 30, windowMs: 60_000 }, { limit: 4, windowMs: 0 }]);
+    expect(() => parseRule('0 concurrent')).to.throw(ThrottleConfigError, /limit/);
+    expect(() => parseRule('4concurrent')).to.throw(ThrottleConfigError, /'4 concurrent'/);
+    expect(() => parseRule({ concurrent: 1.5 })).to.throw(ThrottleConfigError, /limit/);
+    expect(() => parseRule({ concurrent: 4, limit: 4, windowMs: 1_000 } as never)).to.throw(ThrottleConfigError, /not both/);
+    // { limit, windowMs: 0 } is refused, with the way to write a cap in flight.
+    expect(() => parseRule({ limit: 4, windowMs: 0 })).to.throw(ThrottleConfigError, /\{ concurrent: N \}/);
+  });
+
   for (const bad of ['30/fortnight', '30', '/min', '0/min', '-1/min', '1.5/min', '30/0s', '30/0.5ms', 'abc', '']) {
     it(`rejects '${bad}' saying what was expected`, () => {
       expect(() => parseRule(bad)).to.throw(ThrottleConfigError, /Expected/);
@@ -50,5 +63,6 @@ describe('rules', () => {
       '20/500ms',
       '1/2h',
     ]);
+    expect(formatRule(parseRule({ concurrent: 4 }))).to.equal('4 concurrent');
   });
 });

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { clock, maxInWindow, startVendor, vendorDrops, windowViolations } from '../scripts/sim-vendor.js';
+import { clock, maxInWindow, maxOverlap, startVendor, vendorDrops, windowViolations } from '../scripts/sim-vendor.js';
 
 describe('simulated vendor', () => {
   describe('windowViolations', () => {
@@ -40,6 +40,16 @@ describe('simulated vendor', () => {
       expect(windowViolations([0, 60, 110, 150], 1, 100)).to.equal(3);
       expect(maxInWindow([0, 60, 110, 150], 100)).to.equal(3); // (50, 150]
       expect(maxInWindow([], 100)).to.equal(0);
+    });
+  });
+
+  describe('maxOverlap (calls in service at once)', () => {
+    it('counts the most spans open at one moment; one that ends as another starts does not overlap it', () => {
+      expect(maxOverlap([])).to.equal(0);
+      expect(maxOverlap([[0, 10]])).to.equal(1);
+      expect(maxOverlap([[0, 10], [10, 20], [20, 30]])).to.equal(1);
+      expect(maxOverlap([[0, 10], [5, 20], [9, 12], [11, 30]])).to.equal(3);
+      expect(maxOverlap([[20, 30], [0, 25], [24, 26]])).to.equal(3);
     });
   });
 

@@ -94,6 +94,34 @@ for (const { name, make } of subjects) {
       expect(results.every((r) => r.members.length === 1)).to.equal(true);
     });
 
+    it('caps calls in flight (window 0): a completion frees the slot at once, a call never completed frees it at its bound', async () => {
+      const { store, advance, namespace } = make();
+      const rules = [{ limit: 2, windowMs: 0 }];
+      const first = await store.reserve(request({ rules, maxHoldMs: 300 }));
+      const second = await store.reserve(request({ rules, maxHoldMs: 300 }));
+      expect([first.status, second.status]).to.deep.equal(['booked', 'booked']);
+      expect((await store.inspect(namespace, 'k', rules)).rules[0]!.used).to.equal(2);
+      // Both in flight: the next waits for a completion, or refuses at once when it cannot wait.
+      const deferred = await store.reserve(request({ rules, maxHoldMs: 300 }));
+      expect(deferred).to.deep.include({ status: 'deferred', members: [] });
+      expect(deferred.retryMs).to.be.within(1, 301);
+      expect((await store.reserve(request({ rules, maxHoldMs: 300, maxDelayMs: 0 }))).status).to.equal('refused');
+      // One completes: its slot is free at once.
+      await advance(5);
+      await store.settle(namespace, 'k', first.members.map((member) => ({ member, releaseAt: first.startAt + 5 })));
+      await advance(1);
+      const third = await store.reserve(request({ rules, maxHoldMs: 300 }));
+      expect(third).to.deep.include({ status: 'booked', waitMs: 0 });
+      // The second never completes (its process died): it counts until its bound, start + maxHoldMs.
+      expect((await store.reserve(request({ rules, maxHoldMs: 300 }))).status).to.equal('deferred');
+      await store.settle(namespace, 'k', third.members.map((member) => ({ member, releaseAt: third.startAt + 7 })));
+      await advance(300);
+      const fourth = await store.reserve(request({ rules, maxHoldMs: 300 }));
+      expect(fourth).to.deep.include({ status: 'booked', waitMs: 0 });
+      const fifth = await store.reserve(request({ rules, maxHoldMs: 300 }));
+      expect(fifth).to.deep.include({ status: 'booked', waitMs: 0 });
+    });
+
     it('refuses a slot further than maxDelayMs, books nothing, and says when to retry', async () => {
       const { store } = make();
       const rules = [{ limit: 2, windowMs: 60_000 }];
@@ -572,6 +600,9 @@ for (const { name, make } of subjects) {
         [{ limit: 3, windowMs: 40 }],
         [{ limit: 2, windowMs: 15 }, { limit: 5, windowMs: 60 }],
         [{ limit: 4, windowMs: 30 }],
+        // Caps on calls in flight (window 0), alone and beside a rate rule.
+        [{ limit: 2, windowMs: 0 }],
+        [{ limit: 2, windowMs: 0 }, { limit: 4, windowMs: 30 }],
       ];
       const maxHoldMs = 8;
       const retainMs = 60;
@@ -651,7 +682,17 @@ for (const { name, make } of subjects) {
             // holds more than its limit of starts.
             const starts = calls.flatMap((call) => Array.from({ length: call.cost }, () => call.start));
             for (const rule of ruleSets.flat()) {
-              const kept = calls.every((call) => ruleSets[call.ruleSet]!.some((r) => r.limit <= rule.limit && r.windowMs >= rule.windowMs));
+              if (rule.windowMs === 0) {
+                // A cap in flight: at no start are more than its limit of slots started and not yet released.
+                const kept = calls.every((call) => ruleSets[call.ruleSet]!.some((r) => r.windowMs === 0 && r.limit <= rule.limit));
+                if (!kept) continue;
+                for (const call of calls) {
+                  const inFlight = calls.filter((b) => b.start <= call.start && b.release > call.start).reduce((sum, b) => sum + b.cost, 0);
+                  expect(inFlight, `${key}: ${rule.limit} concurrent at ${call.start}`).to.be.at.most(rule.limit);
+                }
+                continue;
+              }
+              const kept = calls.every((call) => ruleSets[call.ruleSet]!.some((r) => r.windowMs > 0 && r.limit <= rule.limit && r.windowMs >= rule.windowMs));
               if (kept) expect(maxInWindow(starts, rule.windowMs), `${key}: ${rule.limit}/${rule.windowMs}`).to.be.at.most(rule.limit);
             }
             for (const call of calls) expect(call.release - call.start).to.be.within(0, maxHoldMs);

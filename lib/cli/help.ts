@@ -26,7 +26,7 @@ request is read and checked first: nothing is sent when one is bad. Fields/colum
 the request takes, default 1).
 
 Limits:
-  -r, --rule <rule>        a limit per key, e.g. 30/min, 5/s, 10000/day, 20/500ms (repeatable; required)
+  -r, --rule <rule>        a limit per key, e.g. 30/min, 5/s, 10000/day, 20/500ms, '4 concurrent' (repeatable; required)
   -k, --key <template>     the throttle key of each request (default: its 'key' field):
                              {user_id}, acme-{account}   fields of the request
                              header:x-user               a request header

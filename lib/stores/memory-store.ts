@@ -165,7 +165,8 @@ export class MemoryStore implements Store {
       pausedForMs: Math.max(0, Math.ceil(pausedUntil - now)),
       rules: rules.map((rule) => {
         const { limit, windowMs } = rule;
-        const logged = countInWindow(scores.length, scoreAt, windowMs, cut);
+        // Counted on the scores as they are: a call in flight counts now, also under a cap in flight (window 0).
+        const logged = live ? countInWindow(live.scores.length, (i) => live.scores[i]!, windowMs, cut) : 0;
         const buckets = rule.bucketMs ? bucketsOf(rule) : [];
         const used = logged + buckets.reduce((sum, bucket) => sum + bucket.count, 0);
         const oldest = Math.min(buckets[0]?.end ?? Infinity, scores[scores.length - logged] ?? Infinity);
