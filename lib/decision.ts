@@ -109,6 +109,19 @@ export function bucketedFreeAt(
   return { freeAt: best, index: bestIndex };
 }
 
+/** One key's log as a decision reads it. */
+export interface LogView {
+  /** Number of scores in the log. */
+  readonly size: number;
+  /** The i-th smallest score, 0 ≤ i < size. */
+  readonly scoreAt: (index: number) => number;
+  readonly rules: readonly Rule[];
+  /** No start before this (a vendor pause on the key), store clock; 0 = none. */
+  readonly pausedUntil?: number;
+  /** The live buckets of a bucketed rule (see `Rule.bucketMs`). */
+  readonly bucketsOf?: BucketsOf;
+}
+
 /**
  * @param size number of scores in the log
  * @param scoreAt the i-th smallest score, 0 ≤ i < size
@@ -126,48 +139,67 @@ export function planSlot(
   pausedUntil = 0,
   bucketsOf: BucketsOf = () => [],
 ): SlotPlan {
+  return planSlots([{ size, scoreAt, rules, pausedUntil, bucketsOf }], cost, now, maxHoldMs);
+}
+
+/**
+ * The decision for a call that counts in several keys at once (one atomic step): each key's rules
+ * apply to that key's log, and the call starts when every rule of every key allows it, exactly as
+ * if the rules of all keys were one key's. `ruleIndex` counts the rules of the logs in order (the
+ * first log's rules, then the second's, ...); `waitOn` lists the logs whose binding call is in flight.
+ */
+export function planSlots(logs: readonly LogView[], cost: number, now: number, maxHoldMs: number): SlotPlan & { readonly waitOn: readonly number[] } {
   const nowMs = Math.ceil(now);
   let startAt = now;
   let ruleIndex = -1;
-  if (pausedUntil > now) {
-    startAt = pausedUntil;
-    ruleIndex = PAUSED;
+  for (const { pausedUntil = 0 } of logs) {
+    if (pausedUntil > startAt) {
+      startAt = pausedUntil;
+      ruleIndex = PAUSED;
+    }
   }
-  const pending: Array<readonly [score: number, windowMs: number, rule: number]> = [];
-  for (let r = 0; r < rules.length; r++) {
-    const rule = rules[r]!;
-    let score: number | undefined;
-    let freeAt: number | undefined;
-    if (rule.bucketMs) {
-      const buckets = bucketsOf(rule);
-      const found = bucketedFreeAt(size, scoreAt, buckets, rule, cost, now);
-      freeAt = found.freeAt;
-      if (found.index >= 0) score = scoreAt(found.index);
-    } else {
-      const index = size - rule.limit + cost - 1;
-      if (index >= 0) {
-        score = scoreAt(index);
-        freeAt = score + rule.windowMs;
+  const pending: Array<readonly [score: number, windowMs: number, rule: number, log: number]> = [];
+  let offset = 0;
+  for (let l = 0; l < logs.length; l++) {
+    const { size, scoreAt, rules, bucketsOf } = logs[l]!;
+    for (let r = 0; r < rules.length; r++) {
+      const rule = rules[r]!;
+      let score: number | undefined;
+      let freeAt: number | undefined;
+      if (rule.bucketMs) {
+        const buckets = bucketsOf?.(rule) ?? [];
+        const found = bucketedFreeAt(size, scoreAt, buckets, rule, cost, now);
+        freeAt = found.freeAt;
+        if (found.index >= 0) score = scoreAt(found.index);
+      } else {
+        const index = size - rule.limit + cost - 1;
+        if (index >= 0) {
+          score = scoreAt(index);
+          freeAt = score + rule.windowMs;
+        }
+      }
+      if (score !== undefined && score > nowMs) pending.push([score, rule.windowMs, offset + r, l]);
+      else if (freeAt !== undefined && freeAt > startAt) {
+        startAt = freeAt;
+        ruleIndex = offset + r;
       }
     }
-    if (score !== undefined && score > nowMs) pending.push([score, rule.windowMs, r]);
-    else if (freeAt !== undefined && freeAt > startAt) {
-      startAt = freeAt;
-      ruleIndex = r;
-    }
+    offset += rules.length;
   }
   let bound: number | undefined;
   let earliest = startAt;
-  for (const [score, windowMs, r] of pending) {
+  const waitOn: number[] = [];
+  for (const [score, windowMs, r, l] of pending) {
     if (score + windowMs <= startAt) continue;
     if (bound === undefined || score < bound) bound = score;
+    if (!waitOn.includes(l)) waitOn.push(l);
     const soonest = Math.max(nowMs, score - maxHoldMs) + windowMs;
     if (soonest > earliest) {
       earliest = soonest;
       ruleIndex = r;
     }
   }
-  return { startAt, ruleIndex, bound, earliest };
+  return { startAt, ruleIndex, bound, earliest, waitOn };
 }
 
 /** How many scores in the sorted log count against a window of `windowMs` at time `now`. */

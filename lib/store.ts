@@ -29,6 +29,27 @@ export interface ReserveRequest {
   readonly maxHoldMs: number;
   /** History to keep, at least the longest window. */
   readonly retainMs: number;
+  /**
+   * More keys the call counts in, each under its own rules (a per-user and an app-wide limit): the
+   * call starts only when every rule of every key allows it, and then takes `cost` slots in each,
+   * all in one atomic decision. Only for a store with {@link Store.multiKey}. Keys are distinct.
+   */
+  readonly also?: readonly KeyPart[];
+  /**
+   * This process still waits on `key` through other calls that count in it besides more keys
+   * (`also`): a store that keeps a list of waiting processes per key keeps this one in it even if
+   * this decision needs no more waiting. Only for a call of one key.
+   */
+  readonly stay?: boolean;
+}
+
+/** One more key of a call (see `ReserveRequest.also`). */
+export interface KeyPart {
+  /** The encoded user key. */
+  readonly key: string;
+  readonly rules: readonly Rule[];
+  /** History to keep in this key, at least its longest window. */
+  readonly retainMs: number;
 }
 
 /**
@@ -56,9 +77,12 @@ export interface ReserveResult {
    * clock after the ask left.
    */
   readonly readAt?: number;
-  /** Index in `rules` of the rule that set the start, `PAUSED` (-2) for a vendor pause, -1 when neither did. */
+  /**
+   * Index in `rules` of the rule that set the start, `PAUSED` (-2) for a vendor pause, -1 when
+   * neither did. With `also`, rules count on from the first key's through each of `also` in order.
+   */
   readonly ruleIndex: number;
-  /** Members of the booked slots (`cost` of them), empty unless booked. */
+  /** Members of the booked slots (`cost` of them, the same in every key of the call), empty unless booked. */
   readonly members: readonly string[];
 }
 
@@ -106,6 +130,11 @@ export interface Store {
    * round trip then places its call (lib/clock.ts).
    */
   readonly singleClock?: boolean;
+  /**
+   * `reserve()` takes `also`: one call decided in several keys at once. A store without it takes
+   * calls of one key only. A Redis Cluster holds to it for keys whose hash tags share a slot.
+   */
+  readonly multiKey?: boolean;
   inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult>;
   /**
    * Calls `listener(key)` whenever a completion or release is written for a key of `namespace` on

@@ -14,6 +14,8 @@
                     LIMIT, WINDOW, BUCKET (includes/decide.lua)
            then the operations, to the end of ARGV, each starting with K (the key: KEYS[2K-1 .. 2K]):
              K > 0   decide: K, SET (1-based), COST, COUNT, then COUNT pairs MAX_DELAY, FIRST
+             K = 0   decide one call in several keys at once (a standalone Redis, or keys of one
+                     slot): 0, N, then N pairs K, SET, then COST, MAX_DELAY, FIRST
              K < 0   complete: -K, N, then N pairs NUMBER, RELEASE_AT (includes/complete.lua);
                      N = 0: this process no longer waits on the key (it leaves the key's waiting list)
 
@@ -75,13 +77,26 @@ local out = { 1, 0 }
 local last = #ARGV
 while i <= last do
   local k = tonumber(ARGV[i])
-  if k > 0 then
+  if k >= 0 then
     -- Completions come first in a batch and need no clock: TIME only when a decision needs it.
     if now == nil then
       now = vt_now()
       out[2] = math.ceil(now)
     end
+  end
+  if k > 0 then
     i = vt_decide(KEYS[2 * k - 1], KEYS[2 * k], now, ready, tag, channel, sets[tonumber(ARGV[i + 1])], ARGV, i + 2, out)
+  elseif k == 0 then
+    local n = tonumber(ARGV[i + 1])
+    local keys = {}
+    local cut = math.floor(now)
+    for e = 0, n - 1 do
+      local kk = tonumber(ARGV[i + 2 + 2 * e])
+      keys[e + 1] = vt_key_open(KEYS[2 * kk - 1], KEYS[2 * kk], sets[tonumber(ARGV[i + 3 + 2 * e])], cut)
+    end
+    local at = i + 2 + 2 * n
+    vt_decide_keys(keys, now, ready, tag, channel, tonumber(ARGV[at]), ARGV[at + 1], ARGV[at + 2], out)
+    i = at + 3
   else
     i = vt_complete(KEYS[-2 * k - 1], KEYS[-2 * k], tag, channel, ARGV, i + 1)
   end

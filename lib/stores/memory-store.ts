@@ -1,6 +1,6 @@
-import { bucketIndex, countInWindow, foldHorizon, planSlot, type Bucket, type BucketsOf } from '../decision.js';
+import { bucketIndex, countInWindow, foldHorizon, planSlot, planSlots, type Bucket, type BucketsOf } from '../decision.js';
 import type { Rule } from '../rules.js';
-import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
+import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
 
 export interface MemoryStoreOptions {
   /**
@@ -45,6 +45,8 @@ export class MemoryStore implements Store {
   #readAt = 0;
   /** One clock, read in this process. */
   readonly singleClock = true;
+  /** A call may count in several keys at once (`ReserveRequest.also`). */
+  readonly multiKey = true;
 
   constructor(options: MemoryStoreOptions = {}) {
     if (options === null || typeof options !== 'object') throw new TypeError('Expected MemoryStore options to be an object');
@@ -79,41 +81,49 @@ export class MemoryStore implements Store {
     const nowMs = Math.ceil(now);
     // What no longer counts at `cut` no longer counts at `now` (as `cut` in lua/includes/decide.lua).
     const cut = Math.floor(now);
-    const id = `${request.namespace}\n${request.key}`;
-    const log = this.#open(id, cut);
+    const parts = [request, ...(request.also ?? [])];
+    const ids = parts.map((part) => `${request.namespace}\n${part.key}`);
+    const logs = ids.map((id) => this.#open(id, cut));
     this.#sweep(cut);
-    if (log.scores.length > trimAbove(request)) trim(log, cut - request.retainMs);
-    if (foldDue(log, request.rules, request.cost)) fold(log, cut, request.rules);
-    const scoreAt = (i: number) => log.scores[i]!;
-    const plan = planSlot(log.scores.length, scoreAt, request.rules, request.cost, now, request.maxHoldMs, log.pausedUntil, liveBuckets(log, cut));
+    const views = parts.map((part, i) => {
+      const log = logs[i]!;
+      if (log.scores.length > trimAbove(part)) trim(log, cut - part.retainMs);
+      if (foldDue(log, part.rules, request.cost)) fold(log, cut, part.rules);
+      return { size: log.scores.length, scoreAt: (index: number) => log.scores[index]!, rules: part.rules, pausedUntil: log.pausedUntil, bucketsOf: liveBuckets(log, cut) };
+    });
+    const plan = planSlots(views, request.cost, now, request.maxHoldMs);
     const { ruleIndex, bound, earliest } = plan;
     const startAt = Math.ceil(plan.startAt);
     const waitMs = earliest <= now ? 0 : Math.ceil(earliest - now);
     const answer = { waitMs, startAt, now: nowMs, readAt: this.#readAt, ruleIndex, retryMs: 0, members: [] };
     const limited = waitMs > request.maxDelayMs;
+    const keepAll = (): void => ids.forEach((id, i) => this.#keep(id, logs[i]!));
     if (bound !== undefined) {
       if (limited || request.maxDelayMs === 0) {
-        this.#keep(id, log);
+        keepAll();
         return { ...answer, status: 'refused' };
       }
-      log.waiting = true;
-      log.expiresAt = Math.max(log.expiresAt, bound + 1);
-      this.#keep(id, log);
+      // Waits for a completion on each key whose binding call is in flight.
+      for (const i of plan.waitOn) {
+        logs[i]!.waiting = true;
+        logs[i]!.expiresAt = Math.max(logs[i]!.expiresAt, bound + 1);
+      }
+      keepAll();
       return { ...answer, status: 'deferred', retryMs: Math.max(1, Math.ceil(bound - now)) };
     }
     if (limited) {
-      this.#keep(id, log);
+      keepAll();
       return { ...answer, status: 'refused' };
     }
     const members: string[] = [];
+    for (let i = 0; i < request.cost; i++) members.push(String(++this.#seq));
     const score = startAt + request.maxHoldMs;
-    for (let i = 0; i < request.cost; i++) {
-      const member = String(++this.#seq);
-      members.push(member);
-      insert(log, score, member);
-    }
-    log.expiresAt = Math.max(log.expiresAt, score + request.retainMs);
-    this.#logs.set(id, log);
+    parts.forEach((part, i) => {
+      const log = logs[i]!;
+      for (const member of members) insert(log, score, member);
+      log.expiresAt = Math.max(log.expiresAt, score + part.retainMs);
+      this.#logs.set(ids[i]!, log);
+    });
     return { ...answer, status: 'booked', members };
   }
 
@@ -308,10 +318,10 @@ function liveBuckets(log: KeyLog, at: number): BucketsOf {
  * booked ahead (a window at most) hold at most (k + 1) × the largest limit; the log is trimmed once it
  * holds 32 more.
  */
-function trimAbove(request: ReserveRequest): number {
-  const most = Math.max(...request.rules.map((rule) => rule.limit));
-  const longest = Math.max(1, ...request.rules.map((rule) => rule.windowMs));
-  return most * (Math.ceil(request.retainMs / longest) + 1) + 32;
+function trimAbove(part: KeyPart): number {
+  const most = Math.max(...part.rules.map((rule) => rule.limit));
+  const longest = Math.max(1, ...part.rules.map((rule) => rule.windowMs));
+  return most * (Math.ceil(part.retainMs / longest) + 1) + 32;
 }
 
 function trim(log: KeyLog, before: number): void {

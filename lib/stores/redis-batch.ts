@@ -1,5 +1,6 @@
 import { keyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
+import type { KeyPart } from '../store.js';
 
 /**
  * One operation waiting for the next batch: a decision ('d'), the completions and releases of a
@@ -19,6 +20,10 @@ export interface Op {
   readonly maxDelayMs: number;
   /** 'd': number of the call's first member (members are FIRST .. FIRST+COST-1, see `RedisStore`). */
   readonly first: number;
+  /** 'd': more keys the call counts in (decided with `key` in one step); empty for a call of one key. */
+  readonly also: readonly KeyPart[];
+  /** 'd' of one key: this process still waits on the key through calls of several keys (it stays in the key's waiting list). */
+  readonly stay: boolean;
   /** 'c': NUMBER, RELEASE_AT ('' = remove) pairs. */
   readonly pairs: ReadonlyArray<string | number>;
   /** 'd': the decision's answer; 'c' and 'l': undefined. */
@@ -44,8 +49,8 @@ const ruleText = new WeakMap<readonly Rule[], string>();
 /**
  * Lays out a batch for lua/batch.lua (see its header): the distinct rule sets once, then per key
  * its completions (merged into one), a leave, then its decisions (callers with the same rule set
- * and cost merged into one decide of COUNT calls, in the order they asked). `deliver` hands each
- * caller its part of the flat reply.
+ * and cost merged into one decide of COUNT calls, in the order they asked), and last the calls of
+ * several keys, one each. `deliver` hands each caller its part of the flat reply.
  */
 export function encodeBatch(prefix: string, ops: readonly Op[]): EncodedBatch {
   const byKey = new Map<string, Op[]>();
@@ -55,16 +60,38 @@ export function encodeBatch(prefix: string, ops: readonly Op[]): EncodedBatch {
     else byKey.set(op.key, [op]);
   }
   const keys: string[] = [];
+  const indices = new Map<string, number>();
   const sets = new Map<string, number>();
   const setArgs: Array<string | number> = [];
   const args: Array<string | number> = [];
   const decided: Op[][] = [];
   const others: Op[] = [];
+  const several: Op[] = [];
   const namespace = ops[0]!.namespace;
+  // K of a key: its place among the keys of the batch, 1-based.
+  const indexOf = (key: string): number => {
+    let k = indices.get(key);
+    if (k === undefined) {
+      const { log, meta } = keyNames(prefix, namespace, key);
+      keys.push(log, meta);
+      indices.set(key, (k = keys.length / 2));
+    }
+    return k;
+  };
+  // SET of a rule set: the distinct (MAX_HOLD, RETAIN, rules) of the batch, 1-based.
+  const setOf = (maxHoldMs: number, retainMs: number, rules: readonly Rule[]): number => {
+    let text = ruleText.get(rules);
+    if (text === undefined) ruleText.set(rules, (text = ruleArgs(rules).join(',')));
+    const setId = `${maxHoldMs},${retainMs},${text}`;
+    let set = sets.get(setId);
+    if (set === undefined) {
+      sets.set(setId, (set = sets.size + 1));
+      setArgs.push(maxHoldMs, retainMs, ...ruleArgs(rules));
+    }
+    return set;
+  };
   for (const [key, keyOps] of byKey) {
-    const { log, meta } = keyNames(prefix, namespace, key);
-    keys.push(log, meta);
-    const k = keys.length / 2;
+    const k = indexOf(key);
     const pairs: Array<string | number> = [];
     let leave = false;
     const groups = new Map<string, Op[]>();
@@ -75,10 +102,11 @@ export function encodeBatch(prefix: string, ops: readonly Op[]): EncodedBatch {
       } else if (op.type === 'l') {
         leave = true;
         others.push(op);
+      } else if (op.also.length > 0) {
+        several.push(op);
       } else {
-        let rules = ruleText.get(op.rules);
-        if (rules === undefined) ruleText.set(op.rules, (rules = ruleArgs(op.rules).join(',')));
-        const id = `${op.cost}|${op.maxHoldMs},${op.retainMs},${rules}`;
+        const set = setOf(op.maxHoldMs, op.retainMs, op.rules);
+        const id = `${op.cost}|${set}`;
         const same = groups.get(id);
         if (same) same.push(op);
         else groups.set(id, [op]);
@@ -89,16 +117,19 @@ export function encodeBatch(prefix: string, ops: readonly Op[]): EncodedBatch {
     if (leave) args.push(-k, 0);
     for (const group of groups.values()) {
       const { cost, maxHoldMs, retainMs, rules } = group[0]!;
-      const setId = `${maxHoldMs},${retainMs},${ruleText.get(rules)!}`;
-      let set = sets.get(setId);
-      if (set === undefined) {
-        sets.set(setId, (set = sets.size + 1));
-        setArgs.push(maxHoldMs, retainMs, ...ruleArgs(rules));
-      }
-      args.push(k, set, cost, group.length);
-      for (const op of group) args.push(Number.isFinite(op.maxDelayMs) ? Math.floor(op.maxDelayMs) : 'inf', op.first);
+      // A negative cost: the process stays in the key's waiting list (see Op.stay).
+      args.push(k, setOf(maxHoldMs, retainMs, rules), group.some((op) => op.stay) ? -cost : cost, group.length);
+      for (const op of group) args.push(maxDelayArg(op.maxDelayMs), op.first);
       decided.push(group);
     }
+  }
+  // Calls of several keys last, after every completion of the batch.
+  for (const op of several) {
+    const parts = [op, ...op.also];
+    args.push(0, parts.length);
+    for (const part of parts) args.push(indexOf(part.key), setOf(op.maxHoldMs, part.retainMs, part.rules));
+    args.push(op.cost, maxDelayArg(op.maxDelayMs), op.first);
+    decided.push([op]);
   }
   return {
     keys,
@@ -116,6 +147,10 @@ export function encodeBatch(prefix: string, ops: readonly Op[]): EncodedBatch {
       for (const op of others) op.resolve(undefined);
     },
   };
+}
+
+function maxDelayArg(maxDelayMs: number): number | string {
+  return Number.isFinite(maxDelayMs) ? Math.floor(maxDelayMs) : 'inf';
 }
 
 /** Rules as lua/includes/buckets.lua reads them: R, then R triples LIMIT, WINDOW, BUCKET. */

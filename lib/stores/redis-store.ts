@@ -3,7 +3,7 @@ import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
 import { checkNamespace, keyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
 import { MAX_TIMER_MS } from '../sleep.js';
-import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
+import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
 import { Journal } from './journal.js';
 import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
 import { MAX_RECOVERIES, Recovery } from './redis-recovery.js';
@@ -92,6 +92,9 @@ export class RedisStore implements Store {
     }
   }
 
+  /** A call may count in several keys at once (`ReserveRequest.also`): on a Cluster, keys of one slot. */
+  readonly multiKey = true;
+
   /** One Redis: one clock (`TIME`). On a Cluster each master has its own. */
   get singleClock(): boolean {
     return !this.#cluster;
@@ -111,11 +114,13 @@ export class RedisStore implements Store {
     const first = this.#seq + 1;
     this.#seq += request.cost;
     const { namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs } = request;
-    const [status, waitMs, startAt, ruleIndex, now, retryMs] = (await this.#enqueue('d', namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, NONE))!;
+    const also = request.also ?? NONE;
+    const [status, waitMs, startAt, ruleIndex, now, retryMs] = (await this.#enqueue('d', namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, NONE, 0, also, request.stay === true))!;
     const members: string[] = [];
     if (status === 1) {
       for (let i = 0; i < cost; i++) members.push(this.#member(first + i));
       this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now);
+      for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now);
       this.#recovery?.startHeartbeat();
     }
     return { status: status === 1 ? 'booked' : status === 2 ? 'deferred' : 'refused', waitMs, retryMs, startAt, now, ruleIndex, members };
@@ -239,10 +244,12 @@ export class RedisStore implements Store {
     first: number,
     pairs: ReadonlyArray<string | number>,
     delayMs = 0,
+    also: readonly KeyPart[] = NONE,
+    stay = false,
   ): Promise<Decided | undefined> {
     return new Promise((resolve, reject) => {
       // One object shape for every operation (see Op).
-      this.#queue.push({ type, namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, pairs, resolve, reject, tries: 0 });
+      this.#queue.push({ type, namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, also, stay, pairs, resolve, reject, tries: 0 });
       if (this.#flushScheduled === 'now') return;
       const at = performance.now() + delayMs;
       if (type === 'c' && delayMs > 0 && at >= this.#flushAt) return;
@@ -266,7 +273,8 @@ export class RedisStore implements Store {
     // Per namespace (per key on a Cluster), the operations of each key, in the order asked.
     const batches = new Map<string, Map<string, Op[]>>();
     for (const op of ops) {
-      const id = this.#cluster ? `${op.namespace}\n${op.key}` : op.namespace;
+      // On a Cluster a call of several keys goes alone: its keys share a slot, which others need not.
+      const id = !this.#cluster ? op.namespace : op.also.length > 0 ? `${op.namespace}\n${op.key}\n${op.first}` : `${op.namespace}\n${op.key}`;
       let byKey = batches.get(id);
       if (!byKey) batches.set(id, (byKey = new Map()));
       const same = byKey.get(op.key);

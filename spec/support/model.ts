@@ -2,7 +2,8 @@ import type { Rule } from '../../lib/rules.js';
 import type { ReserveStatus } from '../../lib/store.js';
 
 /**
- * The reference model: what a store must answer, written the slow, obvious way (exact rules only).
+ * The reference model: what a store must answer, written the slow, obvious way (exact rules only),
+ * for calls of one key or of several at once.
  * It keeps every slot with its score (its release: start + maxHoldMs until a completion lowers it)
  * and, to place a new call, tries each candidate time in order and counts, for every rule, the
  * slots whose score + window lies after that time. No sorting tricks, no index arithmetic.
@@ -50,21 +51,31 @@ export class ReferenceModel {
    * the store rounds it up for its comparisons). Changes nothing: see `apply`.
    */
   decide(key: string, now: number, request: ModelRequest): ModelDecision {
-    const { slots, pausedUntil } = this.#state(key);
-    const { rules, cost } = request;
+    return this.decideKeys([{ key, rules: request.rules }], now, request);
+  }
+
+  /**
+   * The same for a call that counts in several keys at once: every rule applies to its own key's
+   * slots, and the call must fit under all of them (rule indices count on from key to key).
+   */
+  decideKeys(keys: ReadonlyArray<{ readonly key: string; readonly rules: readonly Rule[] }>, now: number, request: Omit<ModelRequest, 'rules'>): ModelDecision {
+    const { cost } = request;
     const nowMs = Math.ceil(now);
+    // Every rule with the slots of its key.
+    const all = keys.flatMap(({ key, rules }) => rules.map((rule) => ({ rule, slots: this.#state(key).slots })));
+    const pausedUntil = Math.max(0, ...keys.map(({ key }) => this.#state(key).pausedUntil));
     // A call may start at the clock reading itself (not rounded up), or at a whole ms after it.
     const base = Math.max(now, pausedUntil);
-    const counting = (rule: Rule, t: number): number => slots.filter((slot) => slot.score + rule.windowMs > t).length;
-    const fits = (rule: Rule, t: number): boolean => counting(rule, t) <= rule.limit - cost;
-    const inFlight = slots.filter((slot) => slot.score > nowMs).length;
-    const known = rules.filter((rule) => inFlight <= rule.limit - cost);
-    const candidates = [base, ...slots.flatMap((slot) => known.map((rule) => slot.score + rule.windowMs))].filter((t) => t >= base);
+    type Entry = (typeof all)[number];
+    const counting = ({ rule, slots }: Entry, t: number): number => slots.filter((slot) => slot.score + rule.windowMs > t).length;
+    const fits = (entry: Entry, t: number): boolean => counting(entry, t) <= entry.rule.limit - cost;
+    const known = all.filter(({ rule, slots }) => slots.filter((slot) => slot.score > nowMs).length <= rule.limit - cost);
+    const candidates = [base, ...known.flatMap(({ rule, slots }) => slots.map((slot) => slot.score + rule.windowMs))].filter((t) => t >= base);
     candidates.sort((a, b) => a - b);
-    const start = candidates.find((t) => known.every((rule) => fits(rule, t)))!;
+    const start = candidates.find((t) => known.every((entry) => fits(entry, t)))!;
     let ruleIndex = pausedUntil > now ? -2 : -1;
     // Scores are whole ms: the rule that sets the start is the first one that does not fit 1 ms before.
-    if (start > base) ruleIndex = rules.findIndex((rule) => known.includes(rule) && !fits(rule, start - 1));
+    if (start > base) ruleIndex = all.findIndex((entry) => known.includes(entry) && !fits(entry, start - 1));
     const startAt = Math.ceil(start);
     // Rules filled by calls in flight that still hold the call back at startAt, in rule order: the
     // score each waits for (the lowest score at or after which the rule has room) is the bound to
@@ -72,8 +83,9 @@ export class ReferenceModel {
     // rule has no room before that plus its window.
     let bound: number | undefined;
     let earliest = start;
-    for (const [r, rule] of rules.entries()) {
-      if (known.includes(rule) || fits(rule, start)) continue;
+    for (const [r, entry] of all.entries()) {
+      if (known.includes(entry) || fits(entry, start)) continue;
+      const { rule, slots } = entry;
       const frees = slots.map((slot) => slot.score).filter((v) => slots.filter((slot) => slot.score > v).length <= rule.limit - cost);
       const at = Math.min(...frees);
       if (bound === undefined || at < bound) bound = at;
@@ -93,7 +105,7 @@ export class ReferenceModel {
   }
 
   /** Applies a decision: a booked one adds `members`, each scored start + maxHoldMs. */
-  apply(key: string, decision: ModelDecision, request: ModelRequest, members: readonly string[]): void {
+  apply(key: string, decision: ModelDecision, request: Omit<ModelRequest, 'rules'>, members: readonly string[]): void {
     const state = this.#state(key);
     if (decision.status === 'deferred') state.waiting = true;
     if (decision.status !== 'booked') return;

@@ -17,9 +17,12 @@
            reach the vendor: a booked slot's score is START + MAX_HOLD until its completion lowers
            it), RETAIN (ms of history to keep, at least the longest window), the rules {LIMIT,
            WINDOW, BUCKET (ms, 0 = exact)} at RULES_AT in A
-  A[I ..]  COST      slots per call (1 .. smallest limit)
+  A[I ..]  COST      slots per call (1 .. smallest limit); negative (STAY): this process still waits
+                     on the key through other calls (a call of several keys), so a decision that
+                     waits no more leaves it in the key's list of waiting processes
            COUNT     calls, followed by COUNT pairs: MAX_DELAY (ms, 'inf' = any), FIRST (the number
                      of the call's first member; members are FIRST .. FIRST+COST-1, each followed by TAG)
+  A call of several keys is decided by vt_decide_keys (below): one call, every key's rules.
 
   Appends to OUT, per call, five values: status, wait_ms, start_at, rule_index, retry_ms
   status: 1 booked (start in wait_ms), 0 refused (wait_ms: no slot before then), 2 deferred (ask
@@ -43,149 +46,184 @@ end
 -- of a call that none binds.
 local vt_none = {}
 
+-- One key of a decision: its state, read once per operation. Trims the log when it holds 32 more than
+-- the history kept and the bookings ahead can count (entries older than the history sit below
+-- every index a rule looks at: trimming them only bounds memory).
+local function vt_key_open(log, meta, set, cut)
+  local state = redis.call('HMGET', meta, unpack(set.meta_fields))
+  local key = { log = log, meta = meta, set = set, state = state, pause = tonumber(state[1] or 0), folded = vt_none, unfolded = set.bucketed, booked_until = 0, waits_until = 0, fresh = false }
+  -- Calls in the buckets of each bucketed rule: meta's count as of the last fold, never fewer than
+  -- those still counting (buckets change only when calls are folded).
+  if set.bucketed then
+    key.folded = {}
+    key.buckets = {}
+  else
+    key.buckets = vt_none
+  end
+  for g, group in ipairs(set.groups) do
+    for _, r in ipairs(group.rules) do key.folded[r] = tonumber(state[2 + g] or 0) end
+  end
+  local size = redis.call('ZCARD', log)
+  if size > set.trim_above then
+    size = size - redis.call('ZREMRANGEBYSCORE', log, '-inf', cut - set.retain)
+  end
+  key.size = size
+  return key
+end
+
+-- Applies KEY's rules to a call of COST (its pause, and every key's, already in START_AT): known
+-- binding scores move START_AT (RULE_INDEX: the rule that set it, counted from OFFSET), binding scores still in flight (bounds) go to PENDING as
+-- { score, window, rule index, KEY } (checked once every key has moved the start). Folds first when due.
+local function vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, pending, offset)
+  local set = key.set
+  if key.unfolded and vt_fold_due(key.size, key.folded, set, cost) then
+    local folded_until, removed
+    folded_until, key.folded, removed = vt_fold(key.log, key.meta, a, set.rules_at, set.rule_count, cut)
+    -- Buckets count until their end plus the window: meta lives at least that long.
+    if folded_until > 0 then vt_keep(key.meta, folded_until - now) end
+    key.size = key.size - removed
+    key.unfolded = false
+  end
+  local size, folded, buckets = key.size, key.folded, key.buckets
+  for r = 0, set.rule_count - 1 do
+    local limit = set.limits[r]
+    local window = set.windows[r]
+    local score = nil
+    local free_at = nil
+    if folded[r] ~= nil then
+      -- Buckets are read only once the log and the buckets together could fill the rule.
+      if buckets[r] == nil and size + folded[r] > limit - cost then
+        buckets[r] = vt_buckets(key.meta, window, set.buckets[r], cut)
+      end
+      if buckets[r] ~= nil then
+        local entry
+        free_at, entry = vt_bucketed_free_at(key.log, size, buckets[r], limit, window, cost, now)
+        if entry ~= nil then score = tonumber(entry[2]) end
+      end
+    else
+      local index = size - limit + cost - 1
+      if index >= 0 then
+        score = tonumber(redis.call('ZRANGE', key.log, index, index, 'WITHSCORES')[2])
+        free_at = score + window
+      end
+    end
+    if score ~= nil and score > now_ms then
+      pending = pending or {}
+      pending[#pending + 1] = { score, window, offset + r, key }
+    elseif free_at ~= nil and free_at > start_at then
+      start_at = free_at
+      rule_index = offset + r
+    end
+  end
+  return start_at, rule_index, pending
+end
+
+-- A bound binds if its window still reaches past the start; the earliest such bound is when the
+-- caller asks again at the latest (by then that score is known). Its call released at the soonest
+-- when it started (bound - MAX_HOLD) or now: no slot before that plus its window. Each key with a
+-- binding bound waits until its earliest one (waits_until, when the call is deferred).
+local function vt_bounds(pending, start_at, now_ms, max_hold, rule_index)
+  local bound = nil
+  local earliest = start_at
+  for _, p in ipairs(pending or vt_none) do
+    if p[1] + p[2] > start_at then
+      if bound == nil or p[1] < bound then bound = p[1] end
+      local key = p[4]
+      if key.binds == nil or p[1] < key.binds then key.binds = p[1] end
+      local soonest = math.max(now_ms, p[1] - max_hold) + p[2]
+      if soonest > earliest then
+        earliest = soonest
+        rule_index = p[3]
+      end
+    end
+  end
+  return bound, earliest, rule_index
+end
+
+-- The answer to one call: { status, wait_ms, start_at, rule_index, retry_ms } (see the header),
+-- whether to book it, and whether it waits for a completion (deferred by a bound).
+local function vt_answer(now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index)
+  local wait = 0
+  if earliest > now then wait = math.ceil(earliest - now) end
+  start_at = math.ceil(start_at)
+  local limited = max_delay ~= 'inf' and wait > tonumber(max_delay)
+  if ready > now_ms then
+    local until_ready = math.ceil(ready - now)
+    if max_delay ~= 'inf' and until_ready > tonumber(max_delay) then return { 0, math.max(until_ready, wait), start_at, -2, 0 }, false, false end
+    return { 2, until_ready, start_at, -3, until_ready }, false, false
+  elseif bound ~= nil and (limited or max_delay == '0') then
+    -- Cannot wait for the completion: refused, with the soonest a slot could be free.
+    return { 0, wait, start_at, rule_index, 0 }, false, false
+  elseif bound ~= nil then
+    return { 2, wait, start_at, rule_index, math.max(1, math.ceil(bound - now)) }, false, true
+  elseif limited then
+    return { 0, wait, start_at, rule_index, 0 }, false, false
+  end
+  return { 1, wait, start_at, rule_index, 0 }, true, false
+end
+
+-- Books COST slots at SCORE in KEY: members FIRST .. FIRST+COST-1 followed by TAG (FIRST as sent
+-- when COST is 1, the usual call).
+local function vt_key_book(key, score, cost, first, tag)
+  -- A booking into an empty log (new, or emptied by a trim or a fold) creates the key: it has no
+  -- time to live yet, which PEXPIRE GT would not set.
+  if key.size == 0 then key.fresh = true end
+  if cost == 1 then
+    redis.call('ZADD', key.log, score, first .. tag)
+  else
+    first = tonumber(first)
+    -- In chunks: unpack() takes a few thousand values at most, and cost may be as large as a limit.
+    for from = 0, cost - 1, 1000 do
+      local args = {}
+      for k = from, math.min(cost, from + 1000) - 1 do
+        args[#args + 1] = score
+        args[#args + 1] = string.format('%d', first + k) .. tag
+      end
+      redis.call('ZADD', key.log, unpack(args))
+    end
+  end
+  key.size = key.size + cost
+  key.booked_until = math.max(key.booked_until, score)
+end
+
+-- After the operation: the log lives until its latest booking plus the history (PEXPIRE GT never
+-- shortens the lifetime an earlier booking ahead set), and this process is in the key's list of
+-- waiting processes until WAITS_UNTIL, or out of it (0) unless STAY (its other calls still wait on
+-- the key: a call of several keys, or one of this key beside them).
+local function vt_key_close(key, now, now_ms, tag, channel, stay)
+  if key.booked_until > 0 then
+    local ttl = math.ceil(key.booked_until + key.set.retain - now)
+    if key.fresh then redis.call('PEXPIRE', key.log, ttl) else redis.call('PEXPIRE', key.log, ttl, 'GT') end
+  end
+  if key.waits_until > 0 or (key.state[2] and not stay) then
+    vt_waiters_update(key.meta, key.state[2], tag, key.waits_until, now_ms, channel, vt_user_key(key.log), key.booked_until > 0)
+  end
+end
+
+-- decide: COUNT calls of one key. STAY: a negative COST (see the header).
 local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   local now_ms = math.ceil(now)
   -- What no longer counts at CUT no longer counts at now (NOW_MS, rounded up, may lie just past a
   -- slot's end that a call starting at the reading itself must still see).
   local cut = math.floor(now)
   local cost = tonumber(a[i])
+  local stay = cost < 0
+  if stay then cost = -cost end
   local count = tonumber(a[i + 1])
   local calls_at = i + 2
-  local max_hold, retain = set.max_hold, set.retain
-  local rules_at, rule_count = set.rules_at, set.rule_count
-  local next_op = calls_at + 2 * count
-
-  local state = redis.call('HMGET', meta, unpack(set.meta_fields))
-  local pause = tonumber(state[1] or 0)
-  -- Calls in the buckets of each bucketed rule: meta's count as of the last fold, never fewer than
-  -- those still counting (buckets change only when calls are folded).
-  local folded = vt_none
-  if set.bucketed then folded = {} end
-  for g, group in ipairs(set.groups) do
-    for _, r in ipairs(group.rules) do folded[r] = tonumber(state[2 + g] or 0) end
-  end
-  local size = redis.call('ZCARD', log)
-  -- A booking into an empty log creates the key: it has no time to live yet (PEXPIRE GT would not set one).
-  local fresh = false
-  local unfolded = set.bucketed
-  -- Entries older than the history kept sit below every index a rule looks at: trimming them is
-  -- needed only to bound memory, so it waits until the log holds 32 more than the history and the
-  -- bookings ahead can count.
-  if size > set.trim_above then
-    size = size - redis.call('ZREMRANGEBYSCORE', log, '-inf', cut - retain)
-  end
-
-  local buckets = set.bucketed and {} or vt_none
-  local booked_until = 0
-  local waits_until = 0
+  local key = vt_key_open(log, meta, set, cut)
   for c = 0, count - 1 do
-    if unfolded and vt_fold_due(size, folded, set, cost) then
-      local folded_until, removed
-      folded_until, folded, removed = vt_fold(log, meta, a, rules_at, rule_count, cut)
-      -- Buckets count until their end plus the window: meta lives at least that long.
-      if folded_until > 0 then vt_keep(meta, folded_until - now) end
-      size = size - removed
-      unfolded = false
-    end
-    local max_delay = a[calls_at + 2 * c]
     -- The clock as read, not rounded up: a slot is free now only if it is free at the moment the
     -- call can start, which is after this reading, never before it.
-    local start_at = now
-    local rule_index = -1
-    if pause > now then
-      start_at = pause
-      rule_index = -2
-    end
-    -- Binding scores: known ones move the start; bounds (calls in flight) are checked after.
-    local pending = nil
-    for r = 0, rule_count - 1 do
-      local limit = set.limits[r]
-      local window = set.windows[r]
-      local score = nil
-      local free_at = nil
-      if folded[r] ~= nil then
-        -- Buckets are read only once the log and the buckets together could fill the rule.
-        if buckets[r] == nil and size + folded[r] > limit - cost then
-          buckets[r] = vt_buckets(meta, window, set.buckets[r], cut)
-        end
-        if buckets[r] ~= nil then
-          local entry
-          free_at, entry = vt_bucketed_free_at(log, size, buckets[r], limit, window, cost, now)
-          if entry ~= nil then score = tonumber(entry[2]) end
-        end
-      else
-        local index = size - limit + cost - 1
-        if index >= 0 then
-          score = tonumber(redis.call('ZRANGE', log, index, index, 'WITHSCORES')[2])
-          free_at = score + window
-        end
-      end
-      if score ~= nil and score > now_ms then
-        pending = pending or {}
-        pending[#pending + 1] = { score, window, r }
-      elseif free_at ~= nil and free_at > start_at then
-        start_at = free_at
-        rule_index = r
-      end
-    end
-    -- A bound binds if its window still reaches past the start; the earliest such bound is when
-    -- the caller asks again at the latest (by then that score is known). Its call released at
-    -- the soonest when it started (bound - MAX_HOLD) or now: no slot before that plus its window.
-    local bound = nil
-    local earliest = start_at
-    for _, p in ipairs(pending or vt_none) do
-      if p[1] + p[2] > start_at then
-        if bound == nil or p[1] < bound then bound = p[1] end
-        local soonest = math.max(now_ms, p[1] - max_hold) + p[2]
-        if soonest > earliest then
-          earliest = soonest
-          rule_index = p[3]
-        end
-      end
-    end
-
-    local wait = 0
-    if earliest > now then wait = math.ceil(earliest - now) end
-    start_at = math.ceil(start_at)
-    local limited = max_delay ~= 'inf' and wait > tonumber(max_delay)
-    local reply
-    if ready > now_ms then
-      local until_ready = math.ceil(ready - now)
-      if max_delay ~= 'inf' and until_ready > tonumber(max_delay) then
-        reply = { 0, math.max(until_ready, wait), start_at, -2, 0 }
-      else
-        reply = { 2, until_ready, start_at, -3, until_ready }
-      end
-    elseif bound ~= nil and (limited or max_delay == '0') then
-      -- Cannot wait for the completion: refused, with the soonest a slot could be free.
-      reply = { 0, wait, start_at, rule_index, 0 }
-    elseif bound ~= nil then
-      reply = { 2, wait, start_at, rule_index, math.max(1, math.ceil(bound - now)) }
-      waits_until = math.max(waits_until, bound)
-    elseif limited then
-      reply = { 0, wait, start_at, rule_index, 0 }
-    else
-      local score = start_at + max_hold
-      if size == 0 then fresh = true end
-      if cost == 1 then
-        -- The usual call: its one member is FIRST as sent.
-        redis.call('ZADD', log, score, a[calls_at + 2 * c + 1] .. tag)
-      else
-        local first = tonumber(a[calls_at + 2 * c + 1])
-        -- In chunks: unpack() takes a few thousand values at most, and cost may be as large as a limit.
-        for from = 0, cost - 1, 1000 do
-          local args = {}
-          for k = from, math.min(cost, from + 1000) - 1 do
-            args[#args + 1] = score
-            args[#args + 1] = string.format('%d', first + k) .. tag
-          end
-          redis.call('ZADD', log, unpack(args))
-        end
-      end
-      size = size + cost
-      booked_until = math.max(booked_until, score)
-      reply = { 1, wait, start_at, rule_index, 0 }
-    end
+    local start_at, rule_index = now, -1
+    if key.pause > now then start_at, rule_index = key.pause, -2 end
+    local pending
+    start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, nil, 0)
+    local bound, earliest
+    bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set.max_hold, rule_index)
+    local reply, book, waits = vt_answer(now, now_ms, ready, a[calls_at + 2 * c], start_at, earliest, bound, rule_index)
+    if waits then key.waits_until = math.max(key.waits_until, bound) end
+    if book then vt_key_book(key, reply[3] + set.max_hold, cost, a[calls_at + 2 * c + 1], tag) end
     local n = #out
     for rest = c, reply[1] == 2 and count - 1 or c do
       -- A deferred call: the calls after it meet the same state, the same answer.
@@ -194,15 +232,38 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
     end
     if reply[1] == 2 then break end
   end
+  vt_key_close(key, now, now_ms, tag, channel, stay)
+  return calls_at + 2 * count
+end
 
-  if booked_until > 0 then
-    -- Every slot the log holds is covered: a later booking's score is the latest but for slots
-    -- booked ahead, whose lifetime an earlier PEXPIRE set; GT never shortens it.
-    local ttl = math.ceil(booked_until + retain - now)
-    if fresh then redis.call('PEXPIRE', log, ttl) else redis.call('PEXPIRE', log, ttl, 'GT') end
+-- decide several keys: one call of COST slots in N keys at once (lua/batch.lua gives each key's
+-- log, meta and rule set). It starts only when every rule of every key allows it, as if the rules
+-- of all keys were one key's (rule indices count on from key to key), and then books COST slots in
+-- each. Deferred: this process waits on each key whose binding call is in flight. It never leaves
+-- a key's list here: the calls of several keys share keys with others of the process, which leave
+-- it when none waits (a leave operation).
+local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, first, out)
+  local now_ms = math.ceil(now)
+  local cut = math.floor(now)
+  local start_at, rule_index, pending = now, -1, nil
+  local offset = 0
+  local max_hold = keys[1].set.max_hold
+  -- Every key's pause first, then every rule (as one key's pause, then its rules).
+  for _, key in ipairs(keys) do
+    if key.pause > start_at then start_at, rule_index = key.pause, -2 end
   end
-  -- This process waits for a completion (in the key's list of waiting processes until its bound),
-  -- or no longer does (out of the list, if it was in it).
-  if waits_until > 0 or state[2] then vt_waiters_update(meta, state[2], tag, waits_until, now_ms, channel, vt_user_key(log), booked_until > 0) end
-  return next_op
+  for _, key in ipairs(keys) do
+    start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, ARGV, start_at, rule_index, pending, offset)
+    offset = offset + key.set.rule_count
+  end
+  local bound, earliest
+  bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, max_hold, rule_index)
+  local reply, book, waits = vt_answer(now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index)
+  for _, key in ipairs(keys) do
+    if waits and key.binds ~= nil then key.waits_until = key.binds end
+    if book then vt_key_book(key, reply[3] + max_hold, cost, first, tag) end
+    vt_key_close(key, now, now_ms, tag, channel, true)
+  end
+  local n = #out
+  for v = 1, 5 do out[n + v] = reply[v] end
 end
