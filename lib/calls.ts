@@ -1,10 +1,10 @@
 import { checkCount, checkDelay, checkKnown } from './check.js';
-import type { Call } from './decisions.js';
+import type { Call, CallKey } from './decisions.js';
 import { ThrottleConfigError } from './errors.js';
 import { encodeKey, normalizeKey, type KeyInput } from './keys.js';
 import { SCHEDULE_OPTIONS, type ScheduleOptions } from './options.js';
 import type { RuleSource } from './rule-source.js';
-import { describe, longestWindow } from './rules.js';
+import { describe, longestWindow, type Rule } from './rules.js';
 
 /** What a throttle gives each call unless the call's options say otherwise. */
 export interface CallDefaults {
@@ -18,10 +18,12 @@ export interface CallDefaults {
 
 /**
  * One call of `schedule()`, `inspect()` or `pause()`, checked at the boundary: a bad key or option
- * is a `TypeError` or `ThrottleConfigError` before anything is asked or booked.
+ * is a `TypeError` or `ThrottleConfigError` before anything is asked or booked. `keys` may name
+ * several keys (a per-user and an app-wide limit): the call counts in each, once (a key named twice
+ * counts once), whatever their order.
  */
-export async function prepareCall(defaults: CallDefaults, key: KeyInput, options: ScheduleOptions): Promise<Call> {
-  const userKey = normalizeKey(key);
+export async function prepareCall(defaults: CallDefaults, keys: KeyInput | readonly KeyInput[], options: ScheduleOptions): Promise<Call> {
+  const userKeys = callKeys(keys);
   if (options === null || typeof options !== 'object') {
     throw new TypeError(`Expected schedule options to be an object, got ${describe(options)}`);
   }
@@ -38,13 +40,53 @@ export async function prepareCall(defaults: CallDefaults, key: KeyInput, options
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new TypeError(`Expected signal to be an AbortSignal, got ${describe(signal)}`);
   }
-  const rules = await defaults.rules(userKey);
-  const smallest = Math.min(...rules.map((rule) => rule.limit));
-  if (cost > smallest) {
-    throw new ThrottleConfigError(`Expected cost to be at most ${smallest} (the smallest limit of key "${userKey}"), got ${cost}`);
+  const parts: CallKey[] = [];
+  let smallest = Infinity;
+  for (const userKey of userKeys) {
+    const rules = await defaults.rules(userKey);
+    const least = Math.min(...rules.map((rule) => rule.limit));
+    if (cost > least) {
+      throw new ThrottleConfigError(`Expected cost to be at most ${least} (the smallest limit of key "${userKey}"), got ${cost}`);
+    }
+    smallest = Math.min(smallest, least);
+    parts.push({ key: userKey, encoded: encodeKey(userKey), rules, retainMs: Math.max(longestWindow(rules), defaults.retainMs) });
   }
-  const retainMs = Math.max(longestWindow(rules), defaults.retainMs);
+  const [first, ...also] = parts as [CallKey, ...CallKey[]];
   const deadline = performance.now() + maxDelayMs;
-  const room = Math.floor(smallest / cost);
-  return { key: userKey, encoded: encodeKey(userKey), rules, retainMs, cost, room, maxDelayMs, deadline, priority, timeoutMs, signal };
+  // A call of several keys shares its keys with other lines (a user's and the app's): a line asks
+  // for one call at a time beyond the head, so that the lines that wait on a shared key take turns.
+  const room = also.length === 0 ? Math.floor(smallest / cost) : 1;
+  // One line per set of keys, whatever their order.
+  const line = also.length === 0 ? first.encoded : parts.map((part) => part.encoded).sort().join(' ');
+  return { ...first, also, line, cost, room, maxDelayMs, deadline, priority, timeoutMs, signal };
+}
+
+/** The call's keys, normalized, each once, in the order given. */
+function callKeys(keys: unknown): string[] {
+  if (!Array.isArray(keys)) return [normalizeKey(keys)];
+  if (keys.length === 0) throw new TypeError('Expected at least one key, got an empty list');
+  const seen = new Set<string>();
+  for (const key of keys) seen.add(normalizeKey(key));
+  return [...seen];
+}
+
+/** `inspect()` and `pause()` take one key. */
+export function oneKey(what: string, key: KeyInput): KeyInput {
+  if (Array.isArray(key)) throw new TypeError(`Expected ${what}() to be given one key, got a list`);
+  return key;
+}
+
+/** The encoded keys a call counts in. */
+export function keysOf(call: Call): string[] {
+  return call.also.length === 0 ? [call.encoded] : [call.encoded, ...call.also.map((part) => part.encoded)];
+}
+
+/** The rule at `index` of the call's rules, counted on from key to key (`ReserveResult.ruleIndex`), and its user key. */
+export function ruleAt(call: Call, index: number): { readonly key: string; readonly rule: Rule } {
+  let at = index;
+  for (const part of [call, ...call.also]) {
+    if (at < part.rules.length) return { key: part.key, rule: part.rules[at]! };
+    at -= part.rules.length;
+  }
+  throw new RangeError(`No rule ${index} in the call's rules`);
 }

@@ -9,12 +9,21 @@ import type { ReserveResult, Store } from './store.js';
 /** How long after a failed subscription to completions the next wait tries again. */
 const LISTEN_RETRY_MS = 5_000;
 
-/** One call, validated, with everything a decision needs. */
-export interface Call {
+/** One key of a call, checked: what the store needs of it. */
+export interface CallKey {
+  /** The user key, normalized. */
   readonly key: string;
   readonly encoded: string;
   readonly rules: readonly Rule[];
   readonly retainMs: number;
+}
+
+/** One call, validated, with everything a decision needs: its first key, and any more it counts in. */
+export interface Call extends CallKey {
+  /** More keys the call counts in (lib/calls.ts); empty for a call of one key. */
+  readonly also: readonly CallKey[];
+  /** The call's line in this process: its encoded key, or its keys' sorted and joined by spaces. */
+  readonly line: string;
   readonly cost: number;
   /** Calls of this cost one decision can usually book at most: the smallest limit over the cost (lib/waiting.ts). */
   readonly room: number;
@@ -49,7 +58,11 @@ export interface DecisionsOptions {
   notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void;
   /** A completion was announced on the (encoded) key: its line may ask again. */
   wake(key: string): void;
+  /** Whether calls of several keys in this process wait on the (encoded) key (`ReserveRequest.stay`). */
+  stays(key: string): boolean;
 }
+
+const NO_KEYS: readonly never[] = [];
 
 /**
  * The throttle's side of the store protocol: one decision per call, with `onStoreError` applied
@@ -89,6 +102,8 @@ export class Decisions {
       maxDelayMs: Math.max(0, call.deadline - performance.now()),
       maxHoldMs,
       retainMs: call.retainMs,
+      also: call.also.length === 0 ? NO_KEYS : call.also.map(({ encoded, rules, retainMs }) => ({ key: encoded, rules, retainMs })),
+      stay: call.also.length === 0 && this.#options.stays(call.encoded),
     };
     for (let attempt = 0; ; attempt++) {
       const sentAt = performance.now();

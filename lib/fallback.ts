@@ -1,5 +1,4 @@
 import { StoreUnavailableError } from './errors.js';
-import type { Rule } from './rules.js';
 import type { ReserveRequest, ReserveResult, Store } from './store.js';
 import { MemoryStore } from './stores/memory-store.js';
 
@@ -63,30 +62,38 @@ export class LocalFallback {
     this.#downUntil = performance.now() + STORE_RETRY_MS;
   }
 
-  /** Decides in this process with the share of each limit. */
-  async decide(request: ReserveRequest): Promise<{ result: ReserveResult; store: Store; rules: readonly Rule[]; localSlot: LocalSlot | undefined }> {
-    const rules = request.rules.map(({ limit, windowMs }) => ({ limit: Math.max(1, Math.floor(limit * this.#share)), windowMs }));
-    const smallest = Math.min(...rules.map((rule) => rule.limit));
+  /** Decides in this process with the share of each limit (of each key, for a call of several). */
+  async decide(request: ReserveRequest): Promise<{ result: ReserveResult; store: Store; localSlot: LocalSlot | undefined }> {
+    const parts = [request, ...(request.also ?? [])].map(({ key, rules, retainMs }) => ({
+      key,
+      retainMs,
+      rules: rules.map(({ limit, windowMs }) => ({ limit: Math.max(1, Math.floor(limit * this.#share)), windowMs })),
+    }));
+    const smallest = Math.min(...parts.flatMap((part) => part.rules.map((rule) => rule.limit)));
     if (request.cost > smallest) {
       throw new StoreUnavailableError(`The store is down, and cost ${request.cost} is above this process's share of the limit (${smallest})`);
     }
     const local = this.#local;
-    if (this.#store.recentCalls !== undefined && !this.#seeded.has(request.key)) {
+    for (const { key, retainMs } of parts) {
+      if (this.#store.recentCalls === undefined || this.#seeded.has(key)) continue;
       // Taking the key over in this outage: this process's calls made through the store before it
       // failed count too. Calls an earlier outage decided here are among them (put back into the
       // store, journaled) and may count twice: more held back, never less.
-      this.#seeded.add(request.key);
-      const recent = this.#store.recentCalls(this.#namespace, request.key);
-      if (recent.length > 0) await local.restore(this.#namespace, request.key, recent, request.retainMs);
+      this.#seeded.add(key);
+      const recent = this.#store.recentCalls(this.#namespace, key);
+      if (recent.length > 0) await local.restore(this.#namespace, key, recent, retainMs);
     }
-    const result = await local.reserve({ ...request, rules });
-    if (result.status !== 'booked') return { result, store: local, rules, localSlot: undefined };
+    const [first, ...also] = parts as [(typeof parts)[number], ...typeof parts];
+    const result = await local.reserve({ ...request, rules: first.rules, also });
+    if (result.status !== 'booked') return { result, store: local, localSlot: undefined };
     const localSlot: LocalSlot = { cost: request.cost, boundAt: result.startAt + request.maxHoldMs, releaseAt: undefined };
-    let entry = this.#slots.get(request.key);
-    if (!entry) this.#slots.set(request.key, (entry = { retainMs: request.retainMs, slots: [] }));
-    entry.slots.push(localSlot);
+    for (const { key, retainMs } of parts) {
+      let entry = this.#slots.get(key);
+      if (!entry) this.#slots.set(key, (entry = { retainMs, slots: [] }));
+      entry.slots.push(localSlot);
+    }
     this.#schedule();
-    return { result, store: local, rules, localSlot };
+    return { result, store: local, localSlot };
   }
 
   /** A local slot whose call never started: nothing to put back. */

@@ -4,40 +4,25 @@ import type { AxiosInstanceType } from './adapters/axios-types.js';
 import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { throttleWrap } from './adapters/wrap.js';
-import { prepareCall, type CallDefaults } from './calls.js';
+import { keysOf, oneKey, prepareCall, ruleAt, type CallDefaults } from './calls.js';
 import { checkDelay } from './check.js';
-import type { StoreClock } from './clock.js';
-import { coalesceMs, Completions } from './completions.js';
+import { Completions } from './completions.js';
 import { PAUSED } from './decision.js';
 import { CallTimeoutError, QueueFullError, RateLimitedError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
-import { Decisions, storeError, type Booking, type Call } from './decisions.js';
-import { LocalFallback, type LocalSlot } from './fallback.js';
+import { Decisions, storeError, type Call } from './decisions.js';
+import { LocalFallback } from './fallback.js';
+import { Lines } from './lines.js';
 import type { KeyInput } from './keys.js';
 import type { KeyUsage, ScheduleOptions, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
 import { Refusals } from './refusals.js';
 import { describe, MAX_WINDOW_MS, type Rule } from './rules.js';
 import { throttleSettings } from './settings.js';
 import { sleep, withTimeout } from './sleep.js';
+import { grantOf, Slots, type Grant } from './slots.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { ReserveResult, Store } from './store.js';
 import { waitInLine, type WaiterHooks } from './waiter.js';
 import { KeyLine } from './waiting.js';
-
-/** A booked slot. Local times are `performance.now()` readings. */
-interface Grant {
-  readonly result: ReserveResult;
-  /** Where the slot was booked: the throttle's store, or the local fallback. */
-  readonly store: Store;
-  readonly localSlot: LocalSlot | undefined;
-  readonly clock: StoreClock;
-  /** Local time the slot starts at, read up to 1 ms early (completion times convert to the store clock late, never early). */
-  readonly due: number;
-  /**
-   * Local time the call may start: the wait counted from the answer's arrival, the latest the store
-   * can have decided, so that the call never starts before its slot on the store's clock.
-   */
-  readonly startsAt: number;
-}
 
 /** Times a call that woke too late books again before it starts anyway (and says so in a `debug` event). */
 const MAX_REBOOKS = 3;
@@ -61,14 +46,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #fallback: LocalFallback | undefined;
   readonly #decisions: Decisions;
   readonly #completions: Completions;
+  readonly #slots: Slots;
   readonly #closing = new AbortController();
-  readonly #lines = new Map<string, KeyLine<Call>>();
-  /** Keys with a call asked without a line (none of the key's calls waited), until it is answered. */
-  readonly #alone = new Map<string, Promise<unknown>>();
+  readonly #lines = new Lines();
   readonly #sleeping = new Map<string, number>();
   readonly #refusals = new Refusals();
   #closed: Promise<void> | undefined;
-  #warnedSlow = false;
 
   constructor(options: ThrottleOptions) {
     super();
@@ -90,10 +73,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       fallback: this.#fallback,
       closing: this.#closing.signal,
       notify: (event, ...args) => this.notify(event, ...args),
-      wake: (key) => {
-        if (key !== '') this.#lines.get(key)?.wake();
-        else for (const line of this.#lines.values()) line.wake();
-      },
+      wake: (key) => this.#lines.wake(key),
+      stays: (key) => this.#lines.stays(key),
     });
     this.#completions = new Completions(
       this.name,
@@ -101,6 +82,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       (key) => this.#refusals.forget(key),
       (error) => this.notify('debug', { message: 'a completion or release did not reach the store; it is sent again (until then the slot counts to its bound)', error }),
     );
+    this.#slots = new Slots(this.#completions, this.#maxHoldMs, this.#fallback, (message, key) => this.notify('debug', { message, key }));
     // Every waiting call listens to this signal; their number is bounded by the work, not a leak.
     setMaxListeners(0, this.#closing.signal);
   }
@@ -112,8 +94,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
 
   /** What this process holds locally: keys with waiting calls, calls waiting in line, calls sleeping until their slot. All 0 when idle. */
   get stats(): ThrottleStats {
-    let queued = 0;
-    for (const line of this.#lines.values()) queued += line.size;
+    const queued = this.#lines.queued();
     let sleeping = 0;
     for (const count of this.#sleeping.values()) sleeping += count;
     return { queues: this.#lines.size, queued, sleeping };
@@ -128,9 +109,10 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * `TypeError` (bad key or fn) or `ThrottleConfigError` (bad options, cost above a limit); with
    * `CallTimeoutError` when `fn` outlasts `timeoutMs` (its slot keeps counting to its bound).
    */
-  async schedule<T>(key: KeyInput, fn: () => T | PromiseLike<T>, options: ScheduleOptions = {}): Promise<Awaited<T>> {
+  async schedule<T>(key: KeyInput | readonly KeyInput[], fn: () => T | PromiseLike<T>, options: ScheduleOptions = {}): Promise<Awaited<T>> {
     if (typeof fn !== 'function') throw new TypeError(`Expected fn to be a function, got ${describe(fn)}`);
     const call = await prepareCall(this.#callDefaults, key, options);
+    if (call.also.length > 0 && !this.store.multiKey) throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
     const askedAt = performance.now();
     let grant: Grant;
     try {
@@ -145,14 +127,14 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
 
   /** Usage of `key` under its rules, read from the store without booking anything. */
   async inspect(key: KeyInput): Promise<KeyUsage> {
-    const call = await prepareCall(this.#callDefaults, key, {});
+    const call = await prepareCall(this.#callDefaults, oneKey('inspect', key), {});
     let usage;
     try {
       usage = await this.store.inspect(this.name, call.encoded, call.rules);
     } catch (error) {
       throw storeError(error);
     }
-    const waitingHere = (this.#sleeping.get(call.encoded) ?? 0) + (this.#lines.get(call.encoded)?.size ?? 0);
+    const waitingHere = (this.#sleeping.get(call.encoded) ?? 0) + this.#lines.queued(call.encoded);
     return { key: call.key, rules: usage.rules, nextFreeInMs: usage.nextFreeInMs, pausedForMs: usage.pausedForMs, waitingHere };
   }
 
@@ -178,7 +160,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * place is kept. Resolves once the store has recorded it. `source` is reported in the `paused` event.
    */
   async pause(key: KeyInput, ms: number, source = 'pause()'): Promise<void> {
-    const call = await prepareCall(this.#callDefaults, key, {});
+    const call = await prepareCall(this.#callDefaults, oneKey('pause', key), {});
     checkDelay('pause ms', ms);
     if (ms > MAX_WINDOW_MS) throw new ThrottleConfigError(`Expected pause ms to be at most ${MAX_WINDOW_MS} (366 days), got ${ms}`);
     try {
@@ -215,17 +197,16 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   async #shutdown(): Promise<void> {
     const closed = new ThrottleClosedError();
     this.#closing.abort(closed);
-    const lines = [...this.#lines];
-    this.#lines.clear();
+    const lines = this.#lines.drain();
     // Asks under way answer first: slots booked for calls just rejected are given back. Lines that
-    // waited for a completion leave the key's waiting list, so that the next process is woken.
+    // waited for a completion leave their keys' waiting lists, so that the next process is woken.
     await Promise.all(
-      lines.map(async ([key, line]) => {
-        if (await line.clear(closed)) await this.store.leave?.(this.name, key).catch(() => undefined);
+      lines.map(async ([id, line]) => {
+        if (await line.clear(closed)) await Promise.all(id.split(' ').map((key) => this.store.leave?.(this.name, key).catch(() => undefined)));
       }),
     );
     // Calls asked without a line give back what was booked for them once answered.
-    await Promise.allSettled([...this.#alone.values()]);
+    await Promise.allSettled([...this.#lines.asking]);
     // The calls just rejected give their slots back once their rejections have run (microtasks).
     await new Promise((resolve) => process.nextTick(resolve));
     await this.#decisions.close();
@@ -251,7 +232,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         return grant;
       }
       this.notify('debug', { message: `${message}: booking again`, key: call.key });
-      this.#release(call, grant);
+      this.#slots.release(call, grant);
     }
   }
 
@@ -259,137 +240,126 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   async #book(call: Call): Promise<Grant> {
     const signals = [call.signal, this.#closing.signal];
     signals.find((signal) => signal?.aborted)?.throwIfAborted();
-    this.#refusals.check(call.encoded, call.key, call.cost, call.deadline - performance.now());
+    this.#refusals.check(call.line, call.cost, call.deadline - performance.now());
     const grant = await this.#inLine(call);
     const { result } = grant;
     if (result.waitMs > 0) {
       this.notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: this.#reason(call, result) });
-      this.#sleeping.set(call.encoded, (this.#sleeping.get(call.encoded) ?? 0) + 1);
+      const keys = keysOf(call);
+      for (const key of keys) this.#sleeping.set(key, (this.#sleeping.get(key) ?? 0) + 1);
       try {
         await sleep(Math.max(0, grant.startsAt - performance.now()), signals);
       } catch (reason) {
-        this.#release(call, grant);
+        this.#slots.release(call, grant);
         throw reason;
       } finally {
-        const left = this.#sleeping.get(call.encoded)! - 1;
-        if (left === 0) this.#sleeping.delete(call.encoded);
-        else this.#sleeping.set(call.encoded, left);
+        for (const key of keys) {
+          const left = this.#sleeping.get(key)! - 1;
+          if (left === 0) this.#sleeping.delete(key);
+          else this.#sleeping.set(key, left);
+        }
       }
     }
     return grant;
   }
 
   /**
-   * Asks the store for the call's slot: at once when no call of its key waits in this process, else
-   * in the key's line (lib/waiting.ts), which it also joins, first, when the store defers it.
+   * Asks the store for the call's slot: at once when no call of its line (its key, or its set of
+   * keys) waits in this process, else in the line (lib/waiting.ts), which it also joins, first,
+   * when the store defers it.
    */
   async #inLine(call: Call): Promise<Grant> {
-    const key = call.encoded;
-    let line = this.#lines.get(key);
+    let line = this.#lines.get(call.line);
     let first = false;
-    if (line === undefined && !this.#alone.has(key)) {
-      // Calls of the key that come meanwhile wait in a held line, behind this one.
+    if (line === undefined && !this.#lines.isAlone(call.line)) {
+      // Calls of the line that come meanwhile wait in a held line, behind this one.
       const asked = this.#decisions.decide(call);
-      this.#alone.set(key, asked);
+      this.#lines.alone(call, asked);
       let answer;
       try {
         answer = await asked;
       } catch (error) {
-        this.#lines.get(key)?.resume();
+        this.#lines.answered(call);
+        this.#lines.get(call.line)?.resume();
         throw error;
-      } finally {
-        this.#alone.delete(key);
       }
       const { result, extra } = answer;
-      line = this.#lines.get(key);
+      line = this.#lines.get(call.line);
       const aborted = [call.signal, this.#closing.signal].find((signal) => signal?.aborted);
       if (aborted || result.status !== 'deferred') {
+        // Deferred, so listed in its keys' waiting processes, but gone: leave those no line here holds.
+        const leave = result.status === 'deferred' && !line?.size ? this.#lines.leavable(call) : [];
+        this.#lines.answered(call);
         line?.resume();
-        // Deferred, so listed in the key's waiting processes, but gone: leave, unless calls here still wait.
-        if (result.status === 'deferred' && !(this.#lines.get(key)?.size)) this.store.leave?.(this.name, key).catch(() => undefined);
+        for (const key of leave) this.store.leave?.(this.name, key).catch(() => undefined);
         if (result.status === 'booked') {
-          const grant = this.#grant(result, extra);
+          const grant = grantOf(result, extra);
           if (!aborted) return grant;
-          this.#release(call, grant);
+          this.#slots.release(call, grant);
         }
         if (aborted) throw aborted.reason;
         this.#hooks(call).refused(result, extra);
-        throw new RateLimitedError(call.key, this.#reason(call, result), result.waitMs);
+        throw this.#limited(call, result, result.waitMs);
       }
       first = true;
     }
     if (line === undefined) {
-      const created = new KeyLine<Call>(
+      const created: KeyLine<Call> = new KeyLine<Call>(
         (queued) => this.#decisions.decide(queued),
-        (deferred) => {
-          if (this.#lines.get(key) === created) this.#lines.delete(key);
-          // Its calls went away while it waited for a completion: let the next process be woken.
-          if (deferred && !this.#closing.signal.aborted) this.store.leave?.(this.name, key).catch(() => undefined);
+        (deferred, waited) => {
+          // Its calls went away while it waited for a completion: let the next process be woken. A
+          // line of several keys stays in their lists when served (others may wait): it leaves once
+          // it has waited at all.
+          const gone = call.also.length === 0 ? deferred : waited;
+          const leave = gone && !this.#closing.signal.aborted ? this.#lines.leavable(call) : [];
+          this.#lines.delete(call, created);
+          for (const key of leave) this.store.leave?.(this.name, key).catch(() => undefined);
         },
-        this.#alone.has(key),
+        this.#lines.isAlone(call.line),
       );
-      this.#lines.set(key, (line = created));
+      this.#lines.set(call, (line = created));
     } else if (!first && line.deferred && line.size >= this.#maxQueued) {
       throw new QueueFullError(call.key, this.#maxQueued);
+    }
+    if (first) {
+      this.#lines.answered(call);
+      line.waited();
     }
     const waiting = waitInLine(line, call, this.#hooks(call), first);
     // Deferred when asked alone: it asks again first, then the calls that came meanwhile.
     if (first) line.resume();
     const { result, booking } = await waiting;
-    return this.#grant(result, booking);
+    this.#lines.served(call);
+    return grantOf(result, booking);
   }
 
   #hooks(call: Call): WaiterHooks {
     return {
       reason: (answer) => this.#reason(call, answer),
+      limited: (answer, waitMs) => this.#limited(call, answer, waitMs),
+      windowOf: (answer) => (answer.ruleIndex >= 0 ? ruleAt(call, answer.ruleIndex).rule.windowMs : 1),
       refused: (answer, at) => {
-        if (at.store === this.store) this.#refusals.remember(call.encoded, call.cost, at.sentAt + answer.waitMs, this.#reason(call, answer));
+        if (at.store === this.store) this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, this.#reason(call, answer), this.#limited(call, answer, 0).key);
       },
-      release: (answer, at) => this.#release(call, this.#grant(answer, at)),
+      release: (answer, at) => this.#slots.release(call, grantOf(answer, at)),
       failure: () => this.#decisions.failure,
     };
   }
 
-  #grant(result: ReserveResult, booking: Booking): Grant {
-    // A slot at once starts at the decision's own clock reading, rounded up: no correction; a later
-    // one is reached by a timer that may fire up to 1 ms early.
-    const due = booking.sentAt + result.waitMs - (result.waitMs > 0 ? 1 : 0);
-    // A later slot: counted from this answer's arrival, or from the store clock as the quickest
-    // answers placed it (lib/clock.ts), whichever is sooner. The first ignores drift over the wait
-    // itself (docs/design.md §5, Clocks).
-    const startsAt = result.waitMs > 0 ? Math.min(booking.receivedAt + result.waitMs, booking.clock.localTime(result.startAt)) : booking.receivedAt;
-    return { result, store: booking.store, localSlot: booking.localSlot, clock: booking.clock, due, startsAt };
+  #reason(call: Call, result: ReserveResult): Rule | 'paused' | 'booked' {
+    return result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).rule : 'booked';
   }
 
-  #reason(call: Call, result: ReserveResult): Rule | 'paused' | 'booked' {
-    return result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex >= 0 ? call.rules[result.ruleIndex]! : 'booked';
+  /** The refusal of a call: named after the key whose rule binds (the call's first key otherwise). */
+  #limited(call: Call, result: ReserveResult, waitMs: number): RateLimitedError {
+    const key = result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).key : call.key;
+    return new RateLimitedError(key, this.#reason(call, result), waitMs);
   }
 
   async #run<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>): Promise<Awaited<T>> {
     const startedAt = performance.now();
-    const running = new Promise<Awaited<T>>((resolve) => resolve(fn() as Awaited<T>)).finally(() => this.#complete(call, grant, startedAt));
+    const running = new Promise<Awaited<T>>((resolve) => resolve(fn() as Awaited<T>)).finally(() => this.#slots.complete(call, grant, startedAt));
     // Past timeoutMs the call may still reach the vendor: its slot counts to its bound unless it completes later.
     return withTimeout(running, call.timeoutMs, () => new CallTimeoutError(call.key, call.timeoutMs));
-  }
-
-  /** Records the call's completion: its slot counts until `windowMs` after it (docs/design.md). */
-  #complete(call: Call, grant: Grant, startedAt: number): void {
-    const completedAt = performance.now();
-    if (completedAt - startedAt >= this.#maxHoldMs && !this.#warnedSlow) {
-      this.#warnedSlow = true;
-      const message = `a call took ${Math.round(completedAt - startedAt)} ms, not less than maxHoldMs (${this.#maxHoldMs} ms): a slot counts at most until start + maxHoldMs, so set maxHoldMs above the vendor's request timeout`;
-      this.notify('debug', { message, key: call.key });
-    }
-    // The latest the store clock can read now: from this call's own answer (drift over the call
-    // ignored, as for its start), or from the quickest answers, whichever is sooner.
-    const releaseAt = Math.ceil(Math.min(grant.result.startAt + (completedAt - grant.due), grant.clock.storeTime(completedAt)));
-    if (grant.localSlot) grant.localSlot.releaseAt = releaseAt;
-    this.#completions.write(grant.store, call.encoded, grant.result.members.map((member) => ({ member, releaseAt })), call.retainMs + this.#maxHoldMs, coalesceMs(call.rules));
-  }
-
-  /** Gives back a slot whose call will never start. */
-  #release(call: Call, grant: Grant): void {
-    if (grant.localSlot) this.#fallback?.forget(call.encoded, grant.localSlot);
-    this.#completions.write(grant.store, call.encoded, grant.result.members.map((member) => ({ member, releaseAt: null })), call.retainMs + this.#maxHoldMs, coalesceMs(call.rules));
   }
 }

@@ -9,6 +9,10 @@ import type { KeyLine, Outcome, Waiter } from './waiting.js';
 export interface WaiterHooks {
   /** Why a slot is not free: the rule the store named, a vendor pause, or the calls booked before. */
   reason(result: ReserveResult): Rule | 'paused' | 'booked';
+  /** The `RateLimitedError` for a call the store refused, or that ran out of time after `result`. */
+  limited(result: ReserveResult, retryAfterMs: number): RateLimitedError;
+  /** The window of the rule the store named (1 when none). */
+  windowOf(result: ReserveResult): number;
   /** The store refused the call: remember it for the calls after it. */
   refused(result: ReserveResult, booking: Booking): void;
   /** A slot was booked for a call that had already left the line: give it back. */
@@ -57,7 +61,7 @@ export function waitInLine(line: KeyLine<Call>, call: Call, hooks: WaiterHooks, 
         last = { result, at: performance.now() };
         if (result.status === 'booked') return resolve({ result, booking });
         hooks.refused(result, booking);
-        reject(new RateLimitedError(call.key, hooks.reason(result), result.waitMs));
+        reject(hooks.limited(result, result.waitMs));
       },
       deferred: (result) => {
         last = { result, at: performance.now() };
@@ -72,9 +76,10 @@ export function waitInLine(line: KeyLine<Call>, call: Call, hooks: WaiterHooks, 
         if (failure && !last) return reject(failure);
         // No slot before the store's answer, nor (a call it waits for may still be in flight)
         // before one window of the rule it named.
-        const window = last && last.result.ruleIndex >= 0 ? call.rules[last.result.ruleIndex]!.windowMs : 1;
+        const window = last ? hooks.windowOf(last.result) : 1;
         const leftMs = last ? Math.max(last.result.waitMs - (performance.now() - last.at), last.result.status === 'deferred' ? window : 1) : 0;
-        reject(new RateLimitedError(call.key, last ? hooks.reason(last.result) : 'booked', Math.max(1, Math.ceil(leftMs))));
+        const retryAfterMs = Math.max(1, Math.ceil(leftMs));
+        reject(last ? hooks.limited(last.result, retryAfterMs) : new RateLimitedError(call.key, 'booked', retryAfterMs));
       }, Math.max(0, call.deadline - performance.now()));
     }
     // close() clears every line itself: only the call's own signal is listened to here (a listener

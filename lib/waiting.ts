@@ -42,8 +42,12 @@ const MAX_ASK = 64;
 export class KeyLine<C> {
   readonly #waiters: Array<Waiter<C>> = [];
   readonly #decide: Decide<C>;
-  /** The line has no more calls; `deferred`: it was waiting for a completion when the last one left. */
-  readonly #onEmpty: (deferred: boolean) => void;
+  /**
+   * The line has no more calls; `deferred`: it was waiting for a completion when the last one left;
+   * `waited`: the store deferred one of its calls at some time (see {@link KeyLine.waited}).
+   */
+  readonly #onEmpty: (deferred: boolean, waited: boolean) => void;
+  #waited = false;
   /** The ask under way, if any. */
   #asking: Promise<void> | undefined;
   /** A wake came while the line was asking: ask again at once if the answer is to wait. */
@@ -60,7 +64,7 @@ export class KeyLine<C> {
   #held: boolean;
 
   /** `held`: the line asks nothing until `resume()` (a call ahead of it is being decided). */
-  constructor(decide: Decide<C>, onEmpty: (deferred: boolean) => void, held = false) {
+  constructor(decide: Decide<C>, onEmpty: (deferred: boolean, waited: boolean) => void, held = false) {
     this.#decide = decide;
     this.#onEmpty = onEmpty;
     this.#held = held;
@@ -68,6 +72,11 @@ export class KeyLine<C> {
 
   get size(): number {
     return this.#waiters.length;
+  }
+
+  /** The store deferred a call of the line (or one asked before it, alone): its process is in a waiting list. */
+  waited(): void {
+    this.#waited = true;
   }
 
   /** The head waits for a completion (or its bound): calls added now wait behind it. */
@@ -167,6 +176,7 @@ export class KeyLine<C> {
         waiter.settle(outcome);
       }
       this.#wide = deferred === undefined;
+      if (deferred) this.#waited = true;
       if (deferred && !this.#woken) {
         this.#deferred = true;
         this.#timer = setTimeout(() => this.wake(), Math.max(1, deferred.retryMs));
@@ -180,7 +190,7 @@ export class KeyLine<C> {
       clearTimeout(this.#timer);
       const deferred = this.#deferred;
       this.#deferred = false;
-      this.#onEmpty(deferred);
+      this.#onEmpty(deferred, this.#waited);
     }
   }
 }

@@ -12,6 +12,7 @@ export function delegatingStore(inner: Store, overrides: Partial<Store>): Store 
     restore: (...args) => inner.restore(...args),
     close: () => inner.close(),
     ...(inner.singleClock === undefined ? {} : { singleClock: inner.singleClock }),
+    ...(inner.multiKey === undefined ? {} : { multiKey: inner.multiKey }),
     ...overrides,
   };
 }

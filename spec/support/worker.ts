@@ -57,6 +57,9 @@ export interface WorkerConfig {
   readonly recovery?: false;
   /** The throttle's `bucketAbove` (0 counts every rule with a bucketed log). @default the throttle's */
   readonly bucketAbove?: number;
+  /** A key every call also counts in (an app-wide limit), with its own rules. @default none */
+  readonly appKey?: string;
+  readonly appRules?: RuleInput | readonly RuleInput[];
 }
 
 export interface WorkerResult {
@@ -97,7 +100,7 @@ async function runWorker(config: WorkerConfig, report: (result: WorkerResult) =>
   const store = new RedisStore(redis, { prefix: config.prefix ?? 'vt', commandTimeoutMs: config.commandTimeoutMs, recovery: config.recovery });
   const throttle = new Throttle({
     name: config.name ?? 'vendor',
-    rules: config.rules,
+    rules: config.appKey === undefined ? config.rules : (key: string) => (key === config.appKey ? config.appRules! : config.rules),
     store,
     mode: config.mode,
     onStoreError: config.onStoreError,
@@ -124,7 +127,7 @@ async function runWorker(config: WorkerConfig, report: (result: WorkerResult) =>
     await Promise.all(
       keys.map(async (key, i) => {
         try {
-          await throttle.schedule(key, async () => {
+          await throttle.schedule(config.appKey === undefined ? key : [key, config.appKey], async () => {
             starts[i] = now();
             const url = new URL(config.vendorUrl);
             url.searchParams.set('user', key);

@@ -40,8 +40,9 @@ end
 -- After a decision of process TAG: UNTIL_MS > 0 keeps it in the list until then at least: at its
 -- place if the decision SERVED none of its calls, else at the end (the processes that wait take
 -- turns: round robin, one wake each); 0 takes it out (it no longer waits), waking the next if it was
--- the first. Stale entries go. Writes meta only when the list changes (a process that waits again
--- at its place, with no later time, costs nothing more).
+-- the first; -1 (a call of several keys served, while others of the process may still wait) moves
+-- it to the end with its time, if it is in the list. Stale entries go. Writes meta only when the
+-- list changes (a process that waits again at its place, with no later time, costs nothing more).
 local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, key, served)
   local list = vt_waiters_parse(value)
   local kept = {}
@@ -53,7 +54,12 @@ local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, ke
     if w[1] == tag then
       found = true
       was_head = #kept == 0
-      if until_ms > 0 and not served then
+      if until_ms == -1 then
+        found = false
+        mine = w[2]
+        -- Already last: no change.
+        changed = changed or w ~= list[#list]
+      elseif until_ms > 0 and not served then
         mine = math.max(w[2], until_ms)
         changed = changed or mine ~= w[2]
         kept[#kept + 1] = { tag, mine }
@@ -72,6 +78,8 @@ local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, ke
   if until_ms > 0 and not found then
     kept[#kept + 1] = { tag, until_ms }
     changed = true
+  elseif until_ms == -1 and mine ~= -1 then
+    kept[#kept + 1] = { tag, mine }
   end
   if not changed then return end
   vt_waiters_write(meta, kept)
