@@ -1,7 +1,7 @@
 import { checkCount, checkDelay, checkKnown } from './check.js';
 import type { Call, CallKey } from './decisions.js';
 import { ThrottleConfigError } from './errors.js';
-import { encodeKey, normalizeKey, type KeyInput } from './keys.js';
+import { encodeKey, normalizeKey, type KeyInput, type KeysInput } from './keys.js';
 import { SCHEDULE_OPTIONS, type ScheduleOptions } from './options.js';
 import type { RuleSource } from './rule-source.js';
 import { describe, longestWindow, type Rule } from './rules.js';
@@ -22,7 +22,7 @@ export interface CallDefaults {
  * several keys (a per-user and an app-wide limit): the call counts in each, once (a key named twice
  * counts once), whatever their order.
  */
-export async function prepareCall(defaults: CallDefaults, keys: KeyInput | readonly KeyInput[], options: ScheduleOptions): Promise<Call> {
+export async function prepareCall(defaults: CallDefaults, keys: KeysInput, options: ScheduleOptions): Promise<Call> {
   const userKeys = callKeys(keys);
   if (options === null || typeof options !== 'object') {
     throw new TypeError(`Expected schedule options to be an object, got ${describe(options)}`);

@@ -60,6 +60,8 @@ export interface DecisionsOptions {
   wake(key: string): void;
   /** Whether calls of several keys in this process wait on the (encoded) key (`ReserveRequest.stay`). */
   stays(key: string): boolean;
+  /** The store answered a decision of the call, asked with `stay`. */
+  answered(call: Call, result: ReserveResult, stay: boolean): void;
 }
 
 const NO_KEYS: readonly never[] = [];
@@ -94,19 +96,13 @@ export class Decisions {
 
   async decide(call: Call): Promise<{ result: ReserveResult; extra: Booking }> {
     const { namespace, store, maxHoldMs, policy, fallback, closing } = this.#options;
-    const request = {
-      namespace,
-      key: call.encoded,
-      rules: call.rules,
-      cost: call.cost,
-      maxDelayMs: Math.max(0, call.deadline - performance.now()),
-      maxHoldMs,
-      retainMs: call.retainMs,
-      also: call.also.length === 0 ? NO_KEYS : call.also.map(({ encoded, rules, retainMs }) => ({ key: encoded, rules, retainMs })),
-      stay: call.also.length === 0 && this.#options.stays(call.encoded),
-    };
+    const also = call.also.length === 0 ? NO_KEYS : call.also.map(({ encoded, rules, retainMs }) => ({ key: encoded, rules, retainMs }));
     for (let attempt = 0; ; attempt++) {
       const sentAt = performance.now();
+      // Read at each ask: time passes, and the lines of this process change, while it backs off.
+      const stay = also.length === 0 && this.#options.stays(call.encoded);
+      const maxDelayMs = Math.max(0, call.deadline - sentAt);
+      const request = { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs, retainMs: call.retainMs, also, stay };
       if (fallback?.active) {
         const local = await fallback.decide(request);
         return { result: local.result, extra: this.#booking(local.store, local.localSlot, sentAt, local.result) };
@@ -114,6 +110,7 @@ export class Decisions {
       try {
         if (fallback?.owing) await fallback.putBack();
         const result = await store.reserve(request);
+        this.#options.answered(call, result, stay);
         this.#failure = undefined;
         fallback?.recovered();
         if (result.status === 'deferred' && !this.#listened && store.listen && performance.now() >= this.#retryListenAt) {

@@ -5,6 +5,9 @@ import { describe } from './rules.js';
 /** What `schedule()` accepts as a key: a user id as string or number. */
 export type KeyInput = string | number;
 
+/** One key, or several a call counts in at once (a user's and an app-wide one): `schedule()` and the adapters' `key`. */
+export type KeysInput = KeyInput | readonly KeyInput[];
+
 /** Encoded ids longer than this are replaced by a SHA-256 digest, so a 10 kB id costs 70 bytes of key. */
 const MAX_PLAIN_LENGTH = 200;
 

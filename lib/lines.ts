@@ -1,4 +1,6 @@
+import { keysOf } from './calls.js';
 import type { Call } from './decisions.js';
+import type { ReserveResult } from './store.js';
 import type { KeyLine } from './waiting.js';
 
 /**
@@ -13,6 +15,8 @@ export class Lines {
   readonly #alone = new Map<string, Promise<unknown>>();
   /** Per encoded key, the lines of several keys that hold it (asked alone or in line), with how many reasons each. */
   readonly #several = new Map<string, Map<string, number>>();
+  /** Keys whose list of waiting processes may hold this process (a decision on them was deferred, or kept it there). */
+  readonly #listed = new Set<string>();
   /** Per line of several keys, its turn (see `#turn`), while it is held. */
   readonly #turns = new Map<string, number>();
   #served = 0;
@@ -42,7 +46,7 @@ export class Lines {
     this.#hold(call, 1);
   }
 
-  answered(call: Call): void {
+  doneAlone(call: Call): void {
     if (this.#alone.delete(call.line)) this.#hold(call, -1);
   }
 
@@ -91,15 +95,27 @@ export class Lines {
   }
 
   /**
-   * The keys of `call` that no other line of this process holds: those its process may leave the
-   * waiting list of once the call's line no longer waits.
+   * The store answered a decision for `call` (`stay`: as sent). A deferred one lists this process
+   * on the call's keys; one of a single key that waits no more, sent without `stay`, took it off.
    */
-  leavable(call: Call): string[] {
-    const keys = [call.encoded, ...call.also.map((part) => part.encoded)];
-    return keys.filter((key) => {
+  answered(call: Call, result: ReserveResult, stay: boolean): void {
+    if (result.status === 'deferred') for (const key of keysOf(call)) this.#listed.add(key);
+    else if (call.also.length === 0 && !stay) this.#listed.delete(call.encoded);
+  }
+
+  /**
+   * The keys of `call` whose waiting lists this process should leave now that the call's line (or
+   * its call asked alone) goes: those it may be listed on that no other line of it holds. They
+   * count as left.
+   */
+  leaving(call: Call): string[] {
+    return keysOf(call).filter((key) => {
+      if (!this.#listed.has(key)) return false;
       if (key !== call.line && (this.#lines.has(key) || this.#alone.has(key))) return false;
       const several = this.#several.get(key);
-      return several === undefined || (several.size === 1 && several.has(call.line));
+      if (several !== undefined && (several.size > 1 || !several.has(call.line))) return false;
+      this.#listed.delete(key);
+      return true;
     });
   }
 
@@ -119,13 +135,15 @@ export class Lines {
     return this.#lines.size;
   }
 
-  /** Takes every line out, for `close()`. */
-  drain(): Array<[string, KeyLine<Call>]> {
-    const lines = [...this.#lines];
+  /** Takes every line out, for `close()`, with the keys this process may be listed on (to leave). */
+  drain(): { lines: Array<KeyLine<Call>>; listed: string[] } {
+    const lines = [...this.#lines.values()];
+    const listed = [...this.#listed];
     this.#lines.clear();
     this.#several.clear();
     this.#turns.clear();
-    return lines;
+    this.#listed.clear();
+    return { lines, listed };
   }
 
   #hold(call: Call, by: 1 | -1): void {

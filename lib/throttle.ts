@@ -12,7 +12,7 @@ import { CallTimeoutError, QueueFullError, RateLimitedError, ThrottleClosedError
 import { Decisions, storeError, type Call } from './decisions.js';
 import { LocalFallback } from './fallback.js';
 import { Lines } from './lines.js';
-import type { KeyInput } from './keys.js';
+import type { KeyInput, KeysInput } from './keys.js';
 import type { KeyUsage, ScheduleOptions, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
 import { Refusals } from './refusals.js';
 import { describe, MAX_WINDOW_MS, type Rule } from './rules.js';
@@ -75,6 +75,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       notify: (event, ...args) => this.notify(event, ...args),
       wake: (key) => this.#lines.wake(key),
       stays: (key) => this.#lines.stays(key),
+      answered: (call, result, stay) => this.#lines.answered(call, result, stay),
     });
     this.#completions = new Completions(
       this.name,
@@ -109,7 +110,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * `TypeError` (bad key or fn) or `ThrottleConfigError` (bad options, cost above a limit); with
    * `CallTimeoutError` when `fn` outlasts `timeoutMs` (its slot keeps counting to its bound).
    */
-  async schedule<T>(key: KeyInput | readonly KeyInput[], fn: () => T | PromiseLike<T>, options: ScheduleOptions = {}): Promise<Awaited<T>> {
+  async schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options: ScheduleOptions = {}): Promise<Awaited<T>> {
     if (typeof fn !== 'function') throw new TypeError(`Expected fn to be a function, got ${describe(fn)}`);
     const call = await prepareCall(this.#callDefaults, key, options);
     if (call.also.length > 0 && !this.store.multiKey) throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
@@ -197,14 +198,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   async #shutdown(): Promise<void> {
     const closed = new ThrottleClosedError();
     this.#closing.abort(closed);
-    const lines = this.#lines.drain();
-    // Asks under way answer first: slots booked for calls just rejected are given back. Lines that
-    // waited for a completion leave their keys' waiting lists, so that the next process is woken.
-    await Promise.all(
-      lines.map(async ([id, line]) => {
-        if (await line.clear(closed)) await Promise.all(id.split(' ').map((key) => this.store.leave?.(this.name, key).catch(() => undefined)));
-      }),
-    );
+    const { lines, listed } = this.#lines.drain();
+    // Asks under way answer first: slots booked for calls just rejected are given back. This
+    // process leaves the waiting lists it may be on, so that the next process is woken.
+    await Promise.all(lines.map((line) => line.clear(closed)));
+    await Promise.all(listed.map((key) => this.store.leave?.(this.name, key).catch(() => undefined)));
     // Calls asked without a line give back what was booked for them once answered.
     await Promise.allSettled([...this.#lines.asking]);
     // The calls just rejected give their slots back once their rejections have run (microtasks).
@@ -279,7 +277,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       try {
         answer = await asked;
       } catch (error) {
-        this.#lines.answered(call);
+        this.#lines.doneAlone(call);
         this.#lines.get(call.line)?.resume();
         throw error;
       }
@@ -287,9 +285,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       line = this.#lines.get(call.line);
       const aborted = [call.signal, this.#closing.signal].find((signal) => signal?.aborted);
       if (aborted || result.status !== 'deferred') {
-        // Deferred, so listed in its keys' waiting processes, but gone: leave those no line here holds.
-        const leave = result.status === 'deferred' && !line?.size ? this.#lines.leavable(call) : [];
-        this.#lines.answered(call);
+        // Listed in its keys' waiting processes, but gone: leave those no line here holds.
+        const leave = line?.size ? [] : this.#lines.leaving(call);
+        this.#lines.doneAlone(call);
         line?.resume();
         for (const key of leave) this.store.leave?.(this.name, key).catch(() => undefined);
         if (result.status === 'booked') {
@@ -306,12 +304,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (line === undefined) {
       const created: KeyLine<Call> = new KeyLine<Call>(
         (queued) => this.#decisions.decide(queued),
-        (deferred, waited) => {
-          // Its calls went away while it waited for a completion: let the next process be woken. A
-          // line of several keys stays in their lists when served (others may wait): it leaves once
-          // it has waited at all.
-          const gone = call.also.length === 0 ? deferred : waited;
-          const leave = gone && !this.#closing.signal.aborted ? this.#lines.leavable(call) : [];
+        () => {
+          // Its calls went away: leave the waiting lists it may be on, so that the next process is woken.
+          const leave = this.#closing.signal.aborted ? [] : this.#lines.leaving(call);
           this.#lines.delete(call, created);
           for (const key of leave) this.store.leave?.(this.name, key).catch(() => undefined);
         },
@@ -321,10 +316,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     } else if (!first && line.deferred && line.size >= this.#maxQueued) {
       throw new QueueFullError(call.key, this.#maxQueued);
     }
-    if (first) {
-      this.#lines.answered(call);
-      line.waited();
-    }
+    if (first) this.#lines.doneAlone(call);
     const waiting = waitInLine(line, call, this.#hooks(call), first);
     // Deferred when asked alone: it asks again first, then the calls that came meanwhile.
     if (first) line.resume();

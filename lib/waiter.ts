@@ -48,6 +48,7 @@ export function waitInLine(line: KeyLine<Call>, call: Call, hooks: WaiterHooks, 
       priority: call.priority,
       cost: call.cost,
       room: call.room,
+      narrow: call.also.length > 0,
       settle: (outcome: Outcome) => {
         if (done) {
           // Left the line (aborted, out of time) while its slot was being booked: give it back.

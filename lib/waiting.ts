@@ -24,6 +24,8 @@ export interface Waiter<C> {
    * wait; if none is told to wait, the next ask takes up to MAX_ASK.
    */
   readonly room: number;
+  /** Never more than `room + 1` at once, even after an ask that deferred none: lines that share keys take turns. */
+  readonly narrow: boolean;
   /** Answers the line's ask for this call when it leaves the line: booked, refused, or an error. */
   readonly settle: (outcome: Outcome) => void;
   /** The store deferred the call (it stays in line): what it said, for when the call runs out of time. */
@@ -152,8 +154,8 @@ export class KeyLine<C> {
   async #ask(): Promise<void> {
     while (this.#waiters.length > 0) {
       this.#woken = false;
-      const { cost, room } = this.#waiters[0]!;
-      const most = this.#wide ? MAX_ASK : Math.min(MAX_ASK, room + 1);
+      const { cost, room, narrow } = this.#waiters[0]!;
+      const most = this.#wide && !narrow ? MAX_ASK : Math.min(MAX_ASK, room + 1);
       const batch: Array<Waiter<C>> = [];
       for (const waiter of this.#waiters) {
         if (waiter.cost !== cost || batch.length >= most) break;

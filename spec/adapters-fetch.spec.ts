@@ -38,6 +38,21 @@ describe('throttle.fetch()', function () {
     return { throttle, fetchAcme, url, vendor };
   }
 
+  it('counts a request in several keys when key() returns a list: per user and app-wide', async () => {
+    const { fetchAcme, url, vendor } = await setUp(
+      { rules: (key) => (key === 'app' ? ['3/200ms'] : ['2/200ms']) },
+      ok,
+      { key: (input) => [userFromUrl(input), 'app'] },
+    );
+    const t0 = performance.now();
+    const responses = await Promise.all(['u1', 'u1', 'u1', 'u2', 'u2', 'u3'].map((user, i) => fetchAcme(url(`/v1/orders/${i}`, user))));
+    expect(responses.map((response) => response.status)).to.deep.equal([200, 200, 200, 200, 200, 200]);
+    const all = ['u1', 'u2', 'u3'].flatMap((user) => vendor.times(user, t0)).sort((a, b) => a - b);
+    expect(all).to.have.length(6);
+    expect(mostInWindow(all, 200)).to.equal(3);
+    expect(mostInWindow(vendor.times('u1', t0), 200)).to.be.at.most(2);
+  });
+
   it('spaces arrivals at a real HTTP server by the rules, per user, each a window after the response it waits for', async () => {
     const { fetchAcme, url, vendor } = await setUp({ rules: ['2/200ms'] });
     const t0 = performance.now();

@@ -1,9 +1,9 @@
-import type { KeyInput } from '../keys.js';
+import type { KeysInput } from '../keys.js';
 
 /** Per-request throttle settings of an axios request: `acme.get(url, { throttle: { cost: 5 } })` (added to axios' `AxiosRequestConfig` in axios-types.ts). */
 export interface AxiosRequestThrottleOptions {
   /** The key of this request, instead of the adapter's `key(config)`. */
-  readonly key?: KeyInput;
+  readonly key?: KeysInput;
   /** Slots this request takes. @default the adapter's `cost`, else 1 */
   readonly cost?: number;
   /** Longest wait for a slot, in ms. @default the adapter's `maxDelayMs`, else the throttle's */

@@ -1,5 +1,5 @@
 import type { AxiosConfigType, AxiosGetAdapterType, AxiosInstanceType, AxiosResponseType } from './axios-types.js';
-import type { KeyInput } from '../keys.js';
+import type { KeysInput } from '../keys.js';
 
 /** A value for every call, or a function that picks it for each call from the call's arguments. */
 export type PerCall<A extends readonly unknown[], T> = T | ((...args: A) => T);
@@ -60,7 +60,7 @@ export interface AxiosThrottleOptions extends VendorSignalOptions<AxiosResponseT
    * The key (upstream user id) of a request, read from its final config — after every request
    * interceptor has run. May be async. `config.throttle.key` takes precedence.
    */
-  readonly key: (config: AxiosConfigType) => KeyInput | PromiseLike<KeyInput>;
+  readonly key: (config: AxiosConfigType) => KeysInput | PromiseLike<KeysInput>;
   /**
    * Resolves adapter names (`['xhr', 'http', 'fetch']`, axios' default) to the adapter function:
    * pass `axios.getAdapter`. Optional: the default `axios` instance brings its own, and an instance
@@ -93,7 +93,7 @@ export type FetchLike = (input: any, init?: any) => Promise<FetchResponseLike>;
 export interface FetchThrottleOptions<F extends FetchLike = typeof globalThis.fetch>
   extends VendorSignalOptions<Awaited<ReturnType<F>>>, CallOptions<[input: Parameters<F>[0], init: Parameters<F>[1]]> {
   /** The key (upstream user id) of a request, from fetch's arguments. May be async. */
-  readonly key: (input: Parameters<F>[0], init: Parameters<F>[1]) => KeyInput | PromiseLike<KeyInput>;
+  readonly key: (input: Parameters<F>[0], init: Parameters<F>[1]) => KeysInput | PromiseLike<KeysInput>;
   /**
    * The fetch to send with, such as undici's.
    * @default globalThis.fetch, read at each call
@@ -104,7 +104,7 @@ export interface FetchThrottleOptions<F extends FetchLike = typeof globalThis.fe
 /** Options of `throttle.wrap(fn, options)`. */
 export interface WrapOptions<A extends readonly unknown[]> extends CallOptions<A> {
   /** The key (upstream user id) of a call, from the wrapped function's arguments. May be async. */
-  readonly key: (...args: A) => KeyInput | PromiseLike<KeyInput>;
+  readonly key: (...args: A) => KeysInput | PromiseLike<KeysInput>;
   /** An `AbortSignal` for the wait, from the call's arguments: aborting before `fn` starts rejects with its reason. */
   readonly signal?: (...args: A) => AbortSignal | undefined;
 }

@@ -1,5 +1,5 @@
 import { ThrottleConfigError } from '../errors.js';
-import type { KeyInput } from '../keys.js';
+import type { KeyInput, KeysInput } from '../keys.js';
 import type { ScheduleOptions } from '../options.js';
 import { describe } from '../rules.js';
 import type { Scheduler } from './scheduler.js';
@@ -62,7 +62,8 @@ export interface Exchange<R> {
 }
 
 export interface ThrottledRequest {
-  readonly key: KeyInput;
+  /** The request's key, or keys (a vendor pause applies to the first). */
+  readonly key: KeysInput;
   readonly schedule: ScheduleOptions;
   readonly retries: number;
   /** `'axios'`, `'fetch'`: the start of the `paused` event's `source` and of `debug` messages. */
@@ -81,7 +82,8 @@ export interface ThrottledRequest {
  * still rejects with its reason).
  */
 export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRequest, settings: VendorSettings<R>, exchange: Exchange<R>): Promise<R> {
-  const key = String(request.key);
+  const first = Array.isArray(request.key) ? (request.key as readonly unknown[])[0] : request.key;
+  const key = String(first);
   const debug = (message: string, error?: unknown): void =>
     throttle.notify('debug', error === undefined ? { message: `${request.client}: ${message}`, key } : { message: `${request.client}: ${message}`, key, error });
   let last: Outcome<R> | undefined;
@@ -114,7 +116,7 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
     }
     if (pauseMs !== undefined && pauseMs > 0) {
       try {
-        await throttle.pause(request.key, pauseMs, `${request.client} ${flagged ? 'isThrottled' : answer.status}`);
+        await throttle.pause(first as KeyInput, pauseMs, `${request.client} ${flagged ? 'isThrottled' : answer.status}`);
       } catch (error) {
         debug('could not pause the key in the store', error);
       }

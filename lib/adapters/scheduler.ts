@@ -1,4 +1,4 @@
-import type { KeyInput } from '../keys.js';
+import type { KeyInput, KeysInput } from '../keys.js';
 import type { ScheduleOptions, ThrottleEvents } from '../options.js';
 
 /**
@@ -6,7 +6,7 @@ import type { ScheduleOptions, ThrottleEvents } from '../options.js';
  * Declared here so that the adapters do not import the throttle that imports them.
  */
 export interface Scheduler {
-  schedule<T>(key: KeyInput, fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
+  schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
   pause(key: KeyInput, ms: number, source?: string): Promise<void>;
   notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void;
 }

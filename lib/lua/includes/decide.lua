@@ -197,8 +197,10 @@ local function vt_key_close(key, now, now_ms, tag, channel, stay)
   end
   if key.waits_until > 0 or (key.state[2] and not stay) then
     vt_waiters_update(key.meta, key.state[2], tag, key.waits_until, now_ms, channel, vt_user_key(key.log), key.booked_until > 0)
-  elseif key.state[2] and key.booked_until > 0 then
-    -- Served, and its other calls may still wait: it takes its turn again after the others.
+  elseif key.state[2] then
+    -- STAY, and this decision waits no more on the key: the process takes its turn again after the
+    -- others (its other calls may still wait), whether it was served or not (a wake it could not use
+    -- then goes to the next process with the next completion, not to it again).
     vt_waiters_update(key.meta, key.state[2], tag, -1, now_ms, channel, vt_user_key(key.log), true)
   end
 end

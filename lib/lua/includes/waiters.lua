@@ -40,9 +40,12 @@ end
 -- After a decision of process TAG: UNTIL_MS > 0 keeps it in the list until then at least: at its
 -- place if the decision SERVED none of its calls, else at the end (the processes that wait take
 -- turns: round robin, one wake each); 0 takes it out (it no longer waits), waking the next if it was
--- the first; -1 (a call of several keys served, while others of the process may still wait) moves
--- it to the end with its time, if it is in the list. Stale entries go. Writes meta only when the
--- list changes (a process that waits again at its place, with no later time, costs nothing more).
+-- the first; -1 (STAY: the process's other calls may still wait on the key) moves it to the end
+-- with its time, if it is in the list, so that the next completion wakes the next process (a wake
+-- is not passed on: two processes that cannot use one would pass it back and forth). Its time
+-- stays what it was: its entry goes a second after it unless a decision that waits sets a later
+-- one. Stale entries go. Writes meta only when the list changes (a process that waits again at its
+-- place, with no later time, costs nothing more).
 local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, key, served)
   local list = vt_waiters_parse(value)
   local kept = {}
@@ -78,7 +81,7 @@ local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, ke
   if until_ms > 0 and not found then
     kept[#kept + 1] = { tag, until_ms }
     changed = true
-  elseif until_ms == -1 and mine ~= -1 then
+  elseif until_ms == -1 and mine >= 0 then
     kept[#kept + 1] = { tag, mine }
   end
   if not changed then return end
