@@ -72,10 +72,18 @@ export function checkNamespace(what: string, value: unknown): string {
 }
 
 /**
- * Builds every Redis key of one decision: `<prefix>:<name>:{<encoded key>}:<part>`.
- * The braces make the encoded key the hash tag, so all parts land in one Cluster slot.
+ * Which part of a key's Redis keys is their hash tag (a Redis Cluster puts keys with one tag in one
+ * slot): `'key'`, the user key (`<prefix>:<name>:{<encoded key>}:<part>`), spreads keys over the
+ * Cluster; `'name'`, the throttle's name (`<prefix>:<name>:{<name>}:<encoded key>:<part>`), puts every
+ * key of a throttle in one slot, which a call of several keys needs on a Cluster.
  */
-export function keyNames(prefix: string, name: string, encodedKey: string): KeyNames {
-  const base = `${prefix}:${name}:{${encodedKey}}`;
+export type HashTag = 'key' | 'name';
+
+/**
+ * Builds every Redis key of one decision. The hash tag (the encoded key, or the throttle's name:
+ * see {@link HashTag}) puts all parts in one Cluster slot.
+ */
+export function keyNames(prefix: string, name: string, encodedKey: string, hashTag: HashTag = 'key'): KeyNames {
+  const base = hashTag === 'key' ? `${prefix}:${name}:{${encodedKey}}` : `${prefix}:${name}:{${name}}:${encodedKey}`;
   return { log: `${base}:log`, meta: `${base}:meta` };
 }

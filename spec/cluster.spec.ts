@@ -6,9 +6,9 @@
  */
 import { expect } from 'chai';
 import type { ClusterOptions } from 'ioredis';
-import { RedisStore, Throttle, type ThrottleMode } from '../lib/index.js';
+import { RedisStore, Throttle, ThrottleConfigError, type ThrottleMode } from '../lib/index.js';
 import { encodeKey, keyNames } from '../lib/keys.js';
-import { startVendor, type Vendor } from '../scripts/sim-vendor.js';
+import { startVendor, windowViolations, type Vendor } from '../scripts/sim-vendor.js';
 import { uniquePrefix } from './support/hooks.js';
 import { startRedisCluster, type ErrorStats, type RedisCluster } from './support/redis-cluster.js';
 
@@ -182,6 +182,35 @@ describe('RedisStore on a Redis Cluster (3 masters)', function () {
     const busy = await Promise.all(Array.from({ length: 12 }, () => call(throttle, 'piped-busy')));
     expect(busy).to.have.length(12);
     expectKeptAtVendor('piped-busy', 12);
+  });
+
+  it("decides calls of several keys (per user and app-wide) in one slot with hashTag 'name', and refuses them without it", async () => {
+    const prefix = uniquePrefix();
+    const rules = (key: string): string[] => (key === 'app' ? ['6/200ms'] : [RULE]);
+    const throttlesOf = [0, 1].map(() => {
+      const store = new RedisStore(cluster.client(), { prefix, hashTag: 'name' });
+      stores.push(store);
+      const throttle = new Throttle({ name: NAME, rules, store });
+      throttles.push(throttle);
+      return throttle;
+    });
+    const users = ['u1', 'u2', 'u3'];
+    await Promise.all(
+      Array.from({ length: 24 }, (_, i) => {
+        const user = users[i % 3]!;
+        return throttlesOf[i % 2]!.schedule([user, 'app'], async () => (await fetch(`${vendor.url}?user=${encodeURIComponent(user)}`)).text());
+      }),
+    );
+    for (const user of users) expectKeptAtVendor(user, 8);
+    const all = [...vendor.stats().perUser.values()].flat().sort((a, b) => a - b);
+    expect(windowViolations(all, 6, 200), 'arrivals over the app-wide 6/200ms').to.equal(0);
+    // Every key of the throttle under one hash tag: one slot.
+    const names = keyNames(prefix, NAME, encodeKey('u1'), 'name');
+    expect(names.log).to.equal(`${prefix}:${NAME}:{${NAME}}:u1:log`);
+    // Each user key in a slot of its own: a call of several keys cannot be decided by one script.
+    const spread = throttleOn(prefix, 'wait', [RULE]);
+    const error = await spread.schedule(['u1', 'u2'], () => 'never').catch((reason: unknown) => reason);
+    expect(error).to.be.instanceOf(ThrottleConfigError).with.property('message').match(/hashTag: 'name'/);
   });
 
   it('shares a vendor pause and inspect() between clients through the cluster', async () => {

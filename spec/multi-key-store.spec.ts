@@ -32,6 +32,10 @@ const subjects: Array<{ name: string; make: () => Subject }> = [
     name: 'RedisStore',
     make: () => ({ store: redisStore(redisClient(), { prefix: uniquePrefix() }), advance: (ms) => new Promise((resolve) => setTimeout(resolve, Math.ceil(ms) + 1)) }),
   },
+  {
+    name: "RedisStore, hashTag 'name'",
+    make: () => ({ store: redisStore(redisClient(), { prefix: uniquePrefix(), hashTag: 'name' }), advance: (ms) => new Promise((resolve) => setTimeout(resolve, Math.ceil(ms) + 1)) }),
+  },
 ];
 
 const USER: Rule[] = [{ limit: 2, windowMs: 40 }];
@@ -153,7 +157,7 @@ for (const { name, make } of subjects) {
           }
           await store.close();
         }),
-        { numRuns: name === 'RedisStore' ? 40 : 200 },
+        { numRuns: name.startsWith('RedisStore') ? 40 : 200 },
       );
       expect(counts.booked).to.be.above(0);
       expect(counts.deferred).to.be.above(0);

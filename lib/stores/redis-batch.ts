@@ -1,4 +1,4 @@
-import { keyNames } from '../keys.js';
+import { keyNames, type HashTag } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { KeyPart } from '../store.js';
 
@@ -52,7 +52,7 @@ const ruleText = new WeakMap<readonly Rule[], string>();
  * and cost merged into one decide of COUNT calls, in the order they asked), and last the calls of
  * several keys, one each. `deliver` hands each caller its part of the flat reply.
  */
-export function encodeBatch(prefix: string, ops: readonly Op[]): EncodedBatch {
+export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag = 'key'): EncodedBatch {
   const byKey = new Map<string, Op[]>();
   for (const op of ops) {
     const same = byKey.get(op.key);
@@ -72,7 +72,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[]): EncodedBatch {
   const indexOf = (key: string): number => {
     let k = indices.get(key);
     if (k === undefined) {
-      const { log, meta } = keyNames(prefix, namespace, key);
+      const { log, meta } = keyNames(prefix, namespace, key, hashTag);
       keys.push(log, meta);
       indices.set(key, (k = keys.length / 2));
     }

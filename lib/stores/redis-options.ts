@@ -1,11 +1,20 @@
-/** Options of `new RedisStore(client, options)`, and the part of an ioredis client it uses. */
+import type { HashTag } from '../keys.js';
 
+/** Options of `new RedisStore(client, options)`, and the part of an ioredis client it uses. */
 export interface RedisStoreOptions {
   /**
    * First part of every key: `<prefix>:<throttle name>:{<user key>}:log`. Letters, digits, `.`, `_`, `-`, `/`.
    * @default 'vt'
    */
   readonly prefix?: string;
+  /**
+   * The hash tag of every key: `'key'` (each user key in a slot of its own, spread over a Cluster)
+   * or `'name'` (every key of a throttle in one slot: `<prefix>:<name>:{<name>}:<user key>:log`).
+   * A call of several keys (`schedule([user, 'app'], fn)`) on a Redis Cluster needs `'name'`: one
+   * script decides it, and a script reaches one slot. Changing it starts every key afresh.
+   * @default 'key'
+   */
+  readonly hashTag?: HashTag;
   /**
    * Longest wait for one Redis command, in ms: past it the call fails with `StoreUnavailableError`
    * (and the throttle's `onStoreError` policy applies), so a hung or unreachable Redis never hangs

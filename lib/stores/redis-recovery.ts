@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError } from '../errors.js';
-import { keyNames } from '../keys.js';
+import type { KeyNames } from '../keys.js';
 import { MAX_TIMER_MS } from '../sleep.js';
 import type { Journal } from './journal.js';
 import { scripts } from './redis-scripts.js';
@@ -21,6 +21,8 @@ export interface RecoveryDeps {
   set(key: string, value: string, ...args: string[]): Promise<string | null>;
   /** Runs a script by name with a timeout. */
   run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown>;
+  /** The Redis keys of a user key (the store's layout). */
+  names(namespace: string, key: string): KeyNames;
 }
 
 /**
@@ -37,6 +39,7 @@ export class Recovery {
   readonly #graceMs: number;
   readonly #client: Pick<RecoveryDeps, 'get' | 'set'>;
   readonly #run: RecoveryDeps['run'];
+  readonly #names: RecoveryDeps['names'];
   /**
    * Namespace → the epoch value this process knows (see lua/epoch.lua): set once this process has
    * put back its journal under it (or, for a namespace seen for the first time, adopted it).
@@ -55,6 +58,7 @@ export class Recovery {
 
   constructor(deps: RecoveryDeps) {
     this.journal = deps.journal;
+    this.#names = deps.names;
     this.#prefix = deps.prefix;
     this.#heartbeatMs = deps.heartbeatMs;
     this.#graceMs = deps.graceMs;
@@ -214,7 +218,7 @@ export class Recovery {
           const args: Array<string | number> = [retainMs, 0, entries.length];
           for (const { member, score } of entries) args.push(member, score);
           try {
-            await this.#run(scripts.restore.name, [keyNames(this.#prefix, namespace, key).log], args);
+            await this.#run(scripts.restore.name, [this.#names(namespace, key).log], args);
           } catch (error) {
             failure ??= error;
             failed.push(item);

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
-import { checkNamespace, keyNames } from '../keys.js';
+import { checkNamespace, keyNames, type HashTag, type KeyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
 import { MAX_TIMER_MS } from '../sleep.js';
 import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
@@ -38,6 +38,8 @@ const MAX_BATCH = 256;
  */
 export class RedisStore implements Store {
   readonly prefix: string;
+  /** Which part of a key's Redis keys is their hash tag (see `RedisStoreOptions.hashTag`). */
+  readonly hashTag: HashTag;
   readonly #client: ScriptedClient;
   readonly #timeoutMs: number;
   readonly #recovery: Recovery | undefined;
@@ -58,6 +60,9 @@ export class RedisStore implements Store {
     }
     if (options === null || typeof options !== 'object') throw new ThrottleConfigError('Expected RedisStore options to be an object');
     this.prefix = checkNamespace('RedisStore prefix', options.prefix ?? 'vt');
+    const hashTag = options.hashTag ?? 'key';
+    if (hashTag !== 'key' && hashTag !== 'name') throw new ThrottleConfigError(`Expected hashTag to be 'key' or 'name', got ${String(hashTag)}`);
+    this.hashTag = hashTag;
     this.#timeoutMs = positive('commandTimeoutMs', options.commandTimeoutMs ?? 5_000);
     const recovery = options.recovery ?? {};
     if (recovery !== false && (recovery === null || typeof recovery !== 'object')) {
@@ -88,6 +93,7 @@ export class RedisStore implements Store {
         get: (key) => this.#timed(scripted['get']!(key) as Promise<string | null>),
         set: (key, value, ...args) => this.#timed(scripted['set']!(key, value, ...args) as Promise<string | null>),
         run: (name, keys, args) => this.#run(name, keys, args),
+        names: (namespace, key) => this.#names(namespace, key),
       });
     }
   }
@@ -115,6 +121,9 @@ export class RedisStore implements Store {
     this.#seq += request.cost;
     const { namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs } = request;
     const also = request.also ?? NONE;
+    if (also.length > 0 && this.#cluster && this.hashTag === 'key') {
+      throw new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }");
+    }
     const [status, waitMs, startAt, ruleIndex, now, retryMs] = (await this.#enqueue('d', namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, NONE, 0, also, request.stay === true))!;
     const members: string[] = [];
     if (status === 1) {
@@ -152,7 +161,7 @@ export class RedisStore implements Store {
 
   async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
     await this.#recovery?.recovered(namespace);
-    const { log, meta } = keyNames(this.prefix, namespace, key);
+    const { log, meta } = this.#names(namespace, key);
     const reply = (await this.#run(scripts.inspect.name, [log, meta], ruleArgs(rules))) as number[];
     return {
       now: reply[0]!,
@@ -164,7 +173,7 @@ export class RedisStore implements Store {
 
   async pause(namespace: string, key: string, ms: number): Promise<number> {
     await this.#recovery?.recovered(namespace);
-    return (await this.#run(scripts.pause.name, [keyNames(this.prefix, namespace, key).meta], [Math.ceil(ms)])) as number;
+    return (await this.#run(scripts.pause.name, [this.#names(namespace, key).meta], [Math.ceil(ms)])) as number;
   }
 
   async restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number): Promise<void> {
@@ -182,7 +191,7 @@ export class RedisStore implements Store {
       }
     }
     args[2] = restored.length;
-    await this.#run(scripts.restore.name, [keyNames(this.prefix, namespace, key).log], args);
+    await this.#run(scripts.restore.name, [this.#names(namespace, key).log], args);
     // Journaled like the store's own decisions: they are put back if Redis later loses its data.
     if (this.#recovery) {
       const now = this.#recovery.storeNow();
@@ -207,6 +216,10 @@ export class RedisStore implements Store {
     this.#wakes.close();
   }
 
+  #names(namespace: string, key: string): KeyNames {
+    return keyNames(this.prefix, namespace, key, this.hashTag);
+  }
+
   #member(number: number): string {
     return `${number}${this.#tag}`;
   }
@@ -223,8 +236,17 @@ export class RedisStore implements Store {
 
   /** Calls a script: with the number of keys first on a standalone Redis, without it on a Cluster (fixed there). */
   #call(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown> {
-    const command = this.#client[name]!.bind(this.#client);
-    return this.#cluster ? command(...keys, ...args) : command(keys.length, ...keys, ...args);
+    if (!this.#cluster) return this.#client[name]!(keys.length, ...keys, ...args);
+    // A batch with a call of several keys has more keys than the command defined for one key.
+    if (name === scripts.batch.name && keys.length !== CLUSTER_KEYS.batch) name = this.#clusterBatch(keys.length);
+    return this.#client[name]!(...keys, ...args);
+  }
+
+  /** The batch script on a Cluster for a batch of `count` keys (one slot), defined the first time it is needed. */
+  #clusterBatch(count: number): string {
+    const name = `${scripts.batch.name}k${count}`;
+    if (typeof this.#client[name] !== 'function') this.#client.defineCommand(name, { lua: scripts.batch.lua, numberOfKeys: count });
+    return name;
   }
 
   /**
@@ -310,7 +332,7 @@ export class RedisStore implements Store {
         if (ops.some((op) => op.type === 'd')) epoch = await recovery.epochOf(namespace);
       }
       const generation = recovery?.generation ?? 0;
-      const { keys, args, deliver } = encodeBatch(this.prefix, ops);
+      const { keys, args, deliver } = encodeBatch(this.prefix, ops, this.hashTag);
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
       if (checked !== '') keys.push(recovery!.epochKey(namespace));

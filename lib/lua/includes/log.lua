@@ -34,8 +34,9 @@ local function vt_epoch(epoch_key, expected)
   return tonumber(string.match(value, ':(%d+)$')) or 0
 end
 
--- The encoded user key of LOG ('<prefix>:<name>:{<key>}:log'): the message that wakes a process
--- waiting on it. Encoded keys hold no braces (lib/keys.ts).
+-- The encoded user key of LOG ('<prefix>:<name>:{<key>}:log', or '<prefix>:<name>:{<name>}:<key>:log'
+-- when the throttle's name is the hash tag): the message that wakes a process waiting on it.
+-- Encoded keys hold no braces (lib/keys.ts).
 local function vt_user_key(log)
-  return string.match(log, '{([^{}]*)}:log$')
+  return string.match(log, '{([^{}]*)}:log$') or string.match(log, '}:([^{}]*):log$')
 end
