@@ -186,6 +186,25 @@ describe('vendor-throttle command line', function () {
     expect(busiest.stdout).to.match(/^c1\s+6\/100/m).and.to.match(/^c2\s+6\/100/m).and.to.include('of 2 keys');
   });
 
+  it('--key twice with --rule KEY=RULE: every request counts under its user and an app-wide key, and inspect reads each', async () => {
+    const server = await useVendor();
+    const prefix = uniquePrefix();
+    const list = rows(['c1', 'c2', 'c3'], 4);
+    writeFileSync(join(dir, 'requests.ndjson'), ndjson(server, list));
+    const redis = ['--redis', redisServer().url, '--prefix', prefix, '--name', 'acme'];
+    const run = await cli('run', '--key', '{key}', '--key', 'app', '--rule', '2/300ms', '--rule', 'app=4/300ms', ...redis, '-q', '--no-body', '--out', join(dir, 'results.ndjson'), join(dir, 'requests.ndjson'));
+    expect(run.code, run.stderr).to.equal(0);
+    expect(readResults(join(dir, 'results.ndjson'))).to.have.length(12);
+    expect(worstWindow(server, 300)).to.be.at.most(2);
+    expect(mostInWindow(server.arrivals.map((arrival) => arrival.at).sort((a, b) => a - b), 300), 'app-wide').to.equal(4);
+    const busiest = await cli('inspect', ...redis, '--rule', '100/min', '--rule', 'app=200/min');
+    expect(busiest.code, busiest.stderr).to.equal(0);
+    expect(busiest.stdout).to.match(/^app\s+200\/min 12\/200/m).and.to.match(/^c1\s+100\/min 4\/100/m);
+    const bad = await cli('run', '--key', '{user}', '--key', 'app', '--rule', 'app=4/300ms', join(dir, 'requests.ndjson'));
+    expect(bad.code).to.equal(2);
+    expect(bad.stderr).to.include('at least one --rule is required, for every key');
+  });
+
   it('stops cleanly on SIGINT, and --resume sends the rest: nothing twice, nothing lost, the rule kept across both runs', async () => {
     const server = await useVendor();
     const list = rows(['ann', 'bob', 'cy'], 6);

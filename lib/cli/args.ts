@@ -5,7 +5,10 @@ import { CliError } from './errors.js';
 
 /** How a run builds its throttle; plain data, so that it can be sent to worker processes. */
 export interface ThrottleConfig {
-  /** Rules as given (`30/min`), each checked with `parseRule`. */
+  /**
+   * Rules as given, each checked: `30/min` (a rule of every key that has none of its own), or
+   * `KEY=30/min` (a rule of the key KEY alone, such as an app-wide key given with a second `--key`).
+   */
   readonly rules: readonly string[];
   readonly name: string;
   readonly prefix: string;
@@ -40,7 +43,8 @@ export interface RunOptions {
   /** The input file, or {@link STDIN} (`-`): standard input. */
   readonly file: string;
   readonly format: 'ndjson' | 'csv';
-  readonly key: string | undefined;
+  /** `--key` templates: the first gives the request's key (none: its `key` field), the others more keys it counts in. */
+  readonly keys: readonly string[];
   readonly baseUrl: string | undefined;
   /** Headers every request gets (a request's own headers win). */
   readonly headers: Readonly<Record<string, string>>;
@@ -68,7 +72,7 @@ export interface InspectOptions {
 
 export const RUN_FLAGS = {
   rule: { type: 'string', short: 'r', multiple: true },
-  key: { type: 'string', short: 'k' },
+  key: { type: 'string', short: 'k', multiple: true },
   format: { type: 'string' },
   'base-url': { type: 'string' },
   header: { type: 'string', short: 'H', multiple: true },
@@ -131,11 +135,16 @@ export function parseRunArgs(args: readonly string[]): RunOptions | typeof HELP 
     throw new CliError(`--${values.resume ? 'resume' : 'overwrite'} needs --out <results file>`);
   }
   if (values.cluster && values.redis === undefined) throw new CliError('--cluster needs --redis <url of a cluster node>');
-  if (values.key !== undefined && values.key.trim() === '') throw new CliError('--key: expected a template such as {user_id}, header:x-user, query:user or path:2');
+  const keys = values.key ?? [];
+  if (keys.some((key) => key.trim() === '')) throw new CliError('--key: expected a template such as {user_id}, header:x-user, query:user or path:2');
+  if (keys.length > 1 && values.cluster) throw new CliError('--key given more than once: not on a Redis Cluster yet (a call of several keys needs them in one slot); use a standalone Redis');
+  if (keys.length > 1 && values.redis === undefined && (values.workers ?? '1') !== '1') {
+    throw new CliError('--key given more than once with --workers: keys shared by requests of every worker (an app-wide key) need --redis to share their limits');
+  }
   return {
     file,
     format,
-    key: values.key,
+    keys,
     baseUrl: values['base-url'] === undefined ? undefined : httpUrl('--base-url', values['base-url']),
     headers: headerFlags(values.header ?? []),
     throttle: {
@@ -190,14 +199,18 @@ function parse<T extends NonNullable<ParseArgsConfig['options']>>(args: readonly
 }
 
 function rules(values: readonly string[] | undefined, required: boolean): string[] {
-  if (required && (values === undefined || values.length === 0)) throw new CliError('run: at least one --rule is required, e.g. --rule 30/min');
-  return (values ?? []).map((rule) => {
+  if (required && !(values ?? []).some((rule) => splitRule(rule).key === undefined)) {
+    throw new CliError('run: at least one --rule is required, for every key, e.g. --rule 30/min (and --rule app=1000/min for a key of its own)');
+  }
+  return (values ?? []).map((given) => {
+    const { key, rule } = splitRule(given);
+    if (key === '') throw new CliError(`--rule '${given}': expected a key before '=', as in app=1000/min`);
     try {
       parseRule(rule);
     } catch (error) {
-      throw new CliError(`--rule '${rule}': ${(error as Error).message}`);
+      throw new CliError(`--rule '${given}': ${(error as Error).message}`);
     }
-    return rule;
+    return given;
   });
 }
 
@@ -263,4 +276,23 @@ function headerFlags(values: readonly string[]): Record<string, string> {
     headers[name.toLowerCase()] = value.slice(colon + 1).trim();
   }
   return headers;
+}
+
+/** `KEY=RULE` (a rule of the key KEY alone) or `RULE` (of every key without rules of its own). */
+export function splitRule(given: string): { readonly key: string | undefined; readonly rule: string } {
+  const at = given.lastIndexOf('=');
+  return at < 0 ? { key: undefined, rule: given } : { key: given.slice(0, at).trim(), rule: given.slice(at + 1) };
+}
+
+/** The rules of a run as the throttle takes them: the same for every key, or per key where `KEY=RULE` is given. */
+export function ruleSource(given: readonly string[]): string[] | ((key: string) => string[]) {
+  const shared: string[] = [];
+  const own = new Map<string, string[]>();
+  for (const text of given) {
+    const { key, rule } = splitRule(text);
+    if (key === undefined) shared.push(rule);
+    else own.set(key, [...(own.get(key) ?? []), rule]);
+  }
+  if (own.size === 0) return shared;
+  return (key) => own.get(key) ?? shared;
 }

@@ -26,12 +26,15 @@ request is read and checked first: nothing is sent when one is bad. Fields/colum
 the request takes, default 1).
 
 Limits:
-  -r, --rule <rule>        a limit per key, e.g. 30/min, 5/s, 10000/day, 20/500ms, '4 concurrent' (repeatable; required)
+  -r, --rule <rule>        a limit per key, e.g. 30/min, 5/s, 10000/day, 20/500ms, '4 concurrent' (repeatable; required);
+                           KEY=<rule> (e.g. app=1000/min): a limit of the key KEY alone, instead of the others
   -k, --key <template>     the throttle key of each request (default: its 'key' field):
                              {user_id}, acme-{account}   fields of the request
                              header:x-user               a request header
                              query:user                  a query parameter of the URL
                              path:2                      the 2nd segment of the URL path
+                           again: more keys each request counts in, e.g. --key '{user_id}' --key app
+                           with --rule 30/min --rule app=1000/min (per user and app-wide)
       --redis <url>        share the limits through Redis (redis://, rediss://) with other processes
                            and machines, and with earlier runs (default: in memory, this run only)
       --cluster            <url> is a node of a Redis Cluster
@@ -88,8 +91,9 @@ Options:
       --cluster            <url> is a node of a Redis Cluster
       --name <name>        the throttle name (default: default)
       --prefix <prefix>    the Redis key prefix (default: vt)
-  -r, --rule <rule>        the key's rules, as the throttle has them (repeatable); without them
-                           only the calls logged, the pause and the calls not completed are shown
+  -r, --rule <rule>        the key's rules, as the throttle has them (repeatable; KEY=<rule> for one
+                           key alone); without them only the calls logged, the pause and the calls
+                           not completed are shown
       --top <n>            how many of the busiest keys to show (default: 10)
       --json               JSON output
   -h, --help               this help

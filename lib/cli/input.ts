@@ -13,6 +13,8 @@ export interface BatchRequest {
   /** Line of the input file the request is on (its last line, for a CSV record over several lines). */
   readonly line: number;
   readonly key: string;
+  /** More keys the request counts in (the second `--key` on, such as an app-wide key); empty for none. */
+  readonly also: readonly string[];
   readonly method: string;
   readonly url: string;
   /** Lower-case names. */
@@ -27,6 +29,8 @@ export interface InputOptions {
   readonly file: string;
   readonly format: 'ndjson' | 'csv';
   readonly key: KeyReader;
+  /** Readers of more keys each request counts in. @default none */
+  readonly also?: readonly KeyReader[];
   readonly baseUrl: string | undefined;
   /** `--header` values, lower-case names. */
   readonly headers: Readonly<Record<string, string>>;
@@ -149,7 +153,8 @@ function toRequest(line: number, fields: Record<string, unknown>, options: Input
   const cost = rawCost === undefined ? 1 : typeof rawCost === 'number' || typeof rawCost === 'string' ? Number(rawCost) : NaN;
   if (!Number.isInteger(cost) || cost < 1) throw new Error(`'cost' must be a whole number from 1 up, got ${JSON.stringify(rawCost)}`);
   const key = options.key({ fields, url, headers });
-  return { id: id as string | number, line, key, method: upper, url: url.href, headers, body, cost };
+  const also = (options.also ?? []).map((read) => read({ fields, url, headers }));
+  return { id: id as string | number, line, key, also, method: upper, url: url.href, headers, body, cost };
 }
 
 function requestUrl(value: unknown, baseUrl: string | undefined): URL {

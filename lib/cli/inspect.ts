@@ -1,6 +1,6 @@
 import { formatRule, parseRules, RedisStore, Throttle, type Rule } from '../index.js';
 import { encodeKey, keyNames } from '../keys.js';
-import type { InspectOptions } from './args.js';
+import { ruleSource, type InspectOptions } from './args.js';
 import { EXIT, type ExitCode } from './errors.js';
 import { formatSeconds } from './progress.js';
 import { closeRedis, connectRedis, type RedisClient } from './redis.js';
@@ -30,12 +30,15 @@ const PARALLEL = 64;
  * current usage: the fullest rule first, with `--rule`, else the slots logged.
  */
 export async function inspect(options: InspectOptions): Promise<ExitCode> {
-  const rules = options.rules.length > 0 ? parseRules(options.rules) : undefined;
+  // Per key: its own rules (KEY=RULE), else those given for every key.
+  const source = options.rules.length > 0 ? ruleSource(options.rules) : undefined;
+  const rulesOf = (key: string): Rule[] | undefined => (source === undefined ? undefined : parseRules(typeof source === 'function' ? source(key) : source));
   const client = await connectRedis(options.redis, options.cluster);
   try {
     const store = new RedisStore(client, { prefix: options.prefix });
     if (options.key !== undefined) {
       let report: KeyReport;
+      const rules = rulesOf(options.key);
       if (rules === undefined) report = await rawReport(client, options, encodeKey(options.key), options.key);
       else {
         const throttle = new Throttle({ name: options.name, rules, store });
@@ -54,13 +57,13 @@ export async function inspect(options: InspectOptions): Promise<ExitCode> {
     const encoded = await scanKeys(client, options);
     const reports: KeyReport[] = [];
     for (let i = 0; i < encoded.length; i += PARALLEL) {
-      reports.push(...(await Promise.all(encoded.slice(i, i + PARALLEL).map((key) => keyReport(client, store, options, key, rules)))));
+      reports.push(...(await Promise.all(encoded.slice(i, i + PARALLEL).map((key) => keyReport(client, store, options, key, rulesOf(decodeKey(key).key))))));
     }
     reports.sort((a, b) => load(b) - load(a) || b.logged - a.logged || a.key.localeCompare(b.key));
     const top = reports.slice(0, options.top);
     const namespace = `${options.prefix}:${options.name}`;
     if (options.json) process.stdout.write(`${JSON.stringify({ namespace, found: reports.length, keys: top }, null, 2)}\n`);
-    else process.stdout.write(describeBusiest(top, reports.length, namespace, rules));
+    else process.stdout.write(describeBusiest(top, reports.length, namespace, source === undefined ? undefined : typeof source === 'function' ? 'per key' : parseRules(source)));
     return EXIT.ok;
   } finally {
     await closeRedis(client);
@@ -152,12 +155,13 @@ function describeKey(report: KeyReport, options: InspectOptions): string {
   return `${lines.join('\n')}\n`;
 }
 
-function describeBusiest(top: readonly KeyReport[], found: number, namespace: string, rules: readonly Rule[] | undefined): string {
+/** `rules`: the same for every key (a column each), `'per key'` (one column), or none given. */
+function describeBusiest(top: readonly KeyReport[], found: number, namespace: string, rules: readonly Rule[] | 'per key' | undefined): string {
   if (found === 0) return `no keys with a log in ${namespace}\n`;
-  const header = ['key', ...(rules ?? []).map(formatRule), ...(rules ? ['next free'] : ['logged']), 'paused', 'not completed'];
+  const header = ['key', ...(rules === 'per key' ? ['usage'] : (rules ?? []).map(formatRule)), ...(rules ? ['next free'] : ['logged']), 'paused', 'not completed'];
   const rows = top.map((report) => [
     report.decoded ? report.key : `${report.key} (hashed id)`,
-    ...(report.rules ?? []).map((rule) => `${rule.used}/${rule.limit}`),
+    ...(rules === 'per key' ? [(report.rules ?? []).map((rule) => `${rule.rule} ${rule.used}/${rule.limit}`).join(', ')] : (report.rules ?? []).map((rule) => `${rule.used}/${rule.limit}`)),
     ...(rules ? [report.nextFreeInMs === 0 ? 'now' : `in ${duration(report.nextFreeInMs!)}`] : [String(report.logged)]),
     report.pausedForMs === 0 ? '-' : duration(report.pausedForMs),
     String(report.unfinished),

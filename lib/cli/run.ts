@@ -1,5 +1,5 @@
-import { parseRules, formatRule } from '../index.js';
-import { STDIN, type RunOptions } from './args.js';
+import { formatRule, parseRule } from '../index.js';
+import { splitRule, STDIN, type RunOptions } from './args.js';
 import { runBatch, type BatchOutcome } from './batch.js';
 import { CliError, EXIT, errorText, type ExitCode } from './errors.js';
 import { loadRequests, type BatchRequest } from './input.js';
@@ -23,7 +23,7 @@ export async function run(options: RunOptions): Promise<ExitCode> {
   const say = (line: string): void => {
     if (!options.quiet) process.stderr.write(`vendor-throttle: ${line}\n`);
   };
-  const requests = await loadRequests({ file: options.file, format: options.format, key: compileKey(options.key), baseUrl: options.baseUrl, headers: options.headers });
+  const requests = await loadRequests({ file: options.file, format: options.format, key: compileKey(options.keys[0]), also: options.keys.slice(1).map(compileKey), baseUrl: options.baseUrl, headers: options.headers });
 
   let todo: readonly BatchRequest[] = requests;
   let failedBefore = 0;
@@ -51,13 +51,16 @@ export async function run(options: RunOptions): Promise<ExitCode> {
         const request = byId.get(String(line.id));
         if (request === undefined || line.attempts === 0 || typeof line.startedAt !== 'string') continue;
         const completedAt = Date.parse(line.startedAt) + (line.ms ?? 0);
-        if (Number.isFinite(completedAt)) recent.push({ key: request.key, completedAt, slots: Math.max(1, line.attempts ?? 1) * request.cost });
+        if (Number.isFinite(completedAt)) recent.push({ key: request.key, also: request.also, completedAt, slots: Math.max(1, line.attempts ?? 1) * request.cost });
       }
     }
   }
   const skipped = requests.length - todo.length;
   const earlier = [...(skipped > 0 ? [`${skipped} done earlier, skipped`] : []), ...(refusedBefore > 0 ? [`${refusedBefore} refused earlier by --max-wait, sent again`] : [])];
-  const rules = parseRules(options.throttle.rules).map(formatRule).join(', ');
+  const rules = options.throttle.rules.map((given) => {
+    const { key, rule } = splitRule(given);
+    return `${key === undefined ? '' : `${key}=`}${formatRule(parseRule(rule))}`;
+  }).join(', ');
   const keys = new Set(todo.map((request) => request.key)).size;
   const where = options.throttle.redis === undefined ? 'in-memory limits' : `limits shared through ${redact(options.throttle.redis)} (${options.throttle.prefix}:${options.throttle.name})`;
   say(`${todo.length} request${todo.length === 1 ? '' : 's'} for ${keys} key${keys === 1 ? '' : 's'}${earlier.length > 0 ? ` (${earlier.join('; ')})` : ''}; rules ${rules}; ${where}; ${options.workers > 1 ? `${options.workers} workers × ` : ''}concurrency ${options.send.concurrency}, ${options.throttle.mode} mode${options.send.maxWaitMs === undefined ? '' : `; at most ${options.send.maxWaitMs} ms waiting for a slot (--max-wait)`}`);

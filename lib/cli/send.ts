@@ -46,6 +46,8 @@ class NoAnswer extends Error {
 /** What `throttle.fetch()` passes to the fetch below: the request and its throttle key. */
 interface SendInit {
   readonly key: string;
+  /** More keys the request counts in. */
+  readonly also: readonly string[];
   readonly cost: number;
   readonly method: string;
   readonly headers: Readonly<Record<string, string>>;
@@ -76,7 +78,7 @@ const INTERRUPTED = 'interrupted while in flight (second SIGINT/SIGTERM): the ve
  */
 export function createSender(throttle: Throttle, settings: SendSettings, signals: StopSignals): Sender {
   const send = throttle.fetch({
-    key: (_url: string, init: SendInit) => init.key,
+    key: (_url: string, init: SendInit) => (init.also.length === 0 ? init.key : [init.key, ...init.also]),
     cost: (_url: string, init: SendInit) => init.cost,
     maxDelayMs: settings.maxWaitMs,
     retries: 0,
@@ -98,7 +100,7 @@ export function createSender(throttle: Throttle, settings: SendSettings, signals
         }
       }
       try {
-        last = await send(request.url, { key: request.key, cost: request.cost, method: request.method, headers: request.headers, body: request.body, signal: signals.stop });
+        last = await send(request.url, { key: request.key, also: request.also, cost: request.cost, method: request.method, headers: request.headers, body: request.body, signal: signals.stop });
       } catch (error) {
         if (error instanceof NoAnswer) last = error;
         else if (error instanceof RateLimitedError) {

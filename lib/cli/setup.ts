@@ -1,12 +1,14 @@
 import { MemoryStore, parseRules, RedisStore, Throttle } from '../index.js';
 import { encodeKey } from '../keys.js';
 import { longestWindow } from '../rules.js';
-import type { SendSettings, ThrottleConfig } from './args.js';
+import { ruleSource, splitRule, type SendSettings, type ThrottleConfig } from './args.js';
 import { closeRedis, connectRedis } from './redis.js';
 
 /** A call an earlier run made, still counting against the rules: for the in-memory store of a resumed run. */
 export interface RecentCall {
   readonly key: string;
+  /** More keys it counted in. */
+  readonly also?: readonly string[];
   /** When its response was read (epoch ms). */
   readonly completedAt: number;
   /** Slots it took: attempts × cost. */
@@ -36,16 +38,18 @@ export async function openThrottle(config: ThrottleConfig, send: SendSettings, r
   const store = redis === undefined ? new MemoryStore() : new RedisStore(redis, { prefix: config.prefix });
   // A call without a completion counts as in flight this long after its estimate: at least the request timeout.
   const maxHoldMs = Math.max(MIN_HOLD_MS, send.timeoutMs);
-  const throttle = new Throttle({ name: config.name, rules: config.rules, mode: config.mode, store, maxHoldMs });
+  const throttle = new Throttle({ name: config.name, rules: ruleSource(config.rules), mode: config.mode, store, maxHoldMs });
   if (redis === undefined && recent.length > 0) {
-    const retainMs = longestWindow(parseRules(config.rules));
+    const retainMs = longestWindow(parseRules(config.rules.map((given) => splitRule(given).rule)));
     const now = Date.now();
     const byKey = new Map<string, RecentCall[]>();
     for (const call of recent) {
       if (call.completedAt + retainMs <= now) continue;
-      const calls = byKey.get(call.key);
-      if (calls === undefined) byKey.set(call.key, [call]);
-      else calls.push(call);
+      for (const key of [call.key, ...(call.also ?? [])]) {
+        const calls = byKey.get(key);
+        if (calls === undefined) byKey.set(key, [call]);
+        else calls.push(call);
+      }
     }
     for (const [key, calls] of byKey) {
       const slots = calls.map((call) => ({ releaseInMs: call.completedAt - now, cost: call.slots }));
