@@ -81,7 +81,8 @@ export class Lines {
   /**
    * When the line was last served (a count of bookings); a line never served yet comes first, in
    * an order drawn at random, so that processes whose lines were made in the same order (one per
-   * user, user by user) do not all serve the same users first.
+   * user, user by user) do not all serve the same users first. A line that empties is forgotten: a
+   * user whose calls come one at a time counts as not served lately, and goes ahead of backlogs.
    */
   #turn(line: string): number {
     let turn = this.#turns.get(line);
