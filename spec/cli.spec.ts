@@ -456,6 +456,13 @@ describe('vendor-throttle command line', function () {
     fails(['--rule', '5/s', '--max-wait', '2d', '-'], /--max-wait: expected a duration/);
     fails(['--rule', '5/s', '--max-wait', '25h', '-'], /--max-wait: .*up to a day/);
     fails(['--rule', '5/s', '--format', 'tsv', '-'], /--format: expected 'ndjson' or 'csv', got 'tsv'/);
+    fails(['--rule', '5/s', '--rule', '=5/s', '-'], /--rule '=5\/s': expected a key before '='/);
+    fails(['--rule', '5/s', '--key', 'a', '--key', 'b', '--workers', '2', '-'], /need --redis/);
+    fails(['--rule', '5/s', '--key', 'a', '--key', 'b', '--redis', 'redis://127.0.0.1:7000', '--cluster', '-'], /needs --hash-tag name/);
+    fails(['--rule', '5/s', '--hash-tag', 'slot', '-'], /--hash-tag: expected 'key' or 'name'/);
+    expect(parseRunArgs(['-r', '5/s', '-r', 'app=20/s', '-k', '{user}', '-k', 'app', '--redis', 'redis://127.0.0.1:7000', '--cluster', '--hash-tag', 'name', '-']))
+      .to.deep.include({ keys: ['{user}', 'app'] })
+      .and.to.have.nested.property('throttle.hashTag', 'name');
     const stdin = parseRunArgs(['-r', '5/s', '--max-wait', '2m', '-']);
     expect(stdin).to.deep.include({ file: '-', format: 'ndjson' });
     expect(stdin).to.have.nested.property('send.maxWaitMs', 120_000);

@@ -1,5 +1,5 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { checkNamespace } from '../keys.js';
+import { checkNamespace, type HashTag } from '../keys.js';
 import { parseRule } from '../rules.js';
 import { CliError } from './errors.js';
 
@@ -16,6 +16,8 @@ export interface ThrottleConfig {
   readonly redis: string | undefined;
   /** Treat `redis` as a seed node of a Redis Cluster. */
   readonly cluster: boolean;
+  /** The `RedisStore` `hashTag`: `'name'` puts every key of the throttle in one Cluster slot. */
+  readonly hashTag: HashTag;
   readonly mode: 'wait' | 'delay' | 'queue';
 }
 
@@ -63,6 +65,7 @@ export interface InspectOptions {
   readonly key: string | undefined;
   readonly redis: string;
   readonly cluster: boolean;
+  readonly hashTag: HashTag;
   readonly name: string;
   readonly prefix: string;
   readonly rules: readonly string[];
@@ -78,6 +81,7 @@ export const RUN_FLAGS = {
   header: { type: 'string', short: 'H', multiple: true },
   redis: { type: 'string' },
   cluster: { type: 'boolean' },
+  'hash-tag': { type: 'string' },
   name: { type: 'string' },
   prefix: { type: 'string' },
   mode: { type: 'string' },
@@ -98,6 +102,7 @@ export const RUN_FLAGS = {
 export const INSPECT_FLAGS = {
   redis: { type: 'string' },
   cluster: { type: 'boolean' },
+  'hash-tag': { type: 'string' },
   name: { type: 'string' },
   prefix: { type: 'string' },
   rule: { type: 'string', short: 'r', multiple: true },
@@ -137,7 +142,10 @@ export function parseRunArgs(args: readonly string[]): RunOptions | typeof HELP 
   if (values.cluster && values.redis === undefined) throw new CliError('--cluster needs --redis <url of a cluster node>');
   const keys = values.key ?? [];
   if (keys.some((key) => key.trim() === '')) throw new CliError('--key: expected a template such as {user_id}, header:x-user, query:user or path:2');
-  if (keys.length > 1 && values.cluster) throw new CliError('--key given more than once: not on a Redis Cluster yet (a call of several keys needs them in one slot); use a standalone Redis');
+  const tag = hashTag(values['hash-tag']);
+  if (keys.length > 1 && values.cluster && tag !== 'name') {
+    throw new CliError("--key given more than once on a Redis Cluster needs --hash-tag name (every key of the throttle in one slot; the services that share it must use RedisStore { hashTag: 'name' } too)");
+  }
   if (keys.length > 1 && values.redis === undefined && (values.workers ?? '1') !== '1') {
     throw new CliError('--key given more than once with --workers: keys shared by requests of every worker (an app-wide key) need --redis to share their limits');
   }
@@ -153,6 +161,7 @@ export function parseRunArgs(args: readonly string[]): RunOptions | typeof HELP 
       prefix: namespace('--prefix', values.prefix ?? 'vt'),
       redis: values.redis === undefined ? undefined : redisUrl(values.redis),
       cluster: values.cluster ?? false,
+      hashTag: tag,
       mode,
     },
     send: {
@@ -181,6 +190,7 @@ export function parseInspectArgs(args: readonly string[]): InspectOptions | type
     key: positionals[0],
     redis: redisUrl(values.redis),
     cluster: values.cluster ?? false,
+    hashTag: hashTag(values['hash-tag']),
     name: namespace('--name', values.name ?? 'default'),
     prefix: namespace('--prefix', values.prefix ?? 'vt'),
     rules: rules(values.rule, false),
@@ -295,4 +305,9 @@ export function ruleSource(given: readonly string[]): string[] | ((key: string) 
   }
   if (own.size === 0) return shared;
   return (key) => own.get(key) ?? shared;
+}
+
+function hashTag(value: string | undefined): HashTag {
+  if (value === undefined || value === 'key' || value === 'name') return value ?? 'key';
+  throw new CliError(`--hash-tag: expected 'key' or 'name' (as the RedisStore option hashTag of the services sharing the limits), got '${value}'`);
 }

@@ -38,6 +38,8 @@ Limits:
       --redis <url>        share the limits through Redis (redis://, rediss://) with other processes
                            and machines, and with earlier runs (default: in memory, this run only)
       --cluster            <url> is a node of a Redis Cluster
+      --hash-tag key|name  the RedisStore hashTag of the services sharing the limits (default: key);
+                           name: every key of the throttle in one slot (several --key on a Cluster)
       --name <name>        the throttle name (namespace of the limits) (default: default)
       --prefix <prefix>    the Redis key prefix (default: vt)
       --mode wait          the only mode (the default): waits for each slot, exact at the vendor
@@ -89,6 +91,7 @@ Cluster), ranked by current usage.
 Options:
       --redis <url>        the Redis the throttles share (required)
       --cluster            <url> is a node of a Redis Cluster
+      --hash-tag key|name  the RedisStore hashTag the throttle's keys were written with (default: key)
       --name <name>        the throttle name (default: default)
       --prefix <prefix>    the Redis key prefix (default: vt)
   -r, --rule <rule>        the key's rules, as the throttle has them (repeatable; KEY=<rule> for one

@@ -35,7 +35,7 @@ export async function inspect(options: InspectOptions): Promise<ExitCode> {
   const rulesOf = (key: string): Rule[] | undefined => (source === undefined ? undefined : parseRules(typeof source === 'function' ? source(key) : source));
   const client = await connectRedis(options.redis, options.cluster);
   try {
-    const store = new RedisStore(client, { prefix: options.prefix });
+    const store = new RedisStore(client, { prefix: options.prefix, hashTag: options.hashTag });
     if (options.key !== undefined) {
       let report: KeyReport;
       const rules = rulesOf(options.key);
@@ -72,8 +72,8 @@ export async function inspect(options: InspectOptions): Promise<ExitCode> {
 
 /** The encoded keys of the namespace that have a log, from SCAN on each master. */
 async function scanKeys(client: RedisClient, options: InspectOptions): Promise<string[]> {
-  const base = `${options.prefix}:${options.name}:{`;
-  const suffix = '}:log';
+  const base = options.hashTag === 'key' ? `${options.prefix}:${options.name}:{` : `${options.prefix}:${options.name}:{${options.name}}:`;
+  const suffix = options.hashTag === 'key' ? '}:log' : ':log';
   // Names and prefixes hold no glob characters (checkNamespace), and encoded keys no braces.
   const match = `${base}*${suffix}`;
   const nodes = 'nodes' in client && typeof client.nodes === 'function' && client.isCluster ? client.nodes('master') : [client];
@@ -104,7 +104,7 @@ async function keyReport(client: RedisClient, store: RedisStore, options: Inspec
 }
 
 async function countsOf(client: RedisClient, options: InspectOptions, encoded: string): Promise<{ logged: number; unfinished: number }> {
-  const names = keyNames(options.prefix, options.name, encoded);
+  const names = keyNames(options.prefix, options.name, encoded, options.hashTag);
   // A release later than now is a call in flight or booked ahead (lua/includes/log.lua).
   const time = await client.time();
   const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
@@ -114,7 +114,7 @@ async function countsOf(client: RedisClient, options: InspectOptions, encoded: s
 
 /** Without rules: what the log holds, and the pause, read with plain commands on the Redis clock. */
 async function rawReport(client: RedisClient, options: InspectOptions, encoded: string, key: string, decoded = true): Promise<KeyReport> {
-  const names = keyNames(options.prefix, options.name, encoded);
+  const names = keyNames(options.prefix, options.name, encoded, options.hashTag);
   const [counts, pause, time] = await Promise.all([countsOf(client, options, encoded), client.hget(names.meta, 'pause'), client.time()]);
   const now = Number(time[0]) * 1000 + Number(time[1]) / 1000;
   return { key, decoded, pausedForMs: Math.max(0, Math.ceil(Number(pause ?? 0) - now)), ...counts };

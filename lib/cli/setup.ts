@@ -35,7 +35,7 @@ const MIN_HOLD_MS = 10_000;
  */
 export async function openThrottle(config: ThrottleConfig, send: SendSettings, recent: readonly RecentCall[] = []): Promise<OpenThrottle> {
   const redis = config.redis === undefined ? undefined : await connectRedis(config.redis, config.cluster);
-  const store = redis === undefined ? new MemoryStore() : new RedisStore(redis, { prefix: config.prefix });
+  const store = redis === undefined ? new MemoryStore() : new RedisStore(redis, { prefix: config.prefix, hashTag: config.hashTag });
   // A call without a completion counts as in flight this long after its estimate: at least the request timeout.
   const maxHoldMs = Math.max(MIN_HOLD_MS, send.timeoutMs);
   const throttle = new Throttle({ name: config.name, rules: ruleSource(config.rules), mode: config.mode, store, maxHoldMs });
