@@ -27,6 +27,20 @@ describe('keys', () => {
     );
   });
 
+  it("with hashTag 'name', puts every id under the throttle's name as hash tag, the encoded id after it", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 400 }), (id) => {
+        const encoded = encodeKey(id);
+        const { log, meta } = keyNames('vt', 'acme', encoded, 'name');
+        expect(log).to.equal(`vt:acme:{acme}:${encoded}:log`);
+        expect(meta).to.equal(`vt:acme:{acme}:${encoded}:meta`);
+        // As vt_user_key (lua/includes/log.lua) reads the id back for a wake message.
+        expect(/\}:([^{}]*):log$/.exec(log)?.[1]).to.equal(encoded);
+        expect(/\{([^{}]*)\}:log$/.exec(log)).to.equal(null);
+      }),
+    );
+  });
+
   it('tells apart the ids that usually collide', () => {
     const ids = ['', ' ', '{', '}', '{}', 'a:b', 'a%3Ab', '*', '\n', '\uD800', '\uFFFD', 'é', 'e\u0301', 'x'.repeat(10_000), `${'x'.repeat(10_000)}y`];
     expect(new Set(ids.map(encodeKey)).size).to.equal(ids.length);
