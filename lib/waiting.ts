@@ -114,17 +114,21 @@ export class KeyLine<C> {
     return true;
   }
 
-  /** A completion may have freed room on the key: ask again (once, even if several came). */
-  wake(): void {
+  /**
+   * A completion may have freed room on the key: ask again (once, even if several came). True when
+   * the line asks because of it (now, or after the ask under way if that one defers).
+   */
+  wake(): boolean {
     if (this.#asking || this.#held) {
       this.#woken = true;
-      return;
+      return this.#asking !== undefined;
     }
     this.#woken = false;
-    if (!this.#deferred) return;
+    if (!this.#deferred) return false;
     this.#deferred = false;
     clearTimeout(this.#timer);
     void this.#pump();
+    return true;
   }
 
   /**
