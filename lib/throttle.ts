@@ -49,7 +49,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #slots: Slots;
   readonly #closing = new AbortController();
   readonly #lines = new Lines();
+  /** Per encoded key, calls that count in it sleeping until their slot; and all such calls. */
   readonly #sleeping = new Map<string, number>();
+  #sleepingCalls = 0;
   readonly #refusals = new Refusals();
   #closed: Promise<void> | undefined;
 
@@ -96,9 +98,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   /** What this process holds locally: keys with waiting calls, calls waiting in line, calls sleeping until their slot. All 0 when idle. */
   get stats(): ThrottleStats {
     const queued = this.#lines.queued();
-    let sleeping = 0;
-    for (const count of this.#sleeping.values()) sleeping += count;
-    return { queues: this.#lines.size, queued, sleeping };
+    return { queues: this.#lines.size, queued, sleeping: this.#sleepingCalls };
   }
 
   /**
@@ -245,12 +245,14 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       this.notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: this.#reason(call, result) });
       const keys = keysOf(call);
       for (const key of keys) this.#sleeping.set(key, (this.#sleeping.get(key) ?? 0) + 1);
+      this.#sleepingCalls++;
       try {
         await sleep(Math.max(0, grant.startsAt - performance.now()), signals);
       } catch (reason) {
         this.#slots.release(call, grant);
         throw reason;
       } finally {
+        this.#sleepingCalls--;
         for (const key of keys) {
           const left = this.#sleeping.get(key)! - 1;
           if (left === 0) this.#sleeping.delete(key);

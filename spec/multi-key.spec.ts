@@ -48,6 +48,19 @@ describe('calls of several keys: schedule([user, app], fn)', () => {
     expect(Math.max(...starts.get('app')!)).to.be.at.least(600);
   });
 
+  it("does not hold back a call whose keys are free behind another user's calls waiting for the app key", async () => {
+    const throttle = new Throttle({ rules: (key) => (key === 'app' ? ['2/10s'] : ['5/10s']), store: new MemoryStore() });
+    const waiting = [0, 1, 2].map(() => throttle.schedule(['u1', 'app'], () => performance.now()));
+    const t0 = performance.now();
+    // u1's third call waits about 10 s for the app key; u2 alone, and u2 with another shared key, start at once.
+    expect((await throttle.schedule('u2', () => performance.now())) - t0).to.be.below(50);
+    expect((await throttle.schedule(['u2', 'other'], () => performance.now())) - t0).to.be.below(50);
+    expect(throttle.stats.queued + throttle.stats.sleeping).to.equal(1);
+    await throttle.close();
+    const settled = await Promise.allSettled(waiting);
+    expect(settled.map((outcome) => outcome.status)).to.deep.equal(['fulfilled', 'fulfilled', 'rejected']);
+  });
+
   it('counts a key named twice once, takes the keys in any order, and inspects each key alone', async () => {
     const throttle = new Throttle({ rules, store: new MemoryStore() });
     await throttle.schedule(['u1', 'app', 'u1'], () => undefined);
