@@ -147,15 +147,18 @@ export interface ThrottleEvents {
   debug: [event: { readonly message: string; readonly key?: string; readonly error?: unknown }];
   /** A key was paused for every process sharing the store (`throttle.pause()`, or a vendor's 429). */
   paused: [event: { readonly key: string; readonly ms: number; readonly source: string }];
-  /** A call got its slot and `fn` is about to start. `waitedMs`: from `schedule()` to now (queued, booking and sleeping). */
-  granted: [event: { readonly key: string; readonly cost: number; readonly waitedMs: number }];
+  /**
+   * A call got its slot and `fn` is about to start. `waitedMs`: from `schedule()` to now (queued,
+   * booking and sleeping). `also`: the call's other keys, for a call of several (`key` is its first).
+   */
+  granted: [event: { readonly key: string; readonly cost: number; readonly waitedMs: number; readonly also?: readonly string[] }];
   /**
    * A call booked a slot that starts later (it sleeps until then). `reason`: the rule that set the
    * start, `'paused'` (a vendor pause) or `'booked'` (the slots before it were booked ahead).
    */
-  delayed: [event: { readonly key: string; readonly cost: number; readonly delayMs: number; readonly reason: Rule | 'paused' | 'booked' }];
+  delayed: [event: { readonly key: string; readonly cost: number; readonly delayMs: number; readonly reason: Rule | 'paused' | 'booked'; readonly also?: readonly string[] }];
   /** A call was turned away without running: `RateLimitedError` or `QueueFullError`. */
-  refused: [event: { readonly key: string; readonly cost: number; readonly error: RateLimitedError | QueueFullError }];
+  refused: [event: { readonly key: string; readonly cost: number; readonly error: RateLimitedError | QueueFullError; readonly also?: readonly string[] }];
   /** The store failed (unreachable, timed out, out of memory); `onStoreError` says what the call did. */
   storeError: [event: { readonly key: string; readonly error: StoreUnavailableError; readonly policy: StoreErrorPolicy }];
 }

@@ -119,10 +119,10 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     try {
       grant = await this.#acquire(call);
     } catch (error) {
-      if (error instanceof RateLimitedError || error instanceof QueueFullError) this.notify('refused', { key: call.key, cost: call.cost, error });
+      if (error instanceof RateLimitedError || error instanceof QueueFullError) this.notify('refused', { key: call.key, cost: call.cost, error, ...alsoOf(call) });
       throw error;
     }
-    this.notify('granted', { key: call.key, cost: call.cost, waitedMs: performance.now() - askedAt });
+    this.notify('granted', { key: call.key, cost: call.cost, waitedMs: performance.now() - askedAt, ...alsoOf(call) });
     return this.#run(call, grant, fn);
   }
 
@@ -242,7 +242,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     const grant = await this.#inLine(call);
     const { result } = grant;
     if (result.waitMs > 0) {
-      this.notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: this.#reason(call, result) });
+      this.notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: this.#reason(call, result), ...alsoOf(call) });
       const keys = keysOf(call);
       for (const key of keys) this.#sleeping.set(key, (this.#sleeping.get(key) ?? 0) + 1);
       this.#sleepingCalls++;
@@ -369,4 +369,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     // Past timeoutMs the call may still reach the vendor: its slot counts to its bound unless it completes later.
     return withTimeout(running, call.timeoutMs, () => new CallTimeoutError(call.key, call.timeoutMs));
   }
+}
+
+/** The `also` of an event: the other keys of a call of several, none for a call of one key. */
+function alsoOf(call: Call): { also?: readonly string[] } {
+  return call.also.length === 0 ? {} : { also: call.also.map((part) => part.key) };
 }

@@ -63,8 +63,12 @@ describe('calls of several keys: schedule([user, app], fn)', () => {
 
   it('counts a key named twice once, takes the keys in any order, and inspects each key alone', async () => {
     const throttle = new Throttle({ rules, store: new MemoryStore() });
+    const granted: unknown[] = [];
+    throttle.on('granted', ({ key, also }) => granted.push({ key, also }));
     await throttle.schedule(['u1', 'app', 'u1'], () => undefined);
     await throttle.schedule(['app', 'u1'], () => undefined);
+    await throttle.schedule('u2', () => undefined);
+    expect(granted).to.deep.equal([{ key: 'u1', also: ['app'] }, { key: 'app', also: ['u1'] }, { key: 'u2', also: undefined }]);
     expect((await throttle.inspect('u1')).rules[0]!.used).to.equal(2);
     expect((await throttle.inspect('app')).rules[0]!.used).to.equal(2);
     await throttle.close();
