@@ -17,8 +17,6 @@ export class Lines {
   readonly #several = new Map<string, Map<string, number>>();
   /** Keys whose list of waiting processes may hold this process (a decision on them was deferred, or kept it there). */
   readonly #listed = new Set<string>();
-  /** Per shared key, the lines of several keys a completion wakes one by one (the first is asking). */
-  readonly #chains = new Map<string, string[]>();
   /** Per line of several keys, its turn (see `#turn`), while it is held. */
   readonly #turns = new Map<string, number>();
   #served = 0;
@@ -66,38 +64,9 @@ export class Lines {
     this.#lines.get(key)?.wake();
     const several = this.#several.get(key);
     if (several === undefined) return;
-    // One line at a time, served least lately first (see `served`): the next asks once this one's
-    // answer shows room may be left on the key (see `asked`).
+    // Lines served least lately first: their asks go first in the batch (see `served`).
     const ids = [...several.keys()].sort((a, b) => this.#turn(a) - this.#turn(b));
-    this.#chains.set(key, ids);
-    this.#next(key);
-  }
-
-  /**
-   * The store answered a decision of a call of several keys (`full`: the key one of whose rules held
-   * it back, if it was not booked). While a completion on a key wakes its lines one by one, the next
-   * line asks unless this answer says the key itself is full: a booking may have left room, and an
-   * answer held back by another key (the user's own) used none.
-   */
-  asked(call: Call, full: string | undefined): void {
-    for (const [key, ids] of this.#chains) {
-      if (ids[0] !== call.line) continue;
-      if (full === key) this.#chains.delete(key);
-      else {
-        ids.shift();
-        this.#next(key);
-      }
-    }
-  }
-
-  /** Wakes the first line of the key's chain that asks because of it; the chain ends when none does. */
-  #next(key: string): void {
-    const ids = this.#chains.get(key);
-    while (ids !== undefined && ids.length > 0) {
-      if (this.#lines.get(ids[0]!)?.wake()) return;
-      ids.shift();
-    }
-    this.#chains.delete(key);
+    for (const id of ids) this.#lines.get(id)?.wake();
   }
 
   /**
@@ -175,7 +144,6 @@ export class Lines {
     this.#several.clear();
     this.#turns.clear();
     this.#listed.clear();
-    this.#chains.clear();
     return { lines, listed };
   }
 

@@ -305,20 +305,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
     if (line === undefined) {
       const created: KeyLine<Call> = new KeyLine<Call>(
-        (queued) =>
-          queued.also.length === 0
-            ? this.#decisions.decide(queued)
-            : this.#decisions.decide(queued).then(
-                (answer) => {
-                  const { result } = answer;
-                  this.#lines.asked(queued, result.status === 'booked' || result.ruleIndex < 0 ? undefined : ruleAt(queued, result.ruleIndex).encoded);
-                  return answer;
-                },
-                (error: unknown) => {
-                  this.#lines.asked(queued, undefined);
-                  throw error;
-                },
-              ),
+        (queued) => this.#decisions.decide(queued),
         () => {
           // Its calls went away: leave the waiting lists it may be on, so that the next process is woken.
           const leave = this.#closing.signal.aborted ? [] : this.#lines.leaving(call);

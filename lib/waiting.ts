@@ -114,21 +114,17 @@ export class KeyLine<C> {
     return true;
   }
 
-  /**
-   * A completion may have freed room on the key: ask again (once, even if several came). True when
-   * the line asks because of it (now, or after the ask under way if that one defers).
-   */
-  wake(): boolean {
+  /** A completion may have freed room on the key: ask again (once, even if several came). */
+  wake(): void {
     if (this.#asking || this.#held) {
       this.#woken = true;
-      return this.#asking !== undefined;
+      return;
     }
     this.#woken = false;
-    if (!this.#deferred) return false;
+    if (!this.#deferred) return;
     this.#deferred = false;
     clearTimeout(this.#timer);
     void this.#pump();
-    return true;
   }
 
   /**

@@ -32,7 +32,11 @@ const PARALLEL = 64;
 export async function inspect(options: InspectOptions): Promise<ExitCode> {
   // Per key: its own rules (KEY=RULE), else those given for every key.
   const source = options.rules.length > 0 ? ruleSource(options.rules) : undefined;
-  const rulesOf = (key: string): Rule[] | undefined => (source === undefined ? undefined : parseRules(typeof source === 'function' ? source(key) : source));
+  const rulesOf = (key: string): Rule[] | undefined => {
+    const given = source === undefined ? [] : typeof source === 'function' ? source(key) : source;
+    // A key with no rules given (only KEY=RULE for others): what the log holds, as without --rule.
+    return given.length === 0 ? undefined : parseRules(given);
+  };
   const client = await connectRedis(options.redis, options.cluster);
   try {
     const store = new RedisStore(client, { prefix: options.prefix, hashTag: options.hashTag });
@@ -162,7 +166,7 @@ function describeBusiest(top: readonly KeyReport[], found: number, namespace: st
   const rows = top.map((report) => [
     report.decoded ? report.key : `${report.key} (hashed id)`,
     ...(rules === 'per key' ? [(report.rules ?? []).map((rule) => `${rule.rule} ${rule.used}/${rule.limit}`).join(', ')] : (report.rules ?? []).map((rule) => `${rule.used}/${rule.limit}`)),
-    ...(rules ? [report.nextFreeInMs === 0 ? 'now' : `in ${duration(report.nextFreeInMs!)}`] : [String(report.logged)]),
+    ...(rules ? [report.nextFreeInMs === undefined ? '-' : report.nextFreeInMs === 0 ? 'now' : `in ${duration(report.nextFreeInMs)}`] : [String(report.logged)]),
     report.pausedForMs === 0 ? '-' : duration(report.pausedForMs),
     String(report.unfinished),
   ]);
