@@ -72,8 +72,9 @@ local function vt_key_open(log, meta, set, cut)
 end
 
 -- Applies KEY's rules to a call of COST (its pause, and every key's, already in START_AT): known
--- binding scores move START_AT (RULE_INDEX: the rule that set it, counted from OFFSET), binding scores still in flight (bounds) go to PENDING as
--- { score, window, rule index, KEY } (checked once every key has moved the start). Folds first when due.
+-- binding scores move START_AT (RULE_INDEX: the rule that set it, counted from OFFSET); binding
+-- scores still in flight (bounds) go to PENDING as { score, window, rule index, KEY }, checked once
+-- every key has moved the start. Folds first when due.
 local function vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, pending, offset)
   local set = key.set
   if key.unfolded and vt_fold_due(key.size, key.folded, set, cost) then
