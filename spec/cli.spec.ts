@@ -460,6 +460,7 @@ describe('vendor-throttle command line', function () {
     fails(['--rule', '5/s', '--key', 'a', '--key', 'b', '--workers', '2', '-'], /need --redis/);
     fails(['--rule', '5/s', '--key', 'a', '--key', 'b', '--redis', 'redis://127.0.0.1:7000', '--cluster', '-'], /needs --hash-tag name/);
     fails(['--rule', '5/s', '--hash-tag', 'slot', '-'], /--hash-tag: expected 'key' or 'name'/);
+    fails(['--rule', '5/s', '--hash-tag', 'name', '-'], /--hash-tag needs --redis/);
     expect(parseRunArgs(['-r', '5/s', '-r', 'app=20/s', '-k', '{user}', '-k', 'app', '--redis', 'redis://127.0.0.1:7000', '--cluster', '--hash-tag', 'name', '-']))
       .to.deep.include({ keys: ['{user}', 'app'] })
       .and.to.have.nested.property('throttle.hashTag', 'name');

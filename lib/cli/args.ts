@@ -143,6 +143,7 @@ export function parseRunArgs(args: readonly string[]): RunOptions | typeof HELP 
   const keys = values.key ?? [];
   if (keys.some((key) => key.trim() === '')) throw new CliError('--key: expected a template such as {user_id}, header:x-user, query:user or path:2');
   const tag = hashTag(values['hash-tag']);
+  if (values['hash-tag'] !== undefined && values.redis === undefined) throw new CliError('--hash-tag needs --redis <url> (it names the layout of the keys in Redis)');
   if (keys.length > 1 && values.cluster && tag !== 'name') {
     throw new CliError("--key given more than once on a Redis Cluster needs --hash-tag name (every key of the throttle in one slot; the services that share it must use RedisStore { hashTag: 'name' } too)");
   }
