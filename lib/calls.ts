@@ -81,11 +81,11 @@ export function keysOf(call: Call): string[] {
   return call.also.length === 0 ? [call.encoded] : [call.encoded, ...call.also.map((part) => part.encoded)];
 }
 
-/** The rule at `index` of the call's rules, counted on from key to key (`ReserveResult.ruleIndex`), and its key. */
-export function ruleAt(call: Call, index: number): { readonly key: string; readonly encoded: string; readonly rule: Rule } {
+/** The rule at `index` of the call's rules, counted on from key to key (`ReserveResult.ruleIndex`), and its user key. */
+export function ruleAt(call: Call, index: number): { readonly key: string; readonly rule: Rule } {
   let at = index;
   for (const part of [call, ...call.also]) {
-    if (at < part.rules.length) return { key: part.key, encoded: part.encoded, rule: part.rules[at]! };
+    if (at < part.rules.length) return { key: part.key, rule: part.rules[at]! };
     at -= part.rules.length;
   }
   throw new RangeError(`No rule ${index} in the call's rules`);

@@ -109,6 +109,9 @@ export function bucketedFreeAt(
   return { freeAt: best, index: bestIndex };
 }
 
+/** `waitOn` of a plan that waits on no log (never written). */
+const NO_LOGS: number[] = [];
+
 /** One key's log as a decision reads it. */
 export interface LogView {
   /** Number of scores in the log. */
@@ -188,11 +191,12 @@ export function planSlots(logs: readonly LogView[], cost: number, now: number, m
   }
   let bound: number | undefined;
   let earliest = startAt;
-  const waitOn: number[] = [];
+  let waitOn: number[] = NO_LOGS;
   for (const [score, windowMs, r, l] of pending) {
     if (score + windowMs <= startAt) continue;
     if (bound === undefined || score < bound) bound = score;
-    if (!waitOn.includes(l)) waitOn.push(l);
+    if (waitOn === NO_LOGS) waitOn = [l];
+    else if (!waitOn.includes(l)) waitOn.push(l);
     const soonest = Math.max(nowMs, score - maxHoldMs) + windowMs;
     if (soonest > earliest) {
       earliest = soonest;

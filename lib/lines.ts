@@ -150,7 +150,7 @@ export class Lines {
   #hold(call: Call, by: 1 | -1): void {
     if (call.also.length === 0) return;
     if (by > 0) this.#turn(call.line);
-    for (const key of [call.encoded, ...call.also.map((part) => part.encoded)]) {
+    for (const key of keysOf(call)) {
       let lines = this.#several.get(key);
       if (!lines) this.#several.set(key, (lines = new Map()));
       const count = (lines.get(call.line) ?? 0) + by;

@@ -333,7 +333,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       limited: (answer, waitMs) => this.#limited(call, answer, waitMs),
       windowOf: (answer) => (answer.ruleIndex >= 0 ? ruleAt(call, answer.ruleIndex).rule.windowMs : 1),
       refused: (answer, at) => {
-        if (at.store === this.store) this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, this.#reason(call, answer), this.#limited(call, answer, 0).key);
+        if (at.store === this.store) this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, this.#reason(call, answer), this.#bindingKey(call, answer));
       },
       release: (answer, at) => this.#slots.release(call, grantOf(answer, at)),
       failure: () => this.#decisions.failure,
@@ -344,10 +344,14 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     return result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).rule : 'booked';
   }
 
-  /** The refusal of a call: named after the key whose rule binds (the call's first key otherwise). */
+  /** The refusal of a call: named after the key whose rule binds. */
   #limited(call: Call, result: ReserveResult, waitMs: number): RateLimitedError {
-    const key = result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).key : call.key;
-    return new RateLimitedError(key, this.#reason(call, result), waitMs);
+    return new RateLimitedError(this.#bindingKey(call, result), this.#reason(call, result), waitMs);
+  }
+
+  /** The user key whose rule the store named (the call's first key when none did). */
+  #bindingKey(call: Call, result: ReserveResult): string {
+    return result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).key : call.key;
   }
 
   async #run<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>): Promise<Awaited<T>> {

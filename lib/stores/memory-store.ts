@@ -1,4 +1,4 @@
-import { bucketIndex, countInWindow, foldHorizon, planSlot, planSlots, type Bucket, type BucketsOf } from '../decision.js';
+import { bucketIndex, countInWindow, foldHorizon, planSlot, planSlots, type Bucket, type BucketsOf, type LogView } from '../decision.js';
 import type { Rule } from '../rules.js';
 import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
 
@@ -81,49 +81,47 @@ export class MemoryStore implements Store {
     const nowMs = Math.ceil(now);
     // What no longer counts at `cut` no longer counts at `now` (as `cut` in lua/includes/decide.lua).
     const cut = Math.floor(now);
-    const parts = [request, ...(request.also ?? [])];
-    const ids = parts.map((part) => `${request.namespace}\n${part.key}`);
-    const logs = ids.map((id) => this.#open(id, cut));
-    this.#sweep(cut);
-    const views = parts.map((part, i) => {
-      const log = logs[i]!;
+    const parts: readonly KeyPart[] = request.also === undefined || request.also.length === 0 ? [request] : [request, ...request.also];
+    const ids: string[] = [];
+    const logs: KeyLog[] = [];
+    const views: LogView[] = [];
+    for (const part of parts) {
+      const id = `${request.namespace}\n${part.key}`;
+      const log = this.#open(id, cut);
       if (log.scores.length > trimAbove(part)) trim(log, cut - part.retainMs);
       if (foldDue(log, part.rules, request.cost)) fold(log, cut, part.rules);
-      return { size: log.scores.length, scoreAt: (index: number) => log.scores[index]!, rules: part.rules, pausedUntil: log.pausedUntil, bucketsOf: liveBuckets(log, cut) };
-    });
+      ids.push(id);
+      logs.push(log);
+      views.push({ size: log.scores.length, scoreAt: (index) => log.scores[index]!, rules: part.rules, pausedUntil: log.pausedUntil, bucketsOf: liveBuckets(log, cut) });
+    }
+    this.#sweep(cut);
     const plan = planSlots(views, request.cost, now, request.maxHoldMs);
     const { ruleIndex, bound, earliest } = plan;
     const startAt = Math.ceil(plan.startAt);
     const waitMs = earliest <= now ? 0 : Math.ceil(earliest - now);
     const answer = { waitMs, startAt, now: nowMs, readAt: this.#readAt, ruleIndex, retryMs: 0, members: [] };
     const limited = waitMs > request.maxDelayMs;
-    const keepAll = (): void => ids.forEach((id, i) => this.#keep(id, logs[i]!));
-    if (bound !== undefined) {
-      if (limited || request.maxDelayMs === 0) {
-        keepAll();
-        return { ...answer, status: 'refused' };
-      }
+    if (bound !== undefined && !limited && request.maxDelayMs !== 0) {
       // Waits for a completion on each key whose binding call is in flight.
       for (const i of plan.waitOn) {
         logs[i]!.waiting = true;
         logs[i]!.expiresAt = Math.max(logs[i]!.expiresAt, bound + 1);
       }
-      keepAll();
-      return { ...answer, status: 'deferred', retryMs: Math.max(1, Math.ceil(bound - now)) };
     }
-    if (limited) {
-      keepAll();
-      return { ...answer, status: 'refused' };
+    if (bound !== undefined || limited) {
+      for (let i = 0; i < ids.length; i++) this.#keep(ids[i]!, logs[i]!);
+      if (bound === undefined || limited || request.maxDelayMs === 0) return { ...answer, status: 'refused' };
+      return { ...answer, status: 'deferred', retryMs: Math.max(1, Math.ceil(bound - now)) };
     }
     const members: string[] = [];
     for (let i = 0; i < request.cost; i++) members.push(String(++this.#seq));
     const score = startAt + request.maxHoldMs;
-    parts.forEach((part, i) => {
+    for (let i = 0; i < parts.length; i++) {
       const log = logs[i]!;
       for (const member of members) insert(log, score, member);
-      log.expiresAt = Math.max(log.expiresAt, score + part.retainMs);
+      log.expiresAt = Math.max(log.expiresAt, score + parts[i]!.retainMs);
       this.#logs.set(ids[i]!, log);
-    });
+    }
     return { ...answer, status: 'booked', members };
   }
 
