@@ -17,17 +17,22 @@
              K = 0   decide one call in several keys at once (a standalone Redis, or keys of one
                      slot): 0, N, then N pairs K, SET, then COST, MAX_DELAY, FIRST
              K < 0   complete: -K, N, then N pairs NUMBER, RELEASE_AT (includes/complete.lua);
-                     N = 0: this process no longer waits on the key (it leaves the key's waiting list)
+                     N = 0: this process no longer waits on the key (it leaves the key's waiting list);
+                     N = -1: check the key: -K, -1, NUMBER, REPLID, GRACE (includes/check.lua),
+                     before the key's decisions
+           A decision on a key whose check failed is not made: its calls are answered status 3.
 
   Returns { 3 } when the epoch changed (the store lost its data; nothing was done), else
-  { 1, NOW_MS, then five values per decided call in order }: NOW_MS is the store clock (0 when no
-  decision was asked for).
+  { 1, NOW_MS, then five values per decided call in order, then one per check (includes/check.lua),
+  then the replication id ('' when nothing was checked) }: NOW_MS is the store clock (0 when no
+  decision or check was asked for).
 ]]
 --- @include "log"
 --- @include "buckets"
 --- @include "waiters"
 --- @include "decide"
 --- @include "complete"
+--- @include "check"
 
 local epoch_key = nil
 if ARGV[1] ~= '' then epoch_key = KEYS[#KEYS] end
@@ -39,7 +44,7 @@ local sets = {}
 local i = 5
 for n = 1, tonumber(ARGV[4]) do
   local rule_count = tonumber(ARGV[i + 2])
-  local set = { max_hold = tonumber(ARGV[i]), retain = tonumber(ARGV[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { 'pause', 'w' }, groups = {}, limits = {}, windows = {}, buckets = {} }
+  local set = { max_hold = tonumber(ARGV[i]), retain = tonumber(ARGV[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { 'pause', 'w', 'h' }, groups = {}, limits = {}, windows = {}, buckets = {} }
   local by_prefix = {}
   local longest = 1
   for r = 0, rule_count - 1 do
@@ -75,30 +80,61 @@ end
 local now = nil
 local out = { 1, 0 }
 local last = #ARGV
+-- Keys whose check failed (by K), the checks' answers, and this Redis's replication id once read.
+local lost = {}
+local checks = {}
+local replid = ''
+-- A status-3 answer per call: a decision on a key that lost its data is not made.
+local function vt_not_made(calls)
+  for c = 1, calls do
+    local n = #out
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = 3, 0, 0, 0, 0
+  end
+end
 while i <= last do
   local k = tonumber(ARGV[i])
-  if k >= 0 then
-    -- Completions come first in a batch and need no clock: TIME only when a decision needs it.
+  if k >= 0 or ARGV[i + 1] == '-1' then
+    -- Completions come first in a batch and need no clock: TIME only when a decision or check needs it.
     if now == nil then
       now = vt_now()
       out[2] = math.ceil(now)
     end
   end
-  if k > 0 then
+  if k > 0 and lost[k] then
+    local count = tonumber(ARGV[i + 3])
+    vt_not_made(count)
+    i = i + 4 + 2 * count
+  elseif k > 0 then
     i = vt_decide(KEYS[2 * k - 1], KEYS[2 * k], now, ready, tag, channel, sets[tonumber(ARGV[i + 1])], ARGV, i + 2, out)
   elseif k == 0 then
     local n = tonumber(ARGV[i + 1])
-    local keys = {}
-    local cut = math.floor(now)
+    local whole = true
     for e = 0, n - 1 do
-      local kk = tonumber(ARGV[i + 2 + 2 * e])
-      keys[e + 1] = vt_key_open(KEYS[2 * kk - 1], KEYS[2 * kk], sets[tonumber(ARGV[i + 3 + 2 * e])], cut)
+      if lost[tonumber(ARGV[i + 2 + 2 * e])] then whole = false end
     end
     local at = i + 2 + 2 * n
-    vt_decide_keys(keys, now, ready, tag, channel, tonumber(ARGV[at]), ARGV[at + 1], ARGV[at + 2], out)
+    if whole then
+      local keys = {}
+      local cut = math.floor(now)
+      for e = 0, n - 1 do
+        local kk = tonumber(ARGV[i + 2 + 2 * e])
+        keys[e + 1] = vt_key_open(KEYS[2 * kk - 1], KEYS[2 * kk], sets[tonumber(ARGV[i + 3 + 2 * e])], cut)
+      end
+      vt_decide_keys(keys, now, ready, tag, channel, tonumber(ARGV[at]), ARGV[at + 1], ARGV[at + 2], out)
+    else
+      vt_not_made(1)
+    end
     i = at + 3
+  elseif ARGV[i + 1] == '-1' then
+    if replid == '' then replid = vt_replid() end
+    local status
+    status, i = vt_check(KEYS[-2 * k - 1], KEYS[-2 * k], tag, now, replid, ARGV, i + 2)
+    if status > 0 then lost[-k] = true end
+    checks[#checks + 1] = status
   else
     i = vt_complete(KEYS[-2 * k - 1], KEYS[-2 * k], tag, channel, ARGV, i + 1)
   end
 end
+for _, status in ipairs(checks) do out[#out + 1] = status end
+out[#out + 1] = replid
 return out

@@ -1,5 +1,17 @@
 import type { Settlement } from '../store.js';
 
+/**
+ * A slot of this process that the key's log must still hold, and the replication id of the Redis
+ * that last showed it: a decision checks both before it relies on the log (lua/includes/check.lua).
+ */
+export interface Witness {
+  readonly number: number;
+  readonly replid: string;
+}
+
+/** A witness is a slot that stays in the log this much longer at least (clock estimates, trims, folds). */
+const WITNESS_MARGIN_MS = 1_000;
+
 /** One of this process's slots, as the store should hold it. */
 export interface JournalEntry {
   readonly member: string;
@@ -9,6 +21,15 @@ export interface JournalEntry {
 
 interface KeyJournal {
   retainMs: number;
+  /**
+   * The key's longest exact window (0 when its rules are all bucketed): its log keeps a completed
+   * call at least that long before folding it into buckets (lua/includes/buckets.lua).
+   */
+  horizonMs: number;
+  /** The replication id of the Redis that answered the last check of the key ('' until one did). */
+  replid: string;
+  /** `Date.now()` of the key's last check (a decision's or the heartbeat's). */
+  checkedAt: number;
   /** Calls without a completion yet: slot number → bound. Few: the calls in flight or booked ahead. */
   readonly pending: Map<number, number>;
   /**
@@ -39,11 +60,12 @@ export class Journal {
   }
 
   /** Slots booked: numbers `first` .. `first + count - 1`, each with its bound. */
-  book(namespace: string, key: string, first: number, count: number, bound: number, retainMs: number, storeNow: number): void {
+  book(namespace: string, key: string, first: number, count: number, bound: number, retainMs: number, storeNow: number, horizonMs = 0): void {
     // The store's reading comes rounded up and Date.now() truncated: 2 ms less, so that the estimate
     // never runs ahead of the store's clock (pruning a slot before it stops counting there).
     this.clockOffsetMs = storeNow - Date.now() - 2;
     const journal = this.#open(namespace, key, retainMs);
+    journal.horizonMs = Math.max(journal.horizonMs, horizonMs);
     for (let number = first; number < first + count; number++) {
       if (!journal.pending.has(number)) this.#size += 1;
       journal.pending.set(number, bound);
@@ -86,7 +108,7 @@ export class Journal {
     let keys = this.#namespaces.get(namespace);
     if (!keys) this.#namespaces.set(namespace, (keys = new Map()));
     let journal = keys.get(key);
-    if (!journal) keys.set(key, (journal = { retainMs, pending: new Map(), members: [], scores: [], head: 0 }));
+    if (!journal) keys.set(key, (journal = { retainMs, horizonMs: 0, replid: '', checkedAt: 0, pending: new Map(), members: [], scores: [], head: 0 }));
     journal.retainMs = Math.max(journal.retainMs, retainMs);
     return journal;
   }
@@ -97,16 +119,50 @@ export class Journal {
     return journal ? this.#entriesOf(journal, storeNow) : [];
   }
 
+  /**
+   * The newest of this process's slots on the key that the log surely still holds at `storeNow`
+   * (not yet trimmed, folded or expired, with a margin), or undefined when there is none: a key this
+   * process holds nothing on needs no check. Marks the key checked at `checkedAt`.
+   */
+  witness(namespace: string, key: string, storeNow: number, checkedAt = Date.now()): Witness | undefined {
+    const journal = this.#namespaces.get(namespace)?.get(key);
+    if (!journal) return undefined;
+    const { retainMs, horizonMs, pending, members, scores } = journal;
+    const from = storeNow + WITNESS_MARGIN_MS - Math.min(horizonMs, retainMs);
+    let number = -1;
+    for (const [n, score] of pending) if (n > number && score > from) number = n;
+    // Completed calls in order of completion: the latest ones are at the end.
+    for (let i = scores.length - 1; i >= journal.head && scores[i]! > from; i--) if (members[i]! > number) number = members[i]!;
+    if (number < 0) return undefined;
+    journal.checkedAt = checkedAt;
+    return { number, replid: journal.replid };
+  }
+
+  /** A check of the key found the log whole on the Redis of replication id `replid`. */
+  seen(namespace: string, key: string, replid: string): void {
+    const journal = this.#namespaces.get(namespace)?.get(key);
+    if (journal) journal.replid = replid;
+  }
+
+  /** The namespace's keys that have a witness and were not checked since `before` (`Date.now()` ms). */
+  unchecked(namespace: string, before: number): string[] {
+    const out: string[] = [];
+    for (const [key, journal] of this.#namespaces.get(namespace) ?? []) if (journal.checkedAt < before) out.push(key);
+    return out;
+  }
+
   namespaces(): string[] {
     return [...this.#namespaces.keys()];
   }
 
-  /** The namespace's keys with the slots that still count at `storeNow`. */
-  entriesOf(namespace: string, storeNow: number): Array<{ key: string; retainMs: number; entries: JournalEntry[] }> {
+  /** The namespace's keys (or those of `only`) with the slots that still count at `storeNow`. */
+  entriesOf(namespace: string, storeNow: number, only?: readonly string[]): Array<{ key: string; retainMs: number; entries: JournalEntry[] }> {
     this.prune(storeNow);
     const out = [];
-    for (const [key, journal] of this.#namespaces.get(namespace) ?? []) {
-      out.push({ key, retainMs: journal.retainMs, entries: this.#entriesOf(journal, storeNow) });
+    const keys = this.#namespaces.get(namespace);
+    for (const key of only ?? keys?.keys() ?? []) {
+      const journal = keys?.get(key);
+      if (journal) out.push({ key, retainMs: journal.retainMs, entries: this.#entriesOf(journal, storeNow) });
     }
     return out;
   }

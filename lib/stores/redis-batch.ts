@@ -1,14 +1,16 @@
 import { keyNames, type HashTag } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { KeyPart } from '../store.js';
+import type { Witness } from './journal.js';
 
 /**
  * One operation waiting for the next batch: a decision ('d'), the completions and releases of a
- * key ('c'), or this process no longer waiting on a key ('l'). Every operation has the same
- * fields (one object shape on the hot path); those of another type are left empty.
+ * key ('c'), this process no longer waiting on a key ('l'), or a check of a key's log against this
+ * process's journal ('k', the heartbeat's; a decision's keys are checked too). Every operation has
+ * the same fields (one object shape on the hot path); those of another type are left empty.
  */
 export interface Op {
-  readonly type: 'd' | 'c' | 'l';
+  readonly type: 'd' | 'c' | 'l' | 'k';
   readonly namespace: string;
   readonly key: string;
   /** 'd': slots per call, the bound on a slot's release, the history kept, the rules. */
@@ -36,11 +38,28 @@ export interface Op {
 /** A decision's answer (lua/includes/decide.lua): status, wait, start, rule index, store clock, retry. */
 export type Decided = readonly [status: number, waitMs: number, startAt: number, ruleIndex: number, now: number, retryMs: number];
 
+/** The checks of a batch's keys (lua/includes/check.lua): a key's witness, and how long a failed check holds it. */
+export interface Checks {
+  witness(key: string): Witness | undefined;
+  readonly graceMs: number;
+}
+
+/** What a batch's checks found: keys that lost this process's calls, keys now on another Redis, and the replication id. */
+export interface Checked {
+  /** The decisions not made (status 3): their keys failed a check; asked again once put back. */
+  readonly again: Op[];
+  /** Keys whose witness was missing: this process puts back its calls there. */
+  readonly lost: string[];
+  /** Keys whose witness was there (whole, or on a Redis that replaced the one before), with `replid`. */
+  readonly seen: string[];
+  readonly replid: string;
+}
+
 /** One `EVALSHA` of lua/batch.lua: its keys, its arguments after EPOCH, TAG and CHANNEL, and who gets which reply. */
 export interface EncodedBatch {
   readonly keys: string[];
   readonly args: Array<string | number>;
-  deliver(reply: readonly unknown[]): void;
+  deliver(reply: readonly unknown[]): Checked;
 }
 
 /** Per rules array, its arguments as lua/batch.lua reads a rule set (rules arrays are reused per key). */
@@ -52,7 +71,7 @@ const ruleText = new WeakMap<readonly Rule[], string>();
  * and cost merged into one decide of COUNT calls, in the order they asked), and last the calls of
  * several keys, one each. `deliver` hands each caller its part of the flat reply.
  */
-export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag = 'key'): EncodedBatch {
+export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag = 'key', checks?: Checks): EncodedBatch {
   const byKey = new Map<string, Op[]>();
   for (const op of ops) {
     const same = byKey.get(op.key);
@@ -90,10 +109,20 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
     }
     return set;
   };
+  // Keys checked, in the order of their checks.
+  const checked: string[] = [];
+  const check = (key: string): void => {
+    const witness = checks?.witness(key);
+    if (witness === undefined || checked.includes(key)) return;
+    args.push(-indexOf(key), -1, witness.number, witness.replid, checks!.graceMs);
+    checked.push(key);
+  };
   for (const [key, keyOps] of byKey) {
     const k = indexOf(key);
     const pairs: Array<string | number> = [];
     let leave = false;
+    // Before anything is decided on the key (a key a process holds nothing on has no witness).
+    if (checks && keyOps.some((op) => op.type === 'd' || op.type === 'k')) check(key);
     const groups = new Map<string, Op[]>();
     for (const op of keyOps) {
       if (op.type === 'c') {
@@ -101,6 +130,8 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
         others.push(op);
       } else if (op.type === 'l') {
         leave = true;
+        others.push(op);
+      } else if (op.type === 'k') {
         others.push(op);
       } else if (op.also.length > 0) {
         several.push(op);
@@ -126,6 +157,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   // Calls of several keys last, after every completion of the batch.
   for (const op of several) {
     const parts = [op, ...op.also];
+    for (const part of parts) check(part.key);
     args.push(0, parts.length);
     for (const part of parts) args.push(indexOf(part.key), setOf(op.maxHoldMs, part.retainMs, part.rules));
     args.push(op.cost, maxDelayArg(op.maxDelayMs), op.first);
@@ -136,15 +168,21 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
     args: [sets.size, ...setArgs, ...args],
     deliver: (reply) => {
       const now = reply[1] as number;
+      const r = reply as number[];
+      const again: Op[] = [];
       let at = 2;
       for (const group of decided) {
         for (const op of group) {
-          const r = reply as number[];
-          op.resolve([r[at]!, r[at + 1]!, r[at + 2]!, r[at + 3]!, now, r[at + 4]!]);
+          if (r[at] === 3) again.push(op);
+          else op.resolve([r[at]!, r[at + 1]!, r[at + 2]!, r[at + 3]!, now, r[at + 4]!]);
           at += 5;
         }
       }
       for (const op of others) op.resolve(undefined);
+      const lost: string[] = [];
+      const seen: string[] = [];
+      for (const key of checked) (r[at++] === 1 ? lost : seen).push(key);
+      return { again, lost, seen, replid: String(reply[at] ?? '') };
     },
   };
 }

@@ -3,6 +3,7 @@ import { StoreUnavailableError } from '../errors.js';
 import type { KeyNames } from '../keys.js';
 import { MAX_TIMER_MS } from '../sleep.js';
 import type { Journal } from './journal.js';
+import type { Checks } from './redis-batch.js';
 import { scripts } from './redis-scripts.js';
 
 /** Times a decision meets a changed epoch (and puts back its journal) before it gives up. */
@@ -23,6 +24,8 @@ export interface RecoveryDeps {
   run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown>;
   /** The Redis keys of a user key (the store's layout). */
   names(namespace: string, key: string): KeyNames;
+  /** Checks keys against the journal (lua/includes/check.lua) in the store's next batch. */
+  check(namespace: string, keys: readonly string[]): Promise<unknown>;
 }
 
 /**
@@ -40,6 +43,7 @@ export class Recovery {
   readonly #client: Pick<RecoveryDeps, 'get' | 'set'>;
   readonly #run: RecoveryDeps['run'];
   readonly #names: RecoveryDeps['names'];
+  readonly #check: RecoveryDeps['check'];
   /**
    * Namespace → the epoch value this process knows (see lua/epoch.lua): set once this process has
    * put back its journal under it (or, for a namespace seen for the first time, adopted it).
@@ -64,6 +68,26 @@ export class Recovery {
     this.#graceMs = deps.graceMs;
     this.#client = { get: deps.get, set: deps.set };
     this.#run = deps.run;
+    this.#check = deps.check;
+  }
+
+  /** Keys found without this process's calls (a check failed) and put back one by one. */
+  keysRestored = 0;
+
+  /** How a batch of the namespace checks its keys: each key's witness from the journal. */
+  checks(namespace: string): Checks {
+    const storeNow = this.storeNow();
+    const checkedAt = Date.now();
+    return { witness: (key) => this.journal.witness(namespace, key, storeNow, checkedAt), graceMs: this.#graceMs };
+  }
+
+  /**
+   * Puts back this process's calls on keys whose log lost them (a failed check): only those keys.
+   * The check held each key for a grace period, so no process decides there meanwhile.
+   */
+  async restoreKeys(namespace: string, keys: readonly string[]): Promise<void> {
+    await this.#restoreJournal(namespace, keys);
+    this.keysRestored += keys.length;
   }
 
   /** The epoch this process knows for the namespace, looked up (created if missing) the first time. */
@@ -205,8 +229,8 @@ export class Recovery {
    * Puts back the namespace's journal, RESTORE_CONCURRENCY keys at a time. A key whose restore fails
    * is tried once more after the others; a second failure rejects (once every other key is back).
    */
-  async #restoreJournal(namespace: string): Promise<void> {
-    let todo = this.journal.entriesOf(namespace, this.storeNow()) ?? [];
+  async #restoreJournal(namespace: string, keys?: readonly string[]): Promise<void> {
+    let todo = this.journal.entriesOf(namespace, this.storeNow(), keys);
     let failure: unknown;
     for (let pass = 0; pass < 2 && todo.length > 0; pass++) {
       const failed: typeof todo = [];
@@ -308,6 +332,10 @@ export class Recovery {
   async #beat(): Promise<void> {
     for (const namespace of this.journal.namespaces()) {
       try {
+        // Keys no decision checked within the last beat: a key that lost data is found (and held)
+        // within a beat even when this process decides nothing there.
+        const keys = this.journal.unchecked(namespace, Date.now() - this.#heartbeatMs);
+        if (keys.length > 0) await this.#check(namespace, keys);
         // A put-back that failed is tried again at once.
         if (this.#unrecovered.has(namespace)) {
           await this.recover(namespace);

@@ -93,6 +93,7 @@ export class RedisStore implements Store {
         get: (key) => this.#timed(scripted['get']!(key) as Promise<string | null>),
         set: (key, value, ...args) => this.#timed(scripted['set']!(key, value, ...args) as Promise<string | null>),
         run: (name, keys, args) => this.#run(name, keys, args),
+        check: (namespace, keys) => this.#check(namespace, keys),
         names: (namespace, key) => this.#names(namespace, key),
       });
     }
@@ -116,6 +117,14 @@ export class RedisStore implements Store {
     return this.#recovery?.recoveries ?? 0;
   }
 
+  /**
+   * Keys whose log this store found without its own calls (evicted, lost with a Cluster shard, or
+   * rolled back by a failover) and put them back into, one by one.
+   */
+  get keysRestored(): number {
+    return this.#recovery?.keysRestored ?? 0;
+  }
+
   async reserve(request: ReserveRequest): Promise<ReserveResult> {
     const first = this.#seq + 1;
     this.#seq += request.cost;
@@ -128,8 +137,8 @@ export class RedisStore implements Store {
     const members: string[] = [];
     if (status === 1) {
       for (let i = 0; i < cost; i++) members.push(this.#member(first + i));
-      this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now);
-      for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now);
+      this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now, exactHorizon(rules));
+      for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now, exactHorizon(part.rules));
       this.#recovery?.startHeartbeat();
     }
     return { status: status === 1 ? 'booked' : status === 2 ? 'deferred' : 'refused', waitMs, retryMs, startAt, now, ruleIndex, members };
@@ -332,7 +341,7 @@ export class RedisStore implements Store {
         if (ops.some((op) => op.type === 'd')) epoch = await recovery.epochOf(namespace);
       }
       const generation = recovery?.generation ?? 0;
-      const { keys, args, deliver } = encodeBatch(this.prefix, ops, this.hashTag);
+      const { keys, args, deliver } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace));
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
       if (checked !== '') keys.push(recovery!.epochKey(namespace));
@@ -348,10 +357,26 @@ export class RedisStore implements Store {
         if (retry.length > 0) await this.#send(retry);
         return;
       }
-      deliver(reply);
+      const { again, lost, seen, replid } = deliver(reply);
+      if (!recovery) return;
+      for (const key of seen) recovery.journal.seen(namespace, key, replid);
+      if (lost.length > 0) await recovery.restoreKeys(namespace, lost);
+      if (again.length === 0) return;
+      // Decisions on keys that failed a check: asked again, now that this process's calls are back
+      // (the key is held, so they are deferred until every process has put back its own).
+      const retry = again.filter((op) => op.tries++ < MAX_RECOVERIES);
+      for (const op of again) {
+        if (!retry.includes(op)) op.reject(new StoreUnavailableError('Redis kept losing the data of a key while this process was putting its calls back'));
+      }
+      if (retry.length > 0) await this.#send(retry);
     } catch (error) {
       for (const op of ops) op.reject(error);
     }
+  }
+
+  /** Checks keys of the namespace against this process's journal (the heartbeat's, for keys no decision checked lately). */
+  #check(namespace: string, keys: readonly string[]): Promise<unknown> {
+    return Promise.all(keys.map((key) => this.#enqueue('k', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE)));
   }
 
   #timed<T>(promise: Promise<T>): Promise<T> {
@@ -367,6 +392,13 @@ export class RedisStore implements Store {
 
 const NONE: readonly never[] = [];
 const NO_RULES: readonly Rule[] = [];
+
+/** The longest window of the exact rules (0 when all are bucketed): how long the log keeps a completed call before folding it. */
+function exactHorizon(rules: readonly Rule[]): number {
+  let horizon = 0;
+  for (const { windowMs, bucketMs } of rules) if (!bucketMs) horizon = Math.max(horizon, windowMs);
+  return horizon;
+}
 
 function positive(what: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) {

@@ -28,7 +28,8 @@
   status: 1 booked (start in wait_ms), 0 refused (wait_ms: no slot before then), 2 deferred (ask
   again after a completion on the key, or in retry_ms at the latest; no slot before wait_ms).
   rule_index: 0-based index of the rule that set the start, -2 a vendor pause, -1 neither,
-  -3 (deferred) a new epoch is not ready yet (live processes are putting back their calls).
+  -3 (deferred) a new epoch is not ready yet, or the key is held after a loss (meta `h`,
+  includes/check.lua): live processes are putting back their calls.
 ]]
 -- Whether the log's old completed calls are folded into buckets before the next call of COST: when
 -- the log holds more than twice the exact rules' largest limit plus 32 (memory stays bounded), or
@@ -51,7 +52,7 @@ local vt_none = {}
 -- every index a rule looks at: trimming them only bounds memory).
 local function vt_key_open(log, meta, set, cut)
   local state = redis.call('HMGET', meta, unpack(set.meta_fields))
-  local key = { log = log, meta = meta, set = set, state = state, pause = tonumber(state[1] or 0), folded = vt_none, unfolded = set.bucketed, booked_until = 0, waits_until = 0, fresh = false }
+  local key = { log = log, meta = meta, set = set, state = state, pause = tonumber(state[1] or 0), hold = tonumber(state[3] or 0), folded = vt_none, unfolded = set.bucketed, booked_until = 0, waits_until = 0, fresh = false }
   -- Calls in the buckets of each bucketed rule: meta's count as of the last fold, never fewer than
   -- those still counting (buckets change only when calls are folded).
   if set.bucketed then
@@ -61,7 +62,7 @@ local function vt_key_open(log, meta, set, cut)
     key.buckets = vt_none
   end
   for g, group in ipairs(set.groups) do
-    for _, r in ipairs(group.rules) do key.folded[r] = tonumber(state[2 + g] or 0) end
+    for _, r in ipairs(group.rules) do key.folded[r] = tonumber(state[3 + g] or 0) end
   end
   local size = redis.call('ZCARD', log)
   if size > set.trim_above then
@@ -227,7 +228,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
     start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, nil, 0)
     local bound, earliest
     bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set.max_hold, rule_index)
-    local reply, book, waits = vt_answer(now, now_ms, ready, a[calls_at + 2 * c], start_at, earliest, bound, rule_index)
+    local reply, book, waits = vt_answer(now, now_ms, math.max(ready, key.hold), a[calls_at + 2 * c], start_at, earliest, bound, rule_index)
     if waits then key.waits_until = math.max(key.waits_until, bound) end
     if book then vt_key_book(key, reply[3] + set.max_hold, cost, a[calls_at + 2 * c + 1], tag) end
     local n = #out
@@ -257,6 +258,7 @@ local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, f
   -- Every key's pause first, then every rule (as one key's pause, then its rules).
   for _, key in ipairs(keys) do
     if key.pause > start_at then start_at, rule_index = key.pause, -2 end
+    ready = math.max(ready, key.hold)
   end
   for _, key in ipairs(keys) do
     start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, ARGV, start_at, rule_index, pending, offset)

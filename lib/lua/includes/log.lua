@@ -8,7 +8,8 @@
 --         still in flight or booked ahead. A slot counts against {LIMIT, WINDOW} at t while
 --         score + WINDOW > t.
 --   meta  hash: pause = no start before this (ms), w = a decision is waiting for a completion,
---         b:<WINDOW>:<BUCKET>:* = calls folded into buckets (includes/buckets.lua)
+--         h = no decision before this (ms): the key lost data, and processes put back their calls
+--         (includes/check.lua), b:<WINDOW>:<BUCKET>:* = calls folded into buckets (includes/buckets.lua)
 
 -- The store clock: Redis TIME as fractional milliseconds.
 local function vt_now()

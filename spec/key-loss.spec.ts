@@ -1,0 +1,102 @@
+/**
+ * One key loses its data while the rest of Redis keeps it (docs/design.md §9, "A key that lost its
+ * data"): evicted under maxmemory, or wiped with its Cluster shard. Every process that knows calls on
+ * the key finds it at its next decision there (or its heartbeat), holds the key, and puts back its
+ * own calls on that key only, before anything new is decided on it.
+ */
+import { expect } from 'chai';
+import { keyNames } from '../lib/keys.js';
+import { parseRule } from '../lib/rules.js';
+import type { ReserveRequest } from '../lib/store.js';
+import type { RedisStore } from '../lib/stores/redis-store.js';
+import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
+
+const RULES = [parseRule('5/2s')];
+const NAMESPACE = 'acme';
+
+function request(key: string, maxDelayMs = 10_000): ReserveRequest {
+  return { namespace: NAMESPACE, key, rules: RULES, cost: 1, maxDelayMs, maxHoldMs: 10_000, retainMs: 2_000 };
+}
+
+describe('a key that lost its data alone (eviction, a Cluster shard)', function () {
+  this.timeout(20_000);
+
+  function stores(prefix: string, count: number): RedisStore[] {
+    return Array.from({ length: count }, () => redisStore(redisClient(), { prefix, recovery: { heartbeatMs: 100, graceMs: 800 } }));
+  }
+
+  /** Books `count` calls of `key` in `store`, each completed at once. */
+  async function book(store: RedisStore, key: string, count: number): Promise<void> {
+    for (let i = 0; i < count; i++) {
+      const result = await store.reserve(request(key));
+      expect(result.status).to.equal('booked');
+      await store.settle(NAMESPACE, key, result.members.map((member) => ({ member, releaseAt: result.now })));
+    }
+  }
+
+  it('is held, and every process that knows calls on it puts them back before anything is decided there', async () => {
+    const prefix = uniquePrefix();
+    const [a, b, c] = stores(prefix, 3);
+    await book(a!, 'u1', 3);
+    await book(b!, 'u1', 2);
+    await book(a!, 'u2', 1);
+    const admin = redisClient();
+    const u1 = keyNames(prefix, NAMESPACE, 'u1');
+    const u2 = keyNames(prefix, NAMESPACE, 'u2');
+    expect(await admin.zcard(u1.log)).to.equal(5);
+    // Evicted: u1's log is gone, u2's stays.
+    await admin.del(u1.log);
+
+    // A decision of a process that knows calls there finds the loss: not made, the key held.
+    const first = await a!.reserve(request('u1'));
+    expect(first.status).to.equal('deferred');
+    expect(first.ruleIndex).to.equal(-3);
+    expect(a!.keysRestored).to.equal(1);
+    // A process that knows nothing of the key waits too, while the others put their calls back.
+    const other = await c!.reserve(request('u1', 0));
+    expect(other.status).to.equal('refused');
+    // b finds the loss by its heartbeat, deciding nothing.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(b!.keysRestored).to.equal(1);
+    expect(await admin.zcard(u1.log)).to.equal(5);
+    // Only the lost key was put back: u2 was never touched again.
+    expect(await admin.zcard(u2.log)).to.equal(1);
+    expect(a!.keysRestored + b!.keysRestored).to.equal(2);
+
+    // Once held no more: the window is full with the calls put back.
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    const after = await c!.reserve(request('u1', 0));
+    expect(after.status).to.equal('refused');
+  });
+
+  it('a key nobody holds calls on pays nothing: new, or expired because idle', async () => {
+    const prefix = uniquePrefix();
+    const [a] = stores(prefix, 1);
+    const admin = redisClient();
+    const fresh = await a!.reserve(request('new', 0));
+    expect(fresh.status).to.equal('booked');
+    expect(fresh.waitMs).to.equal(0);
+    await a!.settle(NAMESPACE, 'new', fresh.members.map((member) => ({ member, releaseAt: fresh.now })));
+    // Expired as idle (its time to live ran out, here cut short): its calls no longer count, so the
+    // journal holds nothing that would call it lost.
+    const idle = keyNames(prefix, NAMESPACE, 'idle');
+    const old = await a!.reserve({ ...request('idle', 0), rules: [parseRule('5/100ms')], retainMs: 100, maxHoldMs: 100 });
+    await a!.settle(NAMESPACE, 'idle', old.members.map((member) => ({ member, releaseAt: old.now })));
+    await new Promise((resolve) => setTimeout(resolve, 1_300));
+    expect(await admin.exists(idle.log)).to.equal(0);
+    const again = await a!.reserve({ ...request('idle', 0), rules: [parseRule('5/100ms')], retainMs: 100, maxHoldMs: 100 });
+    expect(again.status).to.equal('booked');
+    expect(a!.keysRestored).to.equal(0);
+  });
+
+  it('a slot given back (a call that never started) is no loss', async () => {
+    const prefix = uniquePrefix();
+    const [a] = stores(prefix, 1);
+    const booked = await a!.reserve(request('u'));
+    // Given back: the member leaves the log, and the journal.
+    await a!.settle(NAMESPACE, 'u', booked.members.map((member) => ({ member, releaseAt: null })));
+    const next = await a!.reserve(request('u', 0));
+    expect(next.status).to.equal('booked');
+    expect(a!.keysRestored).to.equal(0);
+  });
+});
