@@ -10,7 +10,8 @@
                     in a key's list of waiting processes
   ARGV[3]  CHANNEL  the namespace's channel prefix: a completion wakes a waiting process on
                     CHANNEL followed by the process's tag
-  ARGV[4]  S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
+  ARGV[4]  GRACE    ms a key is held once found to have lost data (includes/check.lua)
+  ARGV[5]  S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
                     LIMIT, WINDOW, BUCKET (includes/decide.lua)
            then the operations, to the end of ARGV, each starting with K (the key: KEYS[2K-1 .. 2K]):
              K > 0   decide: K, SET (1-based), COST, COUNT, then COUNT pairs MAX_DELAY, FIRST
@@ -18,14 +19,14 @@
                      slot): 0, N, then N pairs K, SET, then COST, MAX_DELAY, FIRST
              K < 0   complete: -K, N, then N pairs NUMBER, RELEASE_AT (includes/complete.lua);
                      N = 0: this process no longer waits on the key (it leaves the key's waiting list);
-                     N = -1: check the key: -K, -1, NUMBER, REPLID, GRACE (includes/check.lua),
-                     before the key's decisions
-           A decision on a key whose check failed is not made: its calls are answered status 3.
+                     N = -1: check the key: -K, -1, NUMBER, LOG_UNTIL, KEY_UNTIL
+                     (includes/check.lua), before the key's decisions
+           A decision on a key found lost (check status 1) is not made: its calls are answered
+           status 3. On a key held (status 2) it is made, and waits for the hold (decide.lua).
 
   Returns { 3 } when the epoch changed (the store lost its data; nothing was done), else
-  { 1, NOW_MS, then five values per decided call in order, then one per check (includes/check.lua),
-  then the replication id ('' when nothing was checked) }: NOW_MS is the store clock (0 when no
-  decision or check was asked for).
+  { 1, NOW_MS, then five values per decided call in order, then one per check (includes/check.lua) }:
+  NOW_MS is the store clock (0 when no decision or check was asked for).
 ]]
 --- @include "log"
 --- @include "buckets"
@@ -41,10 +42,10 @@ if ready == 'lost' then return { 3 } end
 
 local tag, channel = ARGV[2], ARGV[3]
 local sets = {}
-local i = 5
-for n = 1, tonumber(ARGV[4]) do
+local i = 6
+for n = 1, tonumber(ARGV[5]) do
   local rule_count = tonumber(ARGV[i + 2])
-  local set = { max_hold = tonumber(ARGV[i]), retain = tonumber(ARGV[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { 'pause', 'w', 'h' }, groups = {}, limits = {}, windows = {}, buckets = {} }
+  local set = { max_hold = tonumber(ARGV[i]), retain = tonumber(ARGV[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { 'pause', 'w', 'h', 'r' }, groups = {}, limits = {}, windows = {}, buckets = {} }
   local by_prefix = {}
   local longest = 1
   for r = 0, rule_count - 1 do
@@ -80,10 +81,11 @@ end
 local now = nil
 local out = { 1, 0 }
 local last = #ARGV
--- Keys whose check failed (by K), the checks' answers, and this Redis's replication id once read.
+-- Keys whose check failed (by K), and the checks' answers. ENV: what a key's check or decision needs
+-- besides its own arguments (the replication id is read with the clock).
 local lost = {}
 local checks = {}
-local replid = ''
+local env = { grace = tonumber(ARGV[4]), replid = '' }
 -- A status-3 answer per call: a decision on a key that lost its data is not made.
 local function vt_not_made(calls)
   for c = 1, calls do
@@ -98,6 +100,7 @@ while i <= last do
     if now == nil then
       now = vt_now()
       out[2] = math.ceil(now)
+      env.replid = vt_replid()
     end
   end
   if k > 0 and lost[k] then
@@ -105,7 +108,7 @@ while i <= last do
     vt_not_made(count)
     i = i + 4 + 2 * count
   elseif k > 0 then
-    i = vt_decide(KEYS[2 * k - 1], KEYS[2 * k], now, ready, tag, channel, sets[tonumber(ARGV[i + 1])], ARGV, i + 2, out)
+    i = vt_decide(KEYS[2 * k - 1], KEYS[2 * k], now, ready, tag, channel, sets[tonumber(ARGV[i + 1])], ARGV, i + 2, out, env)
   elseif k == 0 then
     local n = tonumber(ARGV[i + 1])
     local whole = true
@@ -118,7 +121,7 @@ while i <= last do
       local cut = math.floor(now)
       for e = 0, n - 1 do
         local kk = tonumber(ARGV[i + 2 + 2 * e])
-        keys[e + 1] = vt_key_open(KEYS[2 * kk - 1], KEYS[2 * kk], sets[tonumber(ARGV[i + 3 + 2 * e])], cut)
+        keys[e + 1] = vt_key_open(KEYS[2 * kk - 1], KEYS[2 * kk], sets[tonumber(ARGV[i + 3 + 2 * e])], cut, now, env)
       end
       vt_decide_keys(keys, now, ready, tag, channel, tonumber(ARGV[at]), ARGV[at + 1], ARGV[at + 2], out)
     else
@@ -126,15 +129,13 @@ while i <= last do
     end
     i = at + 3
   elseif ARGV[i + 1] == '-1' then
-    if replid == '' then replid = vt_replid() end
     local status
-    status, i = vt_check(KEYS[-2 * k - 1], KEYS[-2 * k], tag, now, replid, ARGV, i + 2)
-    if status > 0 then lost[-k] = true end
+    status, i = vt_check(KEYS[-2 * k - 1], KEYS[-2 * k], tag, now, env.grace, env.replid, ARGV, i + 2)
+    if status == 1 then lost[-k] = true end
     checks[#checks + 1] = status
   else
     i = vt_complete(KEYS[-2 * k - 1], KEYS[-2 * k], tag, channel, ARGV, i + 1)
   end
 end
 for _, status in ipairs(checks) do out[#out + 1] = status end
-out[#out + 1] = replid
 return out

@@ -1,17 +1,58 @@
 --[[
-  epoch: the namespace's epoch, created if missing. Every decision checks it (vt_epoch): a store
-  that lost its data (restart without persistence, FLUSHALL, failover to a replica that lagged)
-  has none, so the next decision tells its caller, which puts back the calls it knows it made.
+  epoch: the namespace's epoch. Every decision on a standalone Redis checks it (vt_epoch): a store
+  that lost its data (restart without persistence, FLUSHALL) has none, or another one, so the next
+  decision tells its caller, which puts back the calls it knows it made.
 
   KEYS[1]  epoch  string '<id>:<ready_ms>': decisions wait until ready_ms (store clock), so that
                   every live process has put back its calls before anything new is decided
-  ARGV[1]  ID     a random id for a new epoch
-  ARGV[2]  GRACE  ms from now until a new epoch is ready (0 for a namespace seen for the first time)
+  ARGV[1]  ID     a random id for a new epoch; with MODE 'extend', the id of the epoch to extend
+  ARGV[2]  GRACE  ms from now until a new epoch is ready
+  ARGV[3]  MODE   'lost': a process found the data lost; a missing epoch is created ready GRACE
+                  from now.
+                  'first': a process that never saw the namespace looks it up; a missing epoch
+                  means a new namespace, or a loss no live process has noticed yet. It is created
+                  ready at once, unless this Redis shows a sign of a loss (vt_lost_sign): then
+                  GRACE from now, time for the processes that hold calls to notice and hold it longer.
+                  'extend': moves the ready time of epoch ID to at least GRACE from now (a process
+                  still putting back its calls keeps every decision waiting); an epoch with another
+                  id, or none, is left as it is.
 
-  Returns the epoch in force.
+  Returns the epoch in force (nil when 'extend' found none).
 ]]
 local time = redis.call('TIME')
 local now_ms = math.ceil(tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000)
-local value = ARGV[1] .. ':' .. (now_ms + tonumber(ARGV[2]))
-if redis.call('SET', KEYS[1], value, 'NX') then return value end
-return redis.call('GET', KEYS[1])
+local ready = now_ms + tonumber(ARGV[2])
+local mode = ARGV[3]
+
+-- Whether this Redis may have lost data lately: it started GRACE ago or less (a restart without
+-- persistence), it was a replica promoted (a second replication id), it evicted keys, or someone
+-- ran FLUSHALL or FLUSHDB (counted since it started).
+local function vt_lost_sign()
+  local server = redis.call('INFO', 'server')
+  local uptime = tonumber(string.match(server, 'uptime_in_seconds:(%d+)') or 0)
+  if uptime * 1000 < tonumber(ARGV[2]) then return true end
+  local replid2 = string.match(redis.call('INFO', 'replication'), 'master_replid2:(%x+)') or ''
+  if string.find(replid2, '[1-9a-f]') then return true end
+  if tonumber(string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)') or 0) > 0 then return true end
+  local commands = redis.call('INFO', 'commandstats')
+  for _, name in ipairs({ 'flushall', 'flushdb' }) do
+    if tonumber(string.match(commands, 'cmdstat_' .. name .. ':calls=(%d+)') or 0) > 0 then return true end
+  end
+  return false
+end
+
+if mode == 'extend' then
+  local value = redis.call('GET', KEYS[1])
+  if value == false then return nil end
+  local id, old = string.match(value, '^(.*):(%d+)$')
+  if id ~= ARGV[1] or tonumber(old) >= ready then return value end
+  value = ARGV[1] .. ':' .. ready
+  redis.call('SET', KEYS[1], value, 'KEEPTTL')
+  return value
+end
+local value = redis.call('GET', KEYS[1])
+if value then return value end
+if mode == 'first' and not vt_lost_sign() then ready = now_ms end
+value = ARGV[1] .. ':' .. ready
+redis.call('SET', KEYS[1], value)
+return value

@@ -1,16 +1,19 @@
 import type { Settlement } from '../store.js';
 
 /**
- * A slot of this process that the key's log must still hold, and the replication id of the Redis
- * that last showed it: a decision checks both before it relies on the log (lua/includes/check.lua).
+ * This process's newest slot on a key, and until when the key must hold it (store clock, ms): a
+ * decision checks it before it relies on the key (lua/includes/check.lua).
  */
 export interface Witness {
   readonly number: number;
-  readonly replid: string;
+  /** Until then the log holds the slot (a fold or a trim may remove it after). */
+  readonly logUntil: number;
+  /** Until then the slot counts, so the log or meta (its buckets) exists. */
+  readonly keyUntil: number;
 }
 
-/** A witness is a slot that stays in the log this much longer at least (clock estimates, trims, folds). */
-const WITNESS_MARGIN_MS = 1_000;
+/** A witness's times are this much earlier than the slot's own (rounding of the scores written). */
+const WITNESS_MARGIN_MS = 5;
 
 /** One of this process's slots, as the store should hold it. */
 export interface JournalEntry {
@@ -26,10 +29,10 @@ interface KeyJournal {
    * call at least that long before folding it into buckets (lua/includes/buckets.lua).
    */
   horizonMs: number;
-  /** The replication id of the Redis that answered the last check of the key ('' until one did). */
-  replid: string;
   /** `Date.now()` of the key's last check (a decision's or the heartbeat's). */
   checkedAt: number;
+  /** `Date.now()` when this process last put back its calls on the key (a check failed). */
+  restoredAt: number;
   /** Calls without a completion yet: slot number → bound. Few: the calls in flight or booked ahead. */
   readonly pending: Map<number, number>;
   /**
@@ -108,7 +111,7 @@ export class Journal {
     let keys = this.#namespaces.get(namespace);
     if (!keys) this.#namespaces.set(namespace, (keys = new Map()));
     let journal = keys.get(key);
-    if (!journal) keys.set(key, (journal = { retainMs, horizonMs: 0, replid: '', checkedAt: 0, pending: new Map(), members: [], scores: [], head: 0 }));
+    if (!journal) keys.set(key, (journal = { retainMs, horizonMs: 0, checkedAt: 0, restoredAt: 0, pending: new Map(), members: [], scores: [], head: 0 }));
     journal.retainMs = Math.max(journal.retainMs, retainMs);
     return journal;
   }
@@ -120,31 +123,43 @@ export class Journal {
   }
 
   /**
-   * The newest of this process's slots on the key that the log surely still holds at `storeNow`
-   * (not yet trimmed, folded or expired, with a margin), or undefined when there is none: a key this
-   * process holds nothing on needs no check. Marks the key checked at `checkedAt`.
+   * The newest of this process's slots on the key that still counts at `storeNow` (a call without a
+   * completion, else the latest completed), or undefined when none does: a key this process holds
+   * nothing on needs no check. Marks the key checked at `checkedAt`.
    */
   witness(namespace: string, key: string, storeNow: number, checkedAt = Date.now()): Witness | undefined {
     const journal = this.#namespaces.get(namespace)?.get(key);
     if (!journal) return undefined;
-    const { retainMs, horizonMs, pending, members, scores } = journal;
-    const from = storeNow + WITNESS_MARGIN_MS - Math.min(horizonMs, retainMs);
-    let number = -1;
-    for (const [n, score] of pending) if (n > number && score > from) number = n;
-    // Completed calls in order of completion: the latest ones are at the end.
-    for (let i = scores.length - 1; i >= journal.head && scores[i]! > from; i--) if (members[i]! > number) number = members[i]!;
-    if (number < 0) return undefined;
     journal.checkedAt = checkedAt;
-    return { number, replid: journal.replid };
+    const { retainMs, horizonMs, pending, members, scores } = journal;
+    let number = -1;
+    let score = 0;
+    for (const [n, bound] of pending) {
+      if (n > number) {
+        number = n;
+        score = bound;
+      }
+    }
+    if (number < 0 && journal.head < scores.length) {
+      number = members[members.length - 1]!;
+      score = scores[scores.length - 1]!;
+    }
+    if (number < 0 || score + retainMs - WITNESS_MARGIN_MS <= storeNow) return undefined;
+    return { number, logUntil: score + Math.min(horizonMs, retainMs) - WITNESS_MARGIN_MS, keyUntil: score + retainMs - WITNESS_MARGIN_MS };
   }
 
-  /** A check of the key found the log whole on the Redis of replication id `replid`. */
-  seen(namespace: string, key: string, replid: string): void {
+  /**
+   * Whether this process should put back its calls on the key now (a check failed): not when it
+   * did within `withinMs` (checks failing while the key is held find the same loss).
+   */
+  restoreDue(namespace: string, key: string, withinMs: number, now = Date.now()): boolean {
     const journal = this.#namespaces.get(namespace)?.get(key);
-    if (journal) journal.replid = replid;
+    if (!journal || now - journal.restoredAt < withinMs) return false;
+    journal.restoredAt = now;
+    return true;
   }
 
-  /** The namespace's keys that have a witness and were not checked since `before` (`Date.now()` ms). */
+  /** The namespace's keys with calls that were not checked since `before` (`Date.now()` ms). */
   unchecked(namespace: string, before: number): string[] {
     const out: string[] = [];
     for (const [key, journal] of this.#namespaces.get(namespace) ?? []) if (journal.checkedAt < before) out.push(key);

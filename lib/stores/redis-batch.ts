@@ -38,24 +38,20 @@ export interface Op {
 /** A decision's answer (lua/includes/decide.lua): status, wait, start, rule index, store clock, retry. */
 export type Decided = readonly [status: number, waitMs: number, startAt: number, ruleIndex: number, now: number, retryMs: number];
 
-/** The checks of a batch's keys (lua/includes/check.lua): a key's witness, and how long a failed check holds it. */
+/** The checks of a batch's keys (lua/includes/check.lua): each key's witness. */
 export interface Checks {
   witness(key: string): Witness | undefined;
-  readonly graceMs: number;
 }
 
-/** What a batch's checks found: keys that lost this process's calls, keys now on another Redis, and the replication id. */
+/** What a batch's checks found. */
 export interface Checked {
   /** The decisions not made (status 3): their keys failed a check; asked again once put back. */
   readonly again: Op[];
-  /** Keys whose witness was missing: this process puts back its calls there. */
+  /** Keys found lost or held: this process puts back its calls there. */
   readonly lost: string[];
-  /** Keys whose witness was there (whole, or on a Redis that replaced the one before), with `replid`. */
-  readonly seen: string[];
-  readonly replid: string;
 }
 
-/** One `EVALSHA` of lua/batch.lua: its keys, its arguments after EPOCH, TAG and CHANNEL, and who gets which reply. */
+/** One `EVALSHA` of lua/batch.lua: its keys, its arguments after EPOCH, TAG, CHANNEL and GRACE, and who gets which reply. */
 export interface EncodedBatch {
   readonly keys: string[];
   readonly args: Array<string | number>;
@@ -111,10 +107,13 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   };
   // Keys checked, in the order of their checks.
   const checked: string[] = [];
+  const seen = new Set<string>();
   const check = (key: string): void => {
+    if (seen.has(key)) return;
+    seen.add(key);
     const witness = checks?.witness(key);
-    if (witness === undefined || checked.includes(key)) return;
-    args.push(-indexOf(key), -1, witness.number, witness.replid, checks!.graceMs);
+    if (witness === undefined) return;
+    args.push(-indexOf(key), -1, witness.number, Math.floor(witness.logUntil), Math.floor(witness.keyUntil));
     checked.push(key);
   };
   for (const [key, keyOps] of byKey) {
@@ -180,9 +179,8 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       }
       for (const op of others) op.resolve(undefined);
       const lost: string[] = [];
-      const seen: string[] = [];
-      for (const key of checked) (r[at++] === 1 ? lost : seen).push(key);
-      return { again, lost, seen, replid: String(reply[at] ?? '') };
+      for (const key of checked) if (r[at++] !== 0) lost.push(key);
+      return { again, lost };
     },
   };
 }

@@ -12,14 +12,13 @@ export const MAX_RECOVERIES = 3;
 /** Restores in flight at once while a journal is put back (ioredis pipelines them on one connection). */
 const RESTORE_CONCURRENCY = 128;
 
-/** What recovery needs of the store: its client's GET and SET, and its scripts with a timeout. */
+/** What recovery needs of the store: its client's GET, and its scripts with a timeout. */
 export interface RecoveryDeps {
   readonly prefix: string;
   readonly journal: Journal;
   readonly heartbeatMs: number;
   readonly graceMs: number;
   get(key: string): Promise<string | null>;
-  set(key: string, value: string, ...args: string[]): Promise<string | null>;
   /** Runs a script by name with a timeout. */
   run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown>;
   /** The Redis keys of a user key (the store's layout). */
@@ -40,7 +39,7 @@ export class Recovery {
   readonly #prefix: string;
   readonly #heartbeatMs: number;
   readonly #graceMs: number;
-  readonly #client: Pick<RecoveryDeps, 'get' | 'set'>;
+  readonly #client: Pick<RecoveryDeps, 'get'>;
   readonly #run: RecoveryDeps['run'];
   readonly #names: RecoveryDeps['names'];
   readonly #check: RecoveryDeps['check'];
@@ -66,7 +65,7 @@ export class Recovery {
     this.#prefix = deps.prefix;
     this.#heartbeatMs = deps.heartbeatMs;
     this.#graceMs = deps.graceMs;
-    this.#client = { get: deps.get, set: deps.set };
+    this.#client = { get: deps.get };
     this.#run = deps.run;
     this.#check = deps.check;
   }
@@ -78,16 +77,23 @@ export class Recovery {
   checks(namespace: string): Checks {
     const storeNow = this.storeNow();
     const checkedAt = Date.now();
-    return { witness: (key) => this.journal.witness(namespace, key, storeNow, checkedAt), graceMs: this.#graceMs };
+    return { witness: (key) => this.journal.witness(namespace, key, storeNow, checkedAt) };
+  }
+
+  get graceMs(): number {
+    return this.#graceMs;
   }
 
   /**
-   * Puts back this process's calls on keys whose log lost them (a failed check): only those keys.
-   * The check held each key for a grace period, so no process decides there meanwhile.
+   * Puts back this process's calls on keys that lost data (a check failed, or found the key held):
+   * only those keys, once per grace period. The check held each key for a grace period, so no
+   * process decides there meanwhile.
    */
   async restoreKeys(namespace: string, keys: readonly string[]): Promise<void> {
-    await this.#restoreJournal(namespace, keys);
-    this.keysRestored += keys.length;
+    const due = keys.filter((key) => this.journal.restoreDue(namespace, key, this.#graceMs));
+    if (due.length === 0) return;
+    await this.#restoreJournal(namespace, due);
+    this.keysRestored += due.length;
   }
 
   /** The epoch this process knows for the namespace, looked up (created if missing) the first time. */
@@ -107,13 +113,16 @@ export class Recovery {
   }
 
   /**
-   * The namespace's epoch for a namespace this process has never seen, created without a grace
-   * period if missing (a new deployment looks the same as a wiped one).
+   * The namespace's epoch for a namespace this process has never seen. A missing epoch means a new
+   * namespace, or a Redis that lost its data before any live process noticed. When the Redis shows
+   * a sign of a loss (lua/epoch.lua, 'first'), it is created ready two heartbeats from now: time
+   * for every process that holds calls there to find it (each checks every heartbeat) and hold it
+   * longer while it puts them back. Otherwise it is ready at once.
    */
   #epochOf(namespace: string): Promise<string> {
     let lookup = this.#epochLookups.get(namespace);
     if (!lookup) {
-      lookup = this.#newEpoch(namespace, 0)
+      lookup = this.#newEpoch(namespace, 2 * this.#heartbeatMs, 'first')
         .then((value) => {
           // A recovery that started meanwhile decides what this process knows.
           if (!this.#recovering.has(namespace) && !this.#unrecovered.has(namespace)) this.#epochs.set(namespace, value);
@@ -125,10 +134,10 @@ export class Recovery {
     return lookup;
   }
 
-  /** Runs lua/epoch.lua: the epoch in force, created (ready `graceMs` from now) if missing. */
-  #newEpoch(namespace: string, graceMs: number): Promise<string> {
+  /** Runs lua/epoch.lua: the epoch in force, created (ready `graceMs` from now, see its MODE) if missing. */
+  #newEpoch(namespace: string, graceMs: number, mode: 'lost' | 'first' = 'lost'): Promise<string> {
     const id = randomBytes(6).toString('base64url');
-    return this.#run(scripts.epoch.name, [this.epochKey(namespace)], [id, graceMs]) as Promise<string>;
+    return this.#run(scripts.epoch.name, [this.epochKey(namespace)], [id, graceMs, mode]) as Promise<string>;
   }
 
   /**
@@ -257,11 +266,11 @@ export class Recovery {
 
   /**
    * While this process puts back its journal, keeps the epoch's ready time at least half a grace
-   * period ahead: when less is left, `SET … XX GET` writes the same id with ready = now + graceMs
-   * (GET and SET are all it needs). Processes that knew the epoch meet a changed value, read it
-   * again and, finding the same id, only take the later ready time. If the SET finds no epoch, or
-   * another one (Redis lost its data again), it stops (putting back the other epoch it overwrote):
-   * the put-back then finds the epoch changed and starts again.
+   * period ahead: when less is left, lua/epoch.lua (EXTEND) moves it to now + graceMs in one atomic
+   * step, and only if the epoch is still this one (never shortening a later time another process
+   * set). Processes that knew the epoch meet a changed value, read it again and, finding the same
+   * id, only take the later ready time. If the script finds no epoch, or another one (Redis lost its
+   * data again), it stops: the put-back then finds the epoch changed and starts again.
    */
   #holdGrace(namespace: string, epoch: string): { stop(): Promise<void> } {
     const key = this.epochKey(namespace);
@@ -269,23 +278,11 @@ export class Recovery {
     let stopped = false;
     let timer: NodeJS.Timeout | undefined;
     let writing: Promise<void> = Promise.resolve();
-    const set = (next: string) => this.#client.set(key, next, 'XX', 'GET');
     const extend = async (): Promise<boolean> => {
       try {
-        const next = `${idOf(value)}:${Math.ceil(this.storeNow() + this.#graceMs)}`;
-        const old = await set(next);
-        if (old !== null && idOf(old) === idOf(value)) {
-          value = next;
-          // Another process extended it further meanwhile: keep its time (never shorten a grace).
-          if (readyOf(old) > readyOf(next)) {
-            await set(old);
-            value = old;
-          }
-        } else {
-          // Lost again: nothing written, or another epoch, which stays.
-          if (old !== null) await set(old);
-          stopped = true;
-        }
+        const now = (await this.#run(scripts.epoch.name, [key], [idOf(value), this.#graceMs, 'extend'])) as string | null;
+        if (now !== null && idOf(now) === idOf(value)) value = now;
+        else stopped = true;
         return true;
       } catch {
         // Redis unreachable: the put-back fails too, or this is tried again shortly.

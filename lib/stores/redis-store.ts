@@ -82,8 +82,9 @@ export class RedisStore implements Store {
     if (recovery !== false) {
       const heartbeatMs = positive('recovery.heartbeatMs', recovery.heartbeatMs ?? 500);
       const graceMs = positive('recovery.graceMs', recovery.graceMs ?? 3_000);
-      if (graceMs <= heartbeatMs) {
-        throw new ThrottleConfigError(`Expected recovery.graceMs (${graceMs}) to be above recovery.heartbeatMs (${heartbeatMs})`);
+      // A process finds a loss within a heartbeat of its last check, and needs time to put its calls back.
+      if (graceMs < 2 * heartbeatMs) {
+        throw new ThrottleConfigError(`Expected recovery.graceMs (${graceMs}) to be at least twice recovery.heartbeatMs (${heartbeatMs})`);
       }
       this.#recovery = new Recovery({
         prefix: this.prefix,
@@ -91,7 +92,6 @@ export class RedisStore implements Store {
         heartbeatMs,
         graceMs,
         get: (key) => this.#timed(scripted['get']!(key) as Promise<string | null>),
-        set: (key, value, ...args) => this.#timed(scripted['set']!(key, value, ...args) as Promise<string | null>),
         run: (name, keys, args) => this.#run(name, keys, args),
         check: (namespace, keys) => this.#check(namespace, keys),
         names: (namespace, key) => this.#names(namespace, key),
@@ -200,13 +200,14 @@ export class RedisStore implements Store {
       }
     }
     args[2] = restored.length;
-    await this.#run(scripts.restore.name, [this.#names(namespace, key).log], args);
-    // Journaled like the store's own decisions: they are put back if Redis later loses its data.
+    // Journaled like the store's own decisions, and before they are sent: a loss at any moment after
+    // this finds them in the journal and puts them back (restores only add, and twice is once).
     if (this.#recovery) {
       const now = this.#recovery.storeNow();
       this.#recovery.journal.restored(namespace, key, restored.map(({ number, releaseInMs }) => ({ number, score: now + releaseInMs })), retainMs);
       this.#recovery.startHeartbeat();
     }
+    await this.#run(scripts.restore.name, [this.#names(namespace, key).log], args);
   }
 
   /**
@@ -345,7 +346,7 @@ export class RedisStore implements Store {
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
       if (checked !== '') keys.push(recovery!.epochKey(namespace));
-      const reply = (await this.#timed(this.#call(scripts.batch.name, keys, [checked, this.#tag, this.#channel(namespace), ...args]))) as unknown[];
+      const reply = (await this.#timed(this.#call(scripts.batch.name, keys, [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, ...args]))) as unknown[];
       if (reply[0] === 3 && recovery) {
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.
@@ -357,9 +358,8 @@ export class RedisStore implements Store {
         if (retry.length > 0) await this.#send(retry);
         return;
       }
-      const { again, lost, seen, replid } = deliver(reply);
+      const { again, lost } = deliver(reply);
       if (!recovery) return;
-      for (const key of seen) recovery.journal.seen(namespace, key, replid);
       if (lost.length > 0) await recovery.restoreKeys(namespace, lost);
       if (again.length === 0) return;
       // Decisions on keys that failed a check: asked again, now that this process's calls are back

@@ -28,10 +28,14 @@ export function freePort(): Promise<number> {
 }
 
 /**
- * Starts `redis-server` with no persistence on a free port (or `port`), waits until it answers PING.
- * Never touches a server it did not start.
+ * Starts `redis-server` with no persistence on a free port (or `port`), waits until it answers PING
+ * and, unless `aged` is false, until it has been up a whole second: a process that finds a
+ * namespace without an epoch on a Redis up for less than its grace takes it for a restart that lost
+ * data, and waits (lib/lua/epoch.lua). `aged` defaults to false when `port` is given: a server
+ * started again on the port of one that was killed stands for a restart. Never touches a server it
+ * did not start.
  */
-export async function startRedis(options: { port?: number; args?: string[] } = {}): Promise<RedisServer> {
+export async function startRedis(options: { port?: number; args?: string[]; aged?: boolean } = {}): Promise<RedisServer> {
   for (let attempt = 0; ; attempt++) {
     const port = options.port ?? (await freePort());
     const dir = mkdtempSync(join(tmpdir(), 'vt-redis-'));
@@ -51,12 +55,28 @@ export async function startRedis(options: { port?: number; args?: string[] } = {
       if (attempt < 3 && options.port === undefined) continue;
       throw new Error(`redis-server did not start on port ${port}: ${(error as Error).message}\n${output}`, { cause: error });
     }
+    if (options.aged ?? options.port === undefined) await waitForUptime(port, 1);
     return {
       port,
       url: `redis://127.0.0.1:${port}`,
       pid: child.pid!,
       stop: () => stopChild(child, dir),
     };
+  }
+}
+
+/** Waits until the server on `port` has been up `seconds` (INFO uptime_in_seconds). */
+async function waitForUptime(port: number, seconds: number): Promise<void> {
+  const client = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 1 });
+  client.on('error', () => {});
+  try {
+    for (;;) {
+      const uptime = Number(/uptime_in_seconds:(\d+)/.exec(await client.info('server'))?.[1] ?? 0);
+      if (uptime >= seconds) return;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  } finally {
+    client.disconnect();
   }
 }
 

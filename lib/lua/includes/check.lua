@@ -1,40 +1,34 @@
 --[[
-  check: whether a key's log still holds what this process knows it wrote there (docs/design.md §9,
-  "A key that lost its data"). A log can lose its data alone: evicted under maxmemory, wiped with its
+  check: whether a key still holds what this process knows it wrote there (docs/design.md §9, "One
+  key loses its data"). A key can lose its data alone: evicted under maxmemory, wiped with its
   Cluster shard (FLUSHALL, a master restarted empty), or rolled back by a failover to a replica that
-  had not received the latest writes. The caller names its newest slot on the key that must still be
-  there (its witness) and the replication id of the Redis that last showed it. When the slot is
-  missing, or the Redis is another one now (a failover since), the key is held: no decision on it,
-  from any process, until GRACE ms from now, while every process that knows calls on it puts them
-  back (restore.lua). Replication is ordered, so a witness still present means every earlier write
-  of the same process to the key is present too.
+  had not received the latest writes. The caller names its newest slot on the key (its witness) and
+  until when the log must hold it (its fold or trim may remove it after that), and until when the
+  key must exist at all (its calls count until then: the log, or the buckets of meta, hold them).
+  A witness missing before its time, or a key gone before its time, is a loss: the key is held (no
+  decision on it, from any process, until GRACE ms from now) while every process that knows calls
+  on it puts them back (restore.lua).
 
-  A[I ..]  NUMBER  the witness (its member is NUMBER followed by TAG)
-           REPLID  the replication id the caller last saw for the key ('' = none yet)
-           GRACE   ms the key is held when the check fails
+  A[I ..]  NUMBER     the witness (its member is NUMBER followed by TAG)
+           LOG_UNTIL  store-clock ms until which the log must hold the witness
+           KEY_UNTIL  store-clock ms until which the log or meta must exist
 
-  Returns 0 (whole), 1 (the witness is missing: the caller puts back its calls) or 2 (the witness
-  is there, on another Redis: others may have lost calls), and the index in A after its arguments.
+  Returns 0 (whole), 1 (lost: the caller puts back its calls) or 2 (held: another process found a
+  loss, or the key's last booking was taken by another Redis than this one, meta `r`: a failover
+  since; the caller puts back its calls too, harmless if they are there), and the index in A after
+  its arguments.
 ]]
-local function vt_check(log, meta, tag, now, replid, a, i)
+local function vt_check(log, meta, tag, now, grace, replid, a, i)
+  local state = redis.call('HMGET', meta, 'h', 'r')
   local status = 0
   if not redis.call('ZSCORE', log, a[i] .. tag) then
-    status = 1
-  elseif a[i + 1] ~= '' and a[i + 1] ~= replid then
+    if now < tonumber(a[i + 1]) or (now < tonumber(a[i + 2]) and redis.call('EXISTS', log, meta) == 0) then status = 1 end
+  end
+  if status == 0 and replid ~= '' and state[2] and state[2] ~= replid then
+    redis.call('HSET', meta, 'r', replid)
     status = 2
   end
-  if status > 0 then
-    local hold = math.ceil(now + tonumber(a[i + 2]))
-    if hold > tonumber(redis.call('HGET', meta, 'h') or 0) then
-      redis.call('HSET', meta, 'h', hold)
-      vt_keep(meta, hold - now)
-    end
-  end
+  if status > 0 then vt_hold(meta, now, grace) end
+  if status == 0 and tonumber(state[1] or 0) > now then status = 2 end
   return status, i + 3
-end
-
--- The replication id of this Redis (INFO replication): it changes when a replica is promoted, or
--- when Redis restarts without its data.
-local function vt_replid()
-  return string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
 end

@@ -49,10 +49,18 @@ local vt_none = {}
 
 -- One key of a decision: its state, read once per operation. Trims the log when it holds 32 more than
 -- the history kept and the bookings ahead can count (entries older than the history sit below
--- every index a rule looks at: trimming them only bounds memory).
-local function vt_key_open(log, meta, set, cut)
+-- every index a rule looks at: trimming them only bounds memory). A key whose last booking was
+-- taken by another Redis than this one (meta `r`: a failover since, maybe to a replica that missed
+-- writes) is held for ENV.grace ms, so that the processes that know calls on it put them back
+-- first (includes/check.lua).
+local function vt_key_open(log, meta, set, cut, now, env)
   local state = redis.call('HMGET', meta, unpack(set.meta_fields))
-  local key = { log = log, meta = meta, set = set, state = state, pause = tonumber(state[1] or 0), hold = tonumber(state[3] or 0), folded = vt_none, unfolded = set.bucketed, booked_until = 0, waits_until = 0, fresh = false }
+  if state[4] and env.replid ~= '' and state[4] ~= env.replid then
+    vt_hold(meta, now, env.grace)
+    redis.call('HSET', meta, 'r', env.replid)
+    state[3], state[4] = math.max(tonumber(state[3] or 0), math.ceil(now + env.grace)), env.replid
+  end
+  local key = { log = log, meta = meta, set = set, state = state, replid = env.replid, pause = tonumber(state[1] or 0), hold = tonumber(state[3] or 0), folded = vt_none, unfolded = set.bucketed, booked_until = 0, waits_until = 0, fresh = false }
   -- Calls in the buckets of each bucketed rule: meta's count as of the last fold, never fewer than
   -- those still counting (buckets change only when calls are folded).
   if set.bucketed then
@@ -62,7 +70,7 @@ local function vt_key_open(log, meta, set, cut)
     key.buckets = vt_none
   end
   for g, group in ipairs(set.groups) do
-    for _, r in ipairs(group.rules) do key.folded[r] = tonumber(state[3 + g] or 0) end
+    for _, r in ipairs(group.rules) do key.folded[r] = tonumber(state[4 + g] or 0) end
   end
   local size = redis.call('ZCARD', log)
   if size > set.trim_above then
@@ -196,6 +204,11 @@ local function vt_key_close(key, now, now_ms, tag, channel, stay)
   if key.booked_until > 0 then
     local ttl = math.ceil(key.booked_until + key.set.retain - now)
     if key.fresh then redis.call('PEXPIRE', key.log, ttl) else redis.call('PEXPIRE', key.log, ttl, 'GT') end
+    -- Which Redis took the booking: written when it changes (a new key, a failover, meta expired).
+    if key.replid ~= '' and key.state[4] ~= key.replid then
+      redis.call('HSET', key.meta, 'r', key.replid)
+      vt_keep(key.meta, ttl)
+    end
   end
   if key.waits_until > 0 or (key.state[2] and not stay) then
     vt_waiters_update(key.meta, key.state[2], tag, key.waits_until, now_ms, channel, vt_user_key(key.log), key.booked_until > 0)
@@ -208,7 +221,7 @@ local function vt_key_close(key, now, now_ms, tag, channel, stay)
 end
 
 -- decide: COUNT calls of one key. STAY: a negative COST (see the header).
-local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
+local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, env)
   local now_ms = math.ceil(now)
   -- What no longer counts at CUT no longer counts at now (NOW_MS, rounded up, may lie just past a
   -- slot's end that a call starting at the reading itself must still see).
@@ -218,7 +231,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out)
   if stay then cost = -cost end
   local count = tonumber(a[i + 1])
   local calls_at = i + 2
-  local key = vt_key_open(log, meta, set, cut)
+  local key = vt_key_open(log, meta, set, cut, now, env)
   for c = 0, count - 1 do
     -- The clock as read, not rounded up: a slot is free now only if it is free at the moment the
     -- call can start, which is after this reading, never before it.

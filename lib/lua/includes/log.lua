@@ -9,7 +9,9 @@
 --         score + WINDOW > t.
 --   meta  hash: pause = no start before this (ms), w = a decision is waiting for a completion,
 --         h = no decision before this (ms): the key lost data, and processes put back their calls
---         (includes/check.lua), b:<WINDOW>:<BUCKET>:* = calls folded into buckets (includes/buckets.lua)
+--         (includes/check.lua), r = the replication id of the Redis that took the key's last
+--         booking (a failover since changes it: vt_replid), b:<WINDOW>:<BUCKET>:* = calls folded
+--         into buckets (includes/buckets.lua)
 
 -- The store clock: Redis TIME as fractional milliseconds.
 local function vt_now()
@@ -40,4 +42,21 @@ end
 -- Encoded keys hold no braces (lib/keys.ts).
 local function vt_user_key(log)
   return string.match(log, '{([^{}]*)}:log$') or string.match(log, '}:([^{}]*):log$')
+end
+
+-- The replication id of this Redis (INFO replication): a replica promoted takes a new one, and so
+-- does a Redis restarted without its data. '' where INFO is not allowed.
+local function vt_replid()
+  local info = redis.pcall('INFO', 'replication')
+  if type(info) ~= 'string' then return '' end
+  return string.match(info, 'master_replid:(%x+)') or ''
+end
+
+-- Holds a key: no decision on it before GRACE ms from now (meta `h`), never shortening a hold.
+local function vt_hold(meta, now, grace)
+  local hold = math.ceil(now + grace)
+  if hold > tonumber(redis.call('HGET', meta, 'h') or 0) then
+    redis.call('HSET', meta, 'h', hold)
+    vt_keep(meta, hold - now)
+  end
 end
