@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
-import { checkNamespace, keyNames, type HashTag, type KeyNames } from '../keys.js';
+import { checkNamespace, encodeKey, keyNames, type HashTag, type KeyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
 import { MAX_TIMER_MS } from '../sleep.js';
 import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
@@ -360,7 +360,12 @@ export class RedisStore implements Store {
       }
       const { again, lost } = deliver(reply);
       if (!recovery) return;
-      if (lost.length > 0) await recovery.restoreKeys(namespace, lost);
+      if (lost.length > 0) {
+        await recovery.restoreKeys(namespace, lost);
+        // Its waiting list may be gone with the key: this process's calls waiting there ask again
+        // (deferred while the key is held) instead of waiting for a wake that may never come.
+        for (const key of lost) this.#wakes.wake(`${this.#channel(namespace)}${this.#tag}`, encodeKey(key));
+      }
       if (again.length === 0) return;
       // Decisions on keys that failed a check: asked again, now that this process's calls are back
       // (the key is held, so they are deferred until every process has put back its own).

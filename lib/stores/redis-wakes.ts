@@ -57,6 +57,11 @@ export class Wakes {
     };
   }
 
+  /** Wakes this process's listeners of `channel` for `key`, as a message would. */
+  wake(channel: string, key: string): void {
+    for (const listener of this.#channels.get(channel)?.listeners ?? []) listener(key);
+  }
+
   close(): void {
     this.#closed = true;
     this.#subscriber?.disconnect();
