@@ -1,0 +1,35 @@
+/**
+ * Redis evicts the throttle's keys mid-run (scripts/bench/evictions.ts): a Redis shared with a
+ * cache gets a `maxmemory` just above its use while the cache keeps writing, for 300 ms, under
+ * `volatile-ttl` (the throttle's keys, all with a short time to live, go first) or `allkeys-lru`.
+ * 4 processes send 3 users' calls at twice the limit. Every process that knows calls on an evicted
+ * key finds it at its next decision or heartbeat, holds it and puts its calls back: the simulated
+ * vendor sees no window over the limit, and every call runs exactly once.
+ */
+import { expect } from 'chai';
+import { runEvictions, type EvictionRunOptions, type EvictionRunResult } from '../scripts/bench/evictions.js';
+
+describe('Redis evicts keys of the throttle under maxmemory (a cache shares it)', function () {
+  this.timeout(60_000);
+
+  async function run(options: EvictionRunOptions): Promise<EvictionRunResult> {
+    const result = await runEvictions({ pressureMs: 300, ...options });
+    expect(result.errors, 'calls that failed').to.deep.equal([]);
+    expect(result.ranOnce, 'calls that ran exactly once').to.equal(result.scheduled);
+    expect(result.evictedKeys, 'keys evicted').to.be.above(0);
+    return result;
+  }
+
+  for (const policy of ['volatile-ttl', 'allkeys-lru'] as const) {
+    it(`${policy}: evicted keys are found and put back before anything is decided there`, async () => {
+      const result = await run({ recovery: true, policy });
+      expect(result.keysRestored).to.be.above(0);
+      expect(result.overLimit).to.equal(0);
+    });
+  }
+
+  it('the same evictions without the journal (recovery: false) let calls over the limit: the fault is real', async () => {
+    const result = await run({ recovery: false });
+    expect(result.overLimit).to.be.above(0);
+  });
+});
