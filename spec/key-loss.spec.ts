@@ -5,10 +5,12 @@
  * own calls on that key only, before anything new is decided on it.
  */
 import { expect } from 'chai';
+import { Redis } from 'ioredis';
 import { keyNames } from '../lib/keys.js';
 import { parseRule } from '../lib/rules.js';
 import type { ReserveRequest } from '../lib/store.js';
 import type { RedisStore } from '../lib/stores/redis-store.js';
+import { startRedis } from '../scripts/support/redis-server.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 
 const RULES = [parseRule('5/2s')];
@@ -18,7 +20,7 @@ function request(key: string, maxDelayMs = 10_000): ReserveRequest {
   return { namespace: NAMESPACE, key, rules: RULES, cost: 1, maxDelayMs, maxHoldMs: 10_000, retainMs: 2_000 };
 }
 
-describe('a key that lost its data alone (eviction, a Cluster shard)', function () {
+describe('data lost under the processes: one key (eviction, a Cluster shard), or a whole Redis a new process finds without an epoch', function () {
   this.timeout(20_000);
 
   function stores(prefix: string, count: number): RedisStore[] {
@@ -55,6 +57,7 @@ describe('a key that lost its data alone (eviction, a Cluster shard)', function 
     // A process that knows nothing of the key waits too, while the others put their calls back.
     const other = await c!.reserve(request('u1', 0));
     expect(other.status).to.equal('refused');
+    expect((await c!.inspect(NAMESPACE, 'u1', RULES)).nextFreeInMs).to.be.within(400, 800);
     // b finds the loss by its heartbeat, deciding nothing.
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(b!.keysRestored).to.equal(1);
@@ -98,5 +101,31 @@ describe('a key that lost its data alone (eviction, a Cluster shard)', function 
     const next = await a!.reserve(request('u', 0));
     expect(next.status).to.equal('booked');
     expect(a!.keysRestored).to.equal(0);
+  });
+
+  it('a brand-new process that finds no epoch on a Redis that lost data waits two heartbeats: the live processes put back first', async () => {
+    const server = await startRedis();
+    const clients = [new Redis(server.url), new Redis(server.url)];
+    try {
+      const prefix = uniquePrefix();
+      const rules = [parseRule('3/2s')];
+      const recovery = { heartbeatMs: 100, graceMs: 800 };
+      const a = redisStore(clients[0]!, { prefix, recovery });
+      for (let i = 0; i < 3; i++) expect((await a.reserve({ ...request('u'), rules })).status).to.equal('booked');
+      await clients[0]!.flushall();
+      // Started after the loss, before anyone noticed it: the Redis was flushed since it started, so
+      // the epoch it creates is ready two heartbeats later, and `a` finds it within one.
+      const late = redisStore(clients[1]!, { prefix, recovery });
+      const first = await late.reserve({ ...request('u'), rules });
+      expect(first.status).to.equal('deferred');
+      expect(first.ruleIndex).to.equal(-3);
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      expect(a.recoveries).to.equal(1);
+      // a's 3 calls are back: the window is full for the new process too.
+      expect((await late.reserve({ ...request('u', 0), rules })).status).to.equal('refused');
+    } finally {
+      for (const client of clients) client.disconnect();
+      await server.stop();
+    }
   });
 });

@@ -7,8 +7,8 @@
 
   Returns { now_ms, next_free_in_ms, paused_for_ms, used_1, reset_in_ms_1, ..., used_R,
   reset_in_ms_R }. A call in flight is taken to end now (the earliest it can), so
-  next_free_in_ms is the soonest one more call could start, and reset_in_ms when the oldest
-  counted call stops counting at the soonest.
+  next_free_in_ms is the soonest one more call could start (a vendor pause, or a hold after a loss,
+  included), and reset_in_ms when the oldest counted call stops counting at the soonest.
 ]]
 --- @include "log"
 --- @include "buckets"
@@ -21,8 +21,10 @@ local now_ms = math.ceil(now)
 local cut = math.floor(now)
 
 local size = redis.call('ZCARD', log)
-local pause = tonumber(redis.call('HGET', meta, 'pause') or 0)
-local start_at = math.max(now, pause)
+local state = redis.call('HMGET', meta, 'pause', 'h')
+local pause = tonumber(state[1] or 0)
+-- A key held after a loss (includes/check.lua) takes no call before its hold either.
+local start_at = math.max(now, pause, tonumber(state[2] or 0))
 local result = { now_ms, 0, math.max(0, math.ceil(pause - now)) }
 for r = 0, rule_count - 1 do
   local limit = tonumber(ARGV[2 + 3 * r])

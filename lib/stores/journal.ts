@@ -159,7 +159,7 @@ export class Journal {
     return true;
   }
 
-  /** The namespace's keys with calls that were not checked since `before` (`Date.now()` ms). */
+  /** The namespace's keys not checked since `before` (`Date.now()` ms). */
   unchecked(namespace: string, before: number): string[] {
     const out: string[] = [];
     for (const [key, journal] of this.#namespaces.get(namespace) ?? []) if (journal.checkedAt < before) out.push(key);

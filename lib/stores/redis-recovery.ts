@@ -331,7 +331,8 @@ export class Recovery {
       try {
         // Keys no decision checked within the last beat: a key that lost data is found (and held)
         // within a beat even when this process decides nothing there.
-        const keys = this.journal.unchecked(namespace, Date.now() - this.#heartbeatMs);
+        const storeNow = this.storeNow();
+        const keys = this.journal.unchecked(namespace, Date.now() - this.#heartbeatMs).filter((key) => this.journal.witness(namespace, key, storeNow) !== undefined);
         if (keys.length > 0) await this.#check(namespace, keys);
         // A put-back that failed is tried again at once.
         if (this.#unrecovered.has(namespace)) {
