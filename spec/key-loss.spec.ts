@@ -1,5 +1,5 @@
 /**
- * One key loses its data while the rest of Redis keeps it (docs/design.md §9, "A key that lost its
+ * One key loses its data while the rest of Redis keeps it (docs/design.md §9, "One key loses its
  * data"): evicted under maxmemory, or wiped with its Cluster shard. Every process that knows calls on
  * the key finds it at its next decision there (or its heartbeat), holds the key, and puts back its
  * own calls on that key only, before anything new is decided on it.
