@@ -20,7 +20,8 @@
              K < 0   complete: -K, N, then N pairs NUMBER, RELEASE_AT (includes/complete.lua);
                      N = 0: this process no longer waits on the key (it leaves the key's waiting list);
                      N = -1: check the key: -K, -1, NUMBER, LOG_UNTIL, KEY_UNTIL
-                     (includes/check.lua), before the key's decisions
+                     (includes/check.lua), before the key's decisions; N = -2: the same, FULL
+                     (the heartbeat's check of a key no decision follows)
            A decision on a key found lost (check status 1) is not made: its calls are answered
            status 3. On a key held (status 2) it is made, and waits for the hold (decide.lua).
 
@@ -95,7 +96,8 @@ local function vt_not_made(calls)
 end
 while i <= last do
   local k = tonumber(ARGV[i])
-  if k >= 0 or ARGV[i + 1] == '-1' then
+  local check = k < 0 and (ARGV[i + 1] == '-1' or ARGV[i + 1] == '-2')
+  if k >= 0 or check then
     -- Completions come first in a batch and need no clock: TIME only when a decision or check needs it.
     if now == nil then
       now = vt_now()
@@ -128,9 +130,9 @@ while i <= last do
       vt_not_made(1)
     end
     i = at + 3
-  elseif ARGV[i + 1] == '-1' then
+  elseif check then
     local status
-    status, i = vt_check(KEYS[-2 * k - 1], KEYS[-2 * k], tag, now, env.grace, env.replid, ARGV, i + 2)
+    status, i = vt_check(KEYS[-2 * k - 1], KEYS[-2 * k], tag, now, env.grace, env.replid, ARGV, i + 2, ARGV[i + 1] == '-2')
     if status == 1 then lost[-k] = true end
     checks[#checks + 1] = status
   else

@@ -5,26 +5,30 @@
   already present (ZADD NX), so putting the same calls back twice is harmless.
 
   KEYS[1]  log       sorted set of slots (see includes/log.lua)
+  KEYS[2]  meta      hash of the key
   ARGV[1]  RETAIN    ms of history to keep
   ARGV[2]  RELATIVE  1: scores are ms from the store's now; 0: absolute store-clock times (ms)
-  ARGV[3]  N, followed by N pairs: MEMBER, SCORE (the slot's release: its completion, or the
+  ARGV[3]  HOLD      ms to hold the key from now (0: none): a key found lost is put back under a
+                     hold (includes/check.lua), set again here in case it went with the key again
+  ARGV[4]  N, followed by N pairs: MEMBER, SCORE (the slot's release: its completion, or the
            bound START + MAX_HOLD of a call whose completion is not known)
 
   Returns the number of entries added.
 ]]
 --- @include "log"
 
-local log = KEYS[1]
+local log, meta = KEYS[1], KEYS[2]
 local retain = tonumber(ARGV[1])
 local relative = ARGV[2] == '1'
-local count = tonumber(ARGV[3])
+local hold = tonumber(ARGV[3])
+local count = tonumber(ARGV[4])
 local now = vt_now()
 local now_ms = math.ceil(now)
 local added = 0
 local latest = 0
 for i = 0, count - 1 do
-  local member = ARGV[4 + 2 * i]
-  local score = tonumber(ARGV[5 + 2 * i])
+  local member = ARGV[5 + 2 * i]
+  local score = tonumber(ARGV[6 + 2 * i])
   if relative then score = now_ms + math.ceil(score) end
   -- A call that no longer counts anywhere is not put back.
   if score + retain > math.floor(now) then
@@ -33,4 +37,5 @@ for i = 0, count - 1 do
   end
 end
 if latest > 0 then vt_keep(log, latest + retain - now) end
+if hold > 0 then vt_hold(log, meta, now, hold) end
 return added

@@ -108,20 +108,21 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   // Keys checked, in the order of their checks.
   const checked: string[] = [];
   const seen = new Set<string>();
-  const check = (key: string): void => {
+  const check = (key: string, full: boolean): void => {
     if (seen.has(key)) return;
     seen.add(key);
     const witness = checks?.witness(key);
     if (witness === undefined) return;
-    args.push(-indexOf(key), -1, witness.number, Math.floor(witness.logUntil), Math.floor(witness.keyUntil));
+    args.push(-indexOf(key), full ? -2 : -1, witness.number, Math.floor(witness.logUntil), Math.floor(witness.keyUntil));
     checked.push(key);
   };
   for (const [key, keyOps] of byKey) {
     const k = indexOf(key);
     const pairs: Array<string | number> = [];
     let leave = false;
-    // Before anything is decided on the key (a key a process holds nothing on has no witness).
-    if (checks && keyOps.some((op) => op.type === 'd' || op.type === 'k')) check(key);
+    // Before anything is decided on the key (a key a process holds nothing on has no witness). A
+    // decision reads meta itself; a check without one reads it too (full).
+    if (checks && keyOps.some((op) => op.type === 'd' || op.type === 'k')) check(key, !keyOps.some((op) => op.type === 'd'));
     const groups = new Map<string, Op[]>();
     for (const op of keyOps) {
       if (op.type === 'c') {
@@ -156,7 +157,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   // Calls of several keys last, after every completion of the batch.
   for (const op of several) {
     const parts = [op, ...op.also];
-    for (const part of parts) check(part.key);
+    for (const part of parts) check(part.key, false);
     args.push(0, parts.length);
     for (const part of parts) args.push(indexOf(part.key), setOf(op.maxHoldMs, part.retainMs, part.rules));
     args.push(op.cost, maxDelayArg(op.maxDelayMs), op.first);
@@ -169,17 +170,23 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       const now = reply[1] as number;
       const r = reply as number[];
       const again: Op[] = [];
+      // Keys held (a decision deferred with rule index -3): this process puts back its calls there
+      // too, if it holds any (a key checked).
+      const held = new Set<string>();
       let at = 2;
       for (const group of decided) {
         for (const op of group) {
           if (r[at] === 3) again.push(op);
-          else op.resolve([r[at]!, r[at + 1]!, r[at + 2]!, r[at + 3]!, now, r[at + 4]!]);
+          else {
+            if (r[at] === 2 && r[at + 3] === -3) for (const key of [op.key, ...op.also.map((part) => part.key)]) held.add(key);
+            op.resolve([r[at]!, r[at + 1]!, r[at + 2]!, r[at + 3]!, now, r[at + 4]!]);
+          }
           at += 5;
         }
       }
       for (const op of others) op.resolve(undefined);
       const lost: string[] = [];
-      for (const key of checked) if (r[at++] !== 0) lost.push(key);
+      for (const key of checked) if (r[at++] !== 0 || held.has(key)) lost.push(key);
       return { again, lost };
     },
   };

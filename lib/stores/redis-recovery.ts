@@ -92,7 +92,7 @@ export class Recovery {
   async restoreKeys(namespace: string, keys: readonly string[]): Promise<void> {
     const due = keys.filter((key) => this.journal.restoreDue(namespace, key, this.#graceMs));
     if (due.length === 0) return;
-    await this.#restoreJournal(namespace, due);
+    await this.#restoreJournal(namespace, due, this.#graceMs);
     this.keysRestored += due.length;
   }
 
@@ -238,7 +238,7 @@ export class Recovery {
    * Puts back the namespace's journal, RESTORE_CONCURRENCY keys at a time. A key whose restore fails
    * is tried once more after the others; a second failure rejects (once every other key is back).
    */
-  async #restoreJournal(namespace: string, keys?: readonly string[]): Promise<void> {
+  async #restoreJournal(namespace: string, keys?: readonly string[], holdMs = 0): Promise<void> {
     let todo = this.journal.entriesOf(namespace, this.storeNow(), keys);
     let failure: unknown;
     for (let pass = 0; pass < 2 && todo.length > 0; pass++) {
@@ -248,10 +248,11 @@ export class Recovery {
         while (next < todo.length) {
           const item = todo[next++]!;
           const { key, retainMs, entries } = item;
-          const args: Array<string | number> = [retainMs, 0, entries.length];
+          const args: Array<string | number> = [retainMs, 0, holdMs, entries.length];
           for (const { member, score } of entries) args.push(member, score);
+          const { log, meta } = this.#names(namespace, key);
           try {
-            await this.#run(scripts.restore.name, [this.#names(namespace, key).log], args);
+            await this.#run(scripts.restore.name, [log, meta], args);
           } catch (error) {
             failure ??= error;
             failed.push(item);

@@ -15,7 +15,7 @@ type ScriptFn = (...args: Array<string | number>) => Promise<unknown>;
 type ScriptedClient = RedisClientLike & Record<string, ScriptFn> & { readonly isCluster?: boolean };
 
 /** Keys of each script on a Cluster, where a batch holds one user key's two keys and no epoch key. */
-const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 1, epoch: 1 } as const satisfies Record<keyof typeof scripts, number>;
+const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 2, epoch: 1 } as const satisfies Record<keyof typeof scripts, number>;
 
 /** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by ioredis), but for the operations of one key. */
 const MAX_BATCH = 256;
@@ -190,7 +190,7 @@ export class RedisStore implements Store {
     // Not before every live process has put back its journal: the calls it restores would be
     // counted against a log that is not whole yet (harmless), and journaled under a stale epoch.
     await this.#recovery?.untilReady(namespace);
-    const args: Array<string | number> = [retainMs, 1, 0];
+    const args: Array<string | number> = [retainMs, 1, 0, 0];
     const restored: Array<{ number: number; releaseInMs: number }> = [];
     for (const { releaseInMs, cost } of slots) {
       for (let i = 0; i < cost; i++) {
@@ -199,7 +199,7 @@ export class RedisStore implements Store {
         restored.push({ number, releaseInMs: Math.ceil(releaseInMs) });
       }
     }
-    args[2] = restored.length;
+    args[3] = restored.length;
     // Journaled like the store's own decisions, and before they are sent: a loss at any moment after
     // this finds them in the journal and puts them back (restores only add, and twice is once).
     if (this.#recovery) {
@@ -207,7 +207,8 @@ export class RedisStore implements Store {
       this.#recovery.journal.restored(namespace, key, restored.map(({ number, releaseInMs }) => ({ number, score: now + releaseInMs })), retainMs);
       this.#recovery.startHeartbeat();
     }
-    await this.#run(scripts.restore.name, [this.#names(namespace, key).log], args);
+    const { log, meta } = this.#names(namespace, key);
+    await this.#run(scripts.restore.name, [log, meta], args);
   }
 
   /**

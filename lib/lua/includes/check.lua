@@ -12,23 +12,31 @@
   A[I ..]  NUMBER     the witness (its member is NUMBER followed by TAG)
            LOG_UNTIL  store-clock ms until which the log must hold the witness
            KEY_UNTIL  store-clock ms until which the log or meta must exist
+  FULL: also look at meta (the heartbeat's check, with no decision after it). A decision reads meta
+  itself: a key held, or taken by another Redis than this one (a failover), answers deferred with
+  rule index -3 (decide.lua), and the caller puts back its calls there as for status 2.
 
-  Returns 0 (whole), 1 (lost: the caller puts back its calls) or 2 (held: another process found a
-  loss, or the key's last booking was taken by another Redis than this one, meta `r`: a failover
-  since; the caller puts back its calls too, harmless if they are there), and the index in A after
-  its arguments.
+  Returns 0 (whole), 1 (lost: the caller puts back its calls) or 2 (FULL only, held: another
+  process found a loss, or the key's last booking was taken by another Redis than this one, meta
+  `r`: a failover since; the caller puts back its calls too, harmless if they are there), and the
+  index in A after its arguments.
 ]]
-local function vt_check(log, meta, tag, now, grace, replid, a, i)
-  local state = redis.call('HMGET', meta, 'h', 'r')
+local function vt_check(log, meta, tag, now, grace, replid, a, i, full)
   local status = 0
   if not redis.call('ZSCORE', log, a[i] .. tag) then
     if now < tonumber(a[i + 1]) or (now < tonumber(a[i + 2]) and redis.call('EXISTS', log, meta) == 0) then status = 1 end
   end
-  if status == 0 and replid ~= '' and state[2] and state[2] ~= replid then
-    redis.call('HSET', meta, 'r', replid)
-    status = 2
+  if status == 1 then
+    vt_hold(log, meta, now, grace)
+  elseif full then
+    local state = redis.call('HMGET', meta, 'h', 'r')
+    if replid ~= '' and state[2] and state[2] ~= replid then
+      redis.call('HSET', meta, 'r', replid)
+      vt_hold(log, meta, now, grace)
+      status = 2
+    elseif tonumber(state[1] or 0) > now then
+      status = 2
+    end
   end
-  if status > 0 then vt_hold(meta, now, grace) end
-  if status == 0 and tonumber(state[1] or 0) > now then status = 2 end
   return status, i + 3
 end

@@ -56,7 +56,7 @@ local vt_none = {}
 local function vt_key_open(log, meta, set, cut, now, env)
   local state = redis.call('HMGET', meta, unpack(set.meta_fields))
   if state[4] and env.replid ~= '' and state[4] ~= env.replid then
-    vt_hold(meta, now, env.grace)
+    vt_hold(log, meta, now, env.grace)
     redis.call('HSET', meta, 'r', env.replid)
     state[3], state[4] = math.max(tonumber(state[3] or 0), math.ceil(now + env.grace)), env.replid
   end

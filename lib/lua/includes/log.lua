@@ -53,10 +53,12 @@ local function vt_replid()
 end
 
 -- Holds a key: no decision on it before GRACE ms from now (meta `h`), never shortening a hold.
-local function vt_hold(meta, now, grace)
+-- meta then lives at least as long as LOG: under an eviction policy that takes the shortest time to
+-- live first (volatile-ttl), the hold must not go before the log it protects.
+local function vt_hold(log, meta, now, grace)
   local hold = math.ceil(now + grace)
   if hold > tonumber(redis.call('HGET', meta, 'h') or 0) then
     redis.call('HSET', meta, 'h', hold)
-    vt_keep(meta, hold - now)
+    vt_keep(meta, math.max(hold - now, redis.call('PTTL', log)))
   end
 end
