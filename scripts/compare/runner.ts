@@ -139,6 +139,8 @@ export async function runOne(ctx: RunContext, scenario: Scenario, contenderId: C
   const config = contender.describe(scenario.rules, workers);
   // Scripts stay cached (as in production): a warm-up round has loaded every contender's.
   await control.flushall();
+  // A FLUSHALL on purpose, no process running: RESETSTAT clears the count of it, which lib/lua/epoch.lua reads as a sign of a loss.
+  await control.config('RESETSTAT');
   const vendor = burst ? await startCompareVendor({ latencyMs: scenario.vendorLatencyMs, tail: scenario.vendorTail }) : undefined;
   const broadcast = (command: Parameters<WorkerPool['send']>[1]): void => {
     for (const index of active) pool.send(index, command);
