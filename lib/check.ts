@@ -29,10 +29,24 @@ export function checkCount(what: string, value: unknown, min = 1): number {
 export function checkKnown(what: string, options: object, known: readonly string[]): void {
   for (const name of Object.keys(options)) {
     if (known.includes(name)) continue;
-    const closest = known.reduce((best, candidate) => (distance(name, candidate) < distance(name, best) ? candidate : best), known[0]!);
-    const hint = distance(name, closest) <= Math.max(2, Math.floor(closest.length / 2)) ? ` (did you mean '${closest}'?)` : '';
-    throw new ThrottleConfigError(`Unknown ${what} option '${name}'${hint}; known: ${known.join(', ')}`);
+    const hint = closestName(name, known);
+    throw new ThrottleConfigError(`Unknown ${what} option '${name}'${hint === undefined ? '' : ` (did you mean '${hint}'?)`}; known: ${known.join(', ')}`);
   }
+}
+
+/** The known name closest to `name`, when it is close enough to be the one meant. */
+export function closestName(name: string, known: readonly string[]): string | undefined {
+  let closest: string | undefined;
+  let best = Infinity;
+  for (const candidate of known) {
+    const d = distance(name, candidate);
+    // Close enough for its length, and closer than any before it.
+    if (d <= Math.max(2, Math.floor(candidate.length / 2)) && d < best) {
+      closest = candidate;
+      best = d;
+    }
+  }
+  return closest;
 }
 
 /** Edit distance between two short names (Levenshtein). */

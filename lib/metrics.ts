@@ -9,6 +9,7 @@
  * Labels are the throttle's name and small fixed sets (reason, rule, source, policy, state), never
  * the user key: one series per key would grow without bound.
  */
+import { checkKnown } from './check.js';
 import { formatRule } from './rules.js';
 import type { ThrottleEvents, ThrottleStats } from './options.js';
 
@@ -163,6 +164,7 @@ export function throttleMetrics(throttle: MetricsSource, options: ThrottleMetric
   if (options === null || typeof options !== 'object') {
     throw new TypeError(`Expected throttleMetrics options to be an object, got ${String(options)}`);
   }
+  checkKnown('throttleMetrics', options, ['client', 'registry', 'prefix', 'buckets']);
   const { client } = options;
   if (client === null || typeof client !== 'object' || typeof client.Counter !== 'function' ||
     typeof client.Histogram !== 'function' || typeof client.Gauge !== 'function') {

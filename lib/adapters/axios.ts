@@ -13,7 +13,7 @@ import { ThrottleConfigError } from '../errors.js';
 import { describe } from '../rules.js';
 import type { Scheduler } from './scheduler.js';
 import type { AxiosInstanceType, AxiosRequestThrottleOptions } from './axios-types.js';
-import { checkCallOptions, followSignals, pickCallOptions, type SignalLike } from './call-options.js';
+import { checkCallOptions, followSignals, pickCallOptions, type SignalLike, VENDOR_SIGNAL_OPTIONS } from './call-options.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions } from './options.js';
 import { checkRetries, sendThrottled, vendorSettings, type Outcome, type VendorSettings } from './retry.js';
 
@@ -43,7 +43,7 @@ export function throttleAxios<I extends AxiosInstanceType>(throttle: Scheduler, 
   if (!isAxiosInstance(instance)) {
     throw new TypeError(`Expected an axios instance (axios, or one from axios.create()), got ${describe(instance)}`);
   }
-  checkCallOptions(options, 'axios');
+  checkCallOptions(options, 'axios', [...VENDOR_SIGNAL_OPTIONS, 'getAdapter']);
   const settings = vendorSettings(options, 'axios');
   const getAdapter = options.getAdapter ?? (instance as Partial<AxiosStatic>).getAdapter;
   if (getAdapter !== undefined && typeof getAdapter !== 'function') {

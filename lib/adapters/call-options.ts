@@ -1,3 +1,4 @@
+import { checkKnown } from '../check.js';
 import { ThrottleConfigError } from '../errors.js';
 import type { ScheduleOptions } from '../options.js';
 import { describe } from '../rules.js';
@@ -5,11 +6,18 @@ import type { CallOptions, PerCall } from './options.js';
 
 const PER_CALL = ['cost', 'maxDelayMs', 'priority'] as const;
 
-/** Checks the adapter-level parts every adapter shares: an options object, a `key` function, per-call values. */
-export function checkCallOptions(options: unknown, what: string): void {
+/** The vendor-signal options of the axios and fetch adapters (`VendorSignalOptions`). */
+export const VENDOR_SIGNAL_OPTIONS = ['retries', 'isThrottled', 'fallbackPauseMs', 'maxRetryAfterMs', 'maxPauseMs'] as const;
+
+/**
+ * Checks the adapter-level parts every adapter shares: an options object whose every name is one of
+ * `known` (besides `key` and the per-call values), a `key` function, per-call values.
+ */
+export function checkCallOptions(options: unknown, what: string, known: readonly string[]): void {
   if (options === null || typeof options !== 'object') {
     throw new ThrottleConfigError(`Expected ${what} options to be an object, got ${describe(options)}`);
   }
+  checkKnown(what, options, ['key', ...PER_CALL, ...known]);
   const { key } = options as { key?: unknown };
   if (typeof key !== 'function') throw new ThrottleConfigError(`Expected ${what} option key to be a function, got ${describe(key)}`);
   for (const name of PER_CALL) {

@@ -1,7 +1,7 @@
 import { ThrottleConfigError } from '../errors.js';
 import { describe } from '../rules.js';
 import type { Scheduler } from './scheduler.js';
-import { checkCallOptions, followSignals, pickCallOptions, type SignalLike } from './call-options.js';
+import { checkCallOptions, followSignals, pickCallOptions, type SignalLike, VENDOR_SIGNAL_OPTIONS } from './call-options.js';
 import type { FetchLike, FetchThrottleOptions } from './options.js';
 import { sendThrottled, vendorSettings } from './retry.js';
 
@@ -29,7 +29,7 @@ interface ResponseExtras {
  * a streamed `init.body` (a `ReadableStream`, an async iterable) cannot be sent twice and is not retried.
  */
 export function throttleFetch<F extends FetchLike>(throttle: Scheduler, options: FetchThrottleOptions<F>): F {
-  checkCallOptions(options, 'fetch');
+  checkCallOptions(options, 'fetch', [...VENDOR_SIGNAL_OPTIONS, 'fetch']);
   if (options.fetch !== undefined && typeof options.fetch !== 'function') {
     throw new ThrottleConfigError(`Expected fetch option fetch to be a function, got ${describe(options.fetch)}`);
   }

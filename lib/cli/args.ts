@@ -1,4 +1,5 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { closestName } from '../check.js';
 import { checkNamespace, type HashTag } from '../keys.js';
 import { parseRule } from '../rules.js';
 import { CliError } from './errors.js';
@@ -205,7 +206,10 @@ function parse<T extends NonNullable<ParseArgsConfig['options']>>(args: readonly
     return parseArgs({ args: [...args], options, allowPositionals: true, strict: true });
   } catch (error) {
     const message = error instanceof Error ? error.message.split('. To specify a positional')[0]! : String(error);
-    throw new CliError(`${command}: ${message} (see vendor-throttle ${command} --help)`);
+    // An unknown flag: name the closest known one (`--rules` for `--rule`).
+    const unknown = /^Unknown option '(--?[^']+)'/.exec(message)?.[1];
+    const hint = unknown === undefined ? undefined : closestName(unknown, Object.keys(options).map((name) => `--${name}`));
+    throw new CliError(`${command}: ${message}${hint === undefined ? '' : ` (did you mean '${hint}'?)`} (see vendor-throttle ${command} --help)`);
   }
 }
 

@@ -1,3 +1,4 @@
+import { checkKnown } from '../check.js';
 import { bucketIndex, countInWindow, foldHorizon, planSlot, planSlots, type Bucket, type BucketsOf, type LogView } from '../decision.js';
 import type { Rule } from '../rules.js';
 import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
@@ -50,6 +51,7 @@ export class MemoryStore implements Store {
 
   constructor(options: MemoryStoreOptions = {}) {
     if (options === null || typeof options !== 'object') throw new TypeError('Expected MemoryStore options to be an object');
+    checkKnown('MemoryStore', options, ['now']);
     this.#now = options.now ?? (() => performance.timeOrigin + performance.now());
   }
 

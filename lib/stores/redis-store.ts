@@ -1,3 +1,4 @@
+import { checkKnown } from '../check.js';
 import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
 import { checkNamespace, encodeKey, keyNames, type HashTag, type KeyNames } from '../keys.js';
@@ -59,6 +60,7 @@ export class RedisStore implements Store {
       throw new TypeError('Expected an ioredis Redis or Cluster client');
     }
     if (options === null || typeof options !== 'object') throw new ThrottleConfigError('Expected RedisStore options to be an object');
+    checkKnown('RedisStore', options, ['prefix', 'hashTag', 'commandTimeoutMs', 'recovery']);
     this.prefix = checkNamespace('RedisStore prefix', options.prefix ?? 'vt');
     const hashTag = options.hashTag ?? 'key';
     if (hashTag !== 'key' && hashTag !== 'name') throw new ThrottleConfigError(`Expected hashTag to be 'key' or 'name', got ${String(hashTag)}`);
@@ -68,6 +70,7 @@ export class RedisStore implements Store {
     if (recovery !== false && (recovery === null || typeof recovery !== 'object')) {
       throw new ThrottleConfigError('Expected recovery to be false or an object');
     }
+    if (recovery !== false) checkKnown('RedisStore recovery', recovery, ['heartbeatMs', 'graceMs']);
     const scripted = client as ScriptedClient;
     this.#cluster = scripted.isCluster === true;
     for (const [op, { name, lua }] of Object.entries(scripts)) {
