@@ -23,7 +23,17 @@ export interface Rule {
  * amount: `30/90s`, `20/500ms`, `2/1.5h` (the window must come out as whole milliseconds); or a cap
  * on calls in flight across every process, `{ concurrent: N }` or the string `'N concurrent'`.
  */
-export type RuleInput = Rule | { readonly concurrent: number } | string;
+export type RuleInput = Rule | { readonly concurrent: number } | RuleString;
+
+/** The units of a rule string (case does not matter at run time). */
+export type RuleUnit = 'ms' | 's' | 'sec' | 'second' | 'm' | 'min' | 'minute' | 'h' | 'hr' | 'hour' | 'd' | 'day';
+
+/**
+ * A rule string as TypeScript can check it: `'5/s'`, `'30/min'`, `'20/500ms'`, `'4 concurrent'`.
+ * `'5/fortnight'` does not compile. Strings built at run time (a config file, a flag) can be passed
+ * as `RuleString` after a cast: `parseRule()` validates every string at run time anyway.
+ */
+export type RuleString = `${number}/${RuleUnit}` | `${number}/${number}${RuleUnit}` | `${number} concurrent`;
 
 const UNIT_MS: Readonly<Record<string, number>> = {
   ms: 1,

@@ -30,6 +30,7 @@ import {
 } from './bench/redis-stats.js';
 import { formatNumber, renderTable, type Cell, type Column } from './bench/table.js';
 import { cleanUpOnSignal, readFlags, settingsOrUsage, UsageError } from './support/usage.js';
+import type { RuleString } from '../lib/rules.js';
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -407,7 +408,7 @@ async function saturatedDelay(ctx: Context, id: string, autoPipelining: boolean)
   try {
     // One unmeasured round loads the scripts on the connection and warms the JIT.
     for (let round = -1; round < settings.delayRounds; round++) {
-      const throttle = new Throttle({ name: `bench-${id}-${round + 1}`, rules: [settings.delayRule], store });
+      const throttle = new Throttle({ name: `bench-${id}-${round + 1}`, rules: [settings.delayRule as RuleString], store });
       const starts = new Array<number>(calls).fill(NaN);
       const serverBefore = await serverSnapshot(control);
       const clientBefore = redis.counter.snapshot();

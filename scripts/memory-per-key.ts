@@ -11,6 +11,7 @@ import { encodeKey, keyNames } from '../lib/keys.js';
 import { parseRule, type Rule } from '../lib/rules.js';
 import { RedisStore } from '../lib/stores/redis-store.js';
 import { startRedis } from './support/redis-server.js';
+import type { RuleString } from '../lib/rules.js';
 
 const server = await startRedis();
 const client = new Redis(server.url);
@@ -41,7 +42,7 @@ async function bytesOf(key: string): Promise<number> {
 console.log('exact (bucketAbove: Infinity), the log at its largest before a trim (2 × limit + 32 calls):');
 console.log('rule        calls in log   bytes (all keys)     bytes per call');
 for (const text of ['30/min', '48/min', '100/min', '1000/h', '10000/day']) {
-  const rule = parseRule(text);
+  const rule = parseRule(text as RuleString);
   const key = encodeKey(`exact-${text}`);
   const now = await storeNow();
   const window = rule.windowMs;
@@ -57,7 +58,7 @@ for (const text of ['30/min', '48/min', '100/min', '1000/h', '10000/day']) {
 console.log('\ndefault: limits above 48 bucketed (50 buckets per window), a full window of completed calls spread over it:');
 console.log('rule        calls in window   bytes (all keys)');
 for (const text of ['49/min', '100/min', '1000/h', '10000/day', '100000/day', '1000000/day']) {
-  const parsed = parseRule(text);
+  const parsed = parseRule(text as RuleString);
   const rule = { ...parsed, bucketMs: Math.ceil(parsed.windowMs / 50) };
   const key = encodeKey(`bucketed-${text}`);
   const now = await storeNow();

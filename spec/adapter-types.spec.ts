@@ -4,7 +4,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import type { AxiosConfigType, AxiosGetAdapterLike, AxiosGetAdapterType, AxiosInstanceLike, AxiosInstanceType, AxiosResponseType } from '../lib/adapters/axios-types.js';
-import type { AxiosThrottleHandle, Throttle } from '../lib/index.js';
+import { Throttle as ThrottleClass, type AxiosThrottleHandle, type RuleString, type Throttle } from '../lib/index.js';
 
 /** `true` when A and B are the same type (not merely assignable). */
 type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
@@ -22,6 +22,15 @@ function exactly<Expected>() {
  * and the spec below compiles it again so that `mocha` alone also proves it.
  */
 export function adapterTypes(throttle: Throttle): void {
+  // Rule strings: a unit TypeScript knows, or a cap; anything else does not compile.
+  const good: RuleString[] = ['5/s', '30/min', '20/500ms', '2/1.5h', '10000/day', '4 concurrent'];
+  new ThrottleClass({ rules: good });
+  new ThrottleClass({ rules: ['30/min', { limit: 5, windowMs: 1_000 }, { concurrent: 2 }] });
+  // @ts-expect-error no such unit
+  new ThrottleClass({ rules: ['5/fortnight'] });
+  // @ts-expect-error a limit is a number
+  new ThrottleClass({ rules: ['five/s'] });
+
   // axios: the instance keeps its type, requests keep theirs, `throttle` is a typed request option.
   const acme = axios.create({ baseURL: 'https://api.acme.example' });
   const handle = throttle.axios(acme, {

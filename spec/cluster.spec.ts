@@ -11,6 +11,7 @@ import { encodeKey, keyNames } from '../lib/keys.js';
 import { startVendor, windowViolations, type Vendor } from '../scripts/sim-vendor.js';
 import { uniquePrefix } from './support/hooks.js';
 import { startRedisCluster, type ErrorStats, type RedisCluster } from './support/redis-cluster.js';
+import type { RuleString } from '../lib/rules.js';
 
 const NAME = 'acme';
 const LIMIT = 5;
@@ -49,7 +50,7 @@ describe('RedisStore on a Redis Cluster (3 masters)', function () {
     const client = cluster.client(clientOptions);
     const store = new RedisStore(client, { prefix });
     stores.push(store);
-    const throttle = new Throttle({ name: NAME, rules, store, mode });
+    const throttle = new Throttle({ name: NAME, rules: rules as RuleString[], store, mode });
     throttles.push(throttle);
     return throttle;
   }
@@ -186,7 +187,7 @@ describe('RedisStore on a Redis Cluster (3 masters)', function () {
 
   it("decides calls of several keys (per user and app-wide) in one slot with hashTag 'name', and refuses them without it", async () => {
     const prefix = uniquePrefix();
-    const rules = (key: string): string[] => (key === 'app' ? ['6/200ms'] : [RULE]);
+    const rules = (key: string): RuleString[] => (key === 'app' ? ['6/200ms'] : [RULE]);
     const throttlesOf = [0, 1].map(() => {
       const store = new RedisStore(cluster.client(), { prefix, hashTag: 'name' });
       stores.push(store);

@@ -9,8 +9,9 @@ import { maxInWindow, startVendor, windowViolations } from '../scripts/sim-vendo
 import { delegatingStore } from './support/delegating-store.js';
 import { redisServer, uniquePrefix } from './support/hooks.js';
 import { spawnWorkers } from './support/worker.js';
+import type { RuleString } from '../lib/rules.js';
 
-const rules = (key: string): string[] => (key === 'app' ? ['3/300ms'] : ['2/300ms']);
+const rules = (key: string): RuleString[] => (key === 'app' ? ['3/300ms'] : ['2/300ms']);
 
 /** What `promise` rejects with (undefined if it resolves). */
 async function rejection(promise: Promise<unknown>): Promise<unknown> {

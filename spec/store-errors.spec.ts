@@ -7,6 +7,7 @@ import { Redis } from 'ioredis';
 import { RateLimitedError, StoreUnavailableError, Throttle, type StoreErrorPolicy, type ThrottleEvents } from '../lib/index.js';
 import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
 import { redisStore, uniquePrefix } from './support/hooks.js';
+import type { RuleString } from '../lib/rules.js';
 
 type StoreErrorEvent = ThrottleEvents['storeError'][0];
 
@@ -33,7 +34,7 @@ describe('when Redis fails (onStoreError)', function () {
     const store = redisStore(client, { prefix: uniquePrefix(), commandTimeoutMs: options.commandTimeoutMs ?? 300 });
     const throttle = new Throttle({
       name: 'acme',
-      rules: options.rules ?? ['4/400ms'],
+      rules: (options.rules ?? ['4/400ms']) as RuleString[],
       store,
       onStoreError: policy,
       localShare: options.localShare,

@@ -7,6 +7,7 @@ import type { Store } from '../lib/store.js';
 import { delegatingStore } from './support/delegating-store.js';
 import { mostInWindow } from './support/http-vendor.js';
 import { useFakeClock } from './support/fake-clock.js';
+import type { RuleString } from '../lib/rules.js';
 
 /** A MemoryStore that counts the decisions asked of it. */
 function countingReserves() {
@@ -123,7 +124,7 @@ describe('Throttle: delay mode', () => {
   });
 
   it('chooses rules per key, also asynchronously (plan tiers)', async () => {
-    const tiers: Record<string, string[]> = { gold: ['5/s'], free: ['1/s'] };
+    const tiers: Record<string, RuleString[]> = { gold: ['5/s'], free: ['1/s'] };
     const throttle = make({ rules: async (key) => tiers[key.split(':')[0]!]!, maxDelayMs: 0 });
     const gold = await Promise.allSettled(Array.from({ length: 6 }, () => throttle.schedule('gold:1', () => {})));
     const free = await Promise.allSettled(Array.from({ length: 2 }, () => throttle.schedule('free:1', () => {})));
@@ -585,7 +586,7 @@ describe('Throttle: bad input', () => {
   const configs: Array<[string, Partial<ThrottleOptions>, RegExp]> = [
     ['no rules', { rules: undefined as never }, /Expected rules/],
     ['limit 0', { rules: [{ limit: 0, windowMs: 1_000 }] }, /limit/],
-    ['unknown unit', { rules: ['30/fortnight'] }, /30\/fortnight/],
+    ['unknown unit', { rules: ['30/fortnight' as RuleString] }, /30\/fortnight/],
     ['mode', { mode: 'fast' as never }, /mode .* got 'fast'/],
     ['negative maxDelayMs', { maxDelayMs: -5 }, /maxDelayMs/],
     ['negative timeoutMs', { timeoutMs: -1 }, /timeoutMs .* got -1/],
@@ -606,7 +607,7 @@ describe('Throttle: bad input', () => {
   }
 
   it('rules from a function are checked at the call', async () => {
-    const bad = new Throttle({ rules: () => ['30/fortnight'] });
+    const bad = new Throttle({ rules: () => ['30/fortnight' as RuleString] });
     const error = await bad.schedule('u', () => {}).catch((e: unknown) => e);
     expect(error).to.be.instanceOf(ThrottleConfigError);
     await bad.close();

@@ -3,6 +3,7 @@ import { closestName } from '../check.js';
 import { checkNamespace, type HashTag } from '../keys.js';
 import { parseRule } from '../rules.js';
 import { CliError } from './errors.js';
+import type { RuleString } from '../rules.js';
 
 /** How a run builds its throttle; plain data, so that it can be sent to worker processes. */
 export interface ThrottleConfig {
@@ -221,7 +222,7 @@ function rules(values: readonly string[] | undefined, required: boolean): string
     const { key, rule } = splitRule(given);
     if (key === '') throw new CliError(`--rule '${given}': expected a key before '=', as in app=1000/min`);
     try {
-      parseRule(rule);
+      parseRule(rule as RuleString);
     } catch (error) {
       throw new CliError(`--rule '${given}': ${(error as Error).message}`);
     }

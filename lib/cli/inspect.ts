@@ -4,6 +4,7 @@ import { ruleSource, type InspectOptions } from './args.js';
 import { EXIT, type ExitCode } from './errors.js';
 import { formatSeconds } from './progress.js';
 import { closeRedis, connectRedis, type RedisClient } from './redis.js';
+import type { RuleString } from '../rules.js';
 
 /** What `inspect` reports for one key. Usage per rule and the next free slot need `--rule`. */
 export interface KeyReport {
@@ -35,7 +36,7 @@ export async function inspect(options: InspectOptions): Promise<ExitCode> {
   const rulesOf = (key: string): Rule[] | undefined => {
     const given = source === undefined ? [] : typeof source === 'function' ? source(key) : source;
     // A key with no rules given (only KEY=RULE for others): what the log holds, as without --rule.
-    return given.length === 0 ? undefined : parseRules(given);
+    return given.length === 0 ? undefined : parseRules(given as RuleString[]);
   };
   const client = await connectRedis(options.redis, options.cluster);
   try {
@@ -67,7 +68,7 @@ export async function inspect(options: InspectOptions): Promise<ExitCode> {
     const top = reports.slice(0, options.top);
     const namespace = `${options.prefix}:${options.name}`;
     if (options.json) process.stdout.write(`${JSON.stringify({ namespace, found: reports.length, keys: top }, null, 2)}\n`);
-    else process.stdout.write(describeBusiest(top, reports.length, namespace, source === undefined ? undefined : typeof source === 'function' ? 'per key' : parseRules(source)));
+    else process.stdout.write(describeBusiest(top, reports.length, namespace, source === undefined ? undefined : typeof source === 'function' ? 'per key' : parseRules(source as RuleString[])));
     return EXIT.ok;
   } finally {
     await closeRedis(client);

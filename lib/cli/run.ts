@@ -9,6 +9,7 @@ import { closeRedis, connectRedis, redact } from './redis.js';
 import { isFailure, isRefused, openResults, readDone, type ResultLine, type ResultsSink } from './results.js';
 import { openThrottle, type RecentCall } from './setup.js';
 import { runWorkers } from './workers.js';
+import type { RuleString } from '../rules.js';
 
 /**
  * `vendor-throttle run`: reads and checks every request of the file or of standard input (nothing
@@ -59,7 +60,7 @@ export async function run(options: RunOptions): Promise<ExitCode> {
   const earlier = [...(skipped > 0 ? [`${skipped} done earlier, skipped`] : []), ...(refusedBefore > 0 ? [`${refusedBefore} refused earlier by --max-wait, sent again`] : [])];
   const rules = options.throttle.rules.map((given) => {
     const { key, rule } = splitRule(given);
-    return `${key === undefined ? '' : `${key}=`}${formatRule(parseRule(rule))}`;
+    return `${key === undefined ? '' : `${key}=`}${formatRule(parseRule(rule as RuleString))}`;
   }).join(', ');
   const keys = new Set(todo.map((request) => request.key)).size;
   const where = options.throttle.redis === undefined ? 'in-memory limits' : `limits shared through ${redact(options.throttle.redis)} (${options.throttle.prefix}:${options.throttle.name})`;

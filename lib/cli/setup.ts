@@ -3,6 +3,8 @@ import { encodeKey } from '../keys.js';
 import { longestWindow } from '../rules.js';
 import { ruleSource, splitRule, type SendSettings, type ThrottleConfig } from './args.js';
 import { closeRedis, connectRedis } from './redis.js';
+import type { RuleString } from '../rules.js';
+import type { RulesOption } from '../options.js';
 
 /** A call an earlier run made, still counting against the rules: for the in-memory store of a resumed run. */
 export interface RecentCall {
@@ -38,9 +40,9 @@ export async function openThrottle(config: ThrottleConfig, send: SendSettings, r
   const store = redis === undefined ? new MemoryStore() : new RedisStore(redis, { prefix: config.prefix, hashTag: config.hashTag });
   // A call without a completion counts as in flight this long after its estimate: at least the request timeout.
   const maxHoldMs = Math.max(MIN_HOLD_MS, send.timeoutMs);
-  const throttle = new Throttle({ name: config.name, rules: ruleSource(config.rules), mode: config.mode, store, maxHoldMs });
+  const throttle = new Throttle({ name: config.name, rules: ruleSource(config.rules) as RulesOption, mode: config.mode, store, maxHoldMs });
   if (redis === undefined && recent.length > 0) {
-    const retainMs = longestWindow(parseRules(config.rules.map((given) => splitRule(given).rule)));
+    const retainMs = longestWindow(parseRules(config.rules.map((given) => splitRule(given).rule as RuleString)));
     const now = Date.now();
     const byKey = new Map<string, RecentCall[]>();
     for (const call of recent) {

@@ -15,6 +15,7 @@ import { Redis } from 'ioredis';
 import { RedisStore, Throttle } from '../../lib/index.js';
 import type { SoakWorkerConfig, SoakWorkerMessage } from './types.js';
 import { runAsChild, waitForLine } from '../support/child.js';
+import type { RuleString } from '../../lib/rules.js';
 
 const ERROR_SAMPLES = 5;
 /** A worker whose event loop has not ended this long after close() and quit() reports what holds it and exits with 3. */
@@ -37,7 +38,7 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 async function runWorker(config: SoakWorkerConfig): Promise<void> {
   const redis = new Redis(config.redisUrl);
   const store = new RedisStore(redis, { prefix: config.prefix });
-  const throttle = new Throttle({ name: config.name, rules: config.rules, store, mode: config.mode, maxHoldMs: config.maxHoldMs });
+  const throttle = new Throttle({ name: config.name, rules: config.rules as readonly RuleString[], store, mode: config.mode, maxHoldMs: config.maxHoldMs });
   const keyOf = (call: number): string => `user-${Math.floor(call / config.callsPerKey)}`;
   // What the throttle said along the way (re-bookings, late starts, failed background writes), by kind.
   const notes: Record<string, number> = {};
