@@ -78,8 +78,9 @@ export interface ReserveResult {
    */
   readonly readAt?: number;
   /**
-   * Index in `rules` of the rule that set the start, `PAUSED` (-2) for a vendor pause, -1 when
-   * neither did. With `also`, rules count on from the first key's through each of `also` in order.
+   * Index in `rules` of the rule that set the start, `PAUSED` (-2) for a vendor pause,
+   * `RECOVERING` (-3) while the store puts back data it lost (a new epoch, or a key held), -1 when
+   * none did. With `also`, rules count on from the first key's through each of `also` in order.
    */
   readonly ruleIndex: number;
   /** Members of the booked slots (`cost` of them, the same in every key of the call), empty unless booked. */

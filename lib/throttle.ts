@@ -7,7 +7,7 @@ import { throttleWrap } from './adapters/wrap.js';
 import { keysOf, oneKey, prepareCall, ruleAt, type CallDefaults } from './calls.js';
 import { checkDelay } from './check.js';
 import { Completions } from './completions.js';
-import { PAUSED } from './decision.js';
+import { PAUSED, RECOVERING } from './decision.js';
 import { CallTimeoutError, QueueFullError, RateLimitedError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
 import { Decisions, storeError, type Call } from './decisions.js';
 import { LocalFallback } from './fallback.js';
@@ -341,7 +341,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   #reason(call: Call, result: ReserveResult): Rule | 'paused' | 'booked' {
-    return result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).rule : 'booked';
+    return result.ruleIndex === PAUSED || result.ruleIndex === RECOVERING ? 'paused' : result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).rule : 'booked';
   }
 
   /** The refusal of a call: named after the key whose rule binds. */

@@ -251,7 +251,7 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
       void storeA.reserve(reserveNow('k', rules, 10_000)).catch(() => undefined);
       await sleep(50);
       let answer = await storeB.reserve(reserveNow('k', rules, 10_000));
-      while (answer.ruleIndex === -2) {
+      while (answer.ruleIndex === -3) {
         await sleep(10);
         answer = await storeB.reserve(reserveNow('k', rules, 10_000));
       }
@@ -288,10 +288,10 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
       const t0 = Date.now();
       void storeA.reserve(reserveNow('user0', rules, 60_000)).catch(() => undefined);
       // Process B asks for the key A puts back last until it is answered by something else than
-      // the epoch's grace (refused with rule index -2): that is when decisions resume.
+      // the epoch's grace (refused with rule index -3): that is when decisions resume.
       const last = `user${KEYS - 1}`;
       let answer = await storeB.reserve(reserveNow(last, rules, 60_000));
-      while (answer.ruleIndex === -2) {
+      while (answer.ruleIndex === -3) {
         await sleep(10);
         answer = await storeB.reserve(reserveNow(last, rules, 60_000));
       }

@@ -128,4 +128,52 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
       await server.stop();
     }
   });
+
+  it('a hold ends a grace period after the loss was found, however many processes put their calls back', async () => {
+    const prefix = uniquePrefix();
+    const all = stores(prefix, 3);
+    const rules = [parseRule('100/10s')];
+    const long = (maxDelayMs = 10_000): ReserveRequest => ({ ...request('k', maxDelayMs), rules, retainMs: 10_000 });
+    for (const store of all) {
+      for (let i = 0; i < 3; i++) {
+        const booked = await store.reserve(long());
+        await store.settle(NAMESPACE, 'k', booked.members.map((member) => ({ member, releaseAt: booked.now })));
+      }
+    }
+    await redisClient().del(keyNames(prefix, NAMESPACE, 'k').log);
+    const lostAt = performance.now();
+    // Every process asks until it books: each finds the loss, or the hold, and puts its calls back;
+    // none of those put-backs may keep the key held (the window has room for 91 more).
+    const bookedAt = await Promise.all(
+      all.map(async (store) => {
+        for (;;) {
+          const answer = await store.reserve(long(0));
+          if (answer.status === 'booked') return performance.now() - lostAt;
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+      }),
+    );
+    expect(Math.max(...bookedAt)).to.be.below(2 * 800);
+    expect(await redisClient().zcard(keyNames(prefix, NAMESPACE, 'k').log)).to.equal(9 + 3);
+  });
+
+  it('a bucketed key whose log went while its meta stayed: the calls not yet folded are found missing', async () => {
+    const prefix = uniquePrefix();
+    const [a] = stores(prefix, 1);
+    // An exact 20/1s beside a bucketed 10/60s: calls stay in the log until a fold, which has not come.
+    const rules = [parseRule('20/1s'), { limit: 10, windowMs: 60_000, bucketMs: 1_200 }];
+    const bucketed = (maxDelayMs = 10_000): ReserveRequest => ({ ...request('b', maxDelayMs), rules, retainMs: 60_000 });
+    for (let i = 0; i < 9; i++) {
+      const booked = await a!.reserve(bucketed());
+      await a!.settle(NAMESPACE, 'b', booked.members.map((member) => ({ member, releaseAt: booked.now })));
+    }
+    const { log } = keyNames(prefix, NAMESPACE, 'b');
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    await redisClient().del(log);
+    const next = await a!.reserve(bucketed());
+    expect(next.ruleIndex).to.equal(-3);
+    expect(a!.keysRestored).to.equal(1);
+    expect(await redisClient().zcard(log)).to.equal(9);
+  });
 });
+

@@ -19,7 +19,7 @@
                      slot): 0, N, then N pairs K, SET, then COST, MAX_DELAY, FIRST
              K < 0   complete: -K, N, then N pairs NUMBER, RELEASE_AT (includes/complete.lua);
                      N = 0: this process no longer waits on the key (it leaves the key's waiting list);
-                     N = -1: check the key: -K, -1, NUMBER, LOG_UNTIL, KEY_UNTIL
+                     N = -1: check the key: -K, -1, NUMBER, SCORE, KEY_UNTIL
                      (includes/check.lua), before the key's decisions; N = -2: the same, FULL
                      (the heartbeat's check of a key no decision follows)
            A decision on a key found lost (check status 1) is not made: its calls are answered

@@ -28,6 +28,10 @@ local mode = ARGV[3]
 -- persistence), it was a replica promoted (a second replication id), it evicted keys, or someone
 -- ran FLUSHALL or FLUSHDB (counted since it started).
 local function vt_lost_sign()
+  -- A Redis that refuses INFO (an ACL without it) shows nothing: taken as a sign.
+  for _, section in ipairs({ 'server', 'replication', 'stats', 'commandstats' }) do
+    if type(redis.pcall('INFO', section)) ~= 'string' then return true end
+  end
   local server = redis.call('INFO', 'server')
   local uptime = tonumber(string.match(server, 'uptime_in_seconds:(%d+)') or 0)
   if uptime * 1000 < tonumber(ARGV[2]) then return true end

@@ -8,8 +8,9 @@
   KEYS[2]  meta      hash of the key
   ARGV[1]  RETAIN    ms of history to keep
   ARGV[2]  RELATIVE  1: scores are ms from the store's now; 0: absolute store-clock times (ms)
-  ARGV[3]  HOLD      ms to hold the key from now (0: none): a key found lost is put back under a
-                     hold (includes/check.lua), set again here in case it went with the key again
+  ARGV[3]  HOLD      ms to hold the key from now (0: none), when this put back anything: a key found
+                     lost is put back under a hold (includes/check.lua), set again here in case it
+                     went with the key again
   ARGV[4]  N, followed by N pairs: MEMBER, SCORE (the slot's release: its completion, or the
            bound START + MAX_HOLD of a call whose completion is not known)
 
@@ -37,5 +38,5 @@ for i = 0, count - 1 do
   end
 end
 if latest > 0 then vt_keep(log, latest + retain - now) end
-if hold > 0 then vt_hold(log, meta, now, hold) end
+if hold > 0 and added > 0 then vt_hold(log, meta, now, hold) end
 return added

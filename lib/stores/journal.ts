@@ -6,9 +6,9 @@ import type { Settlement } from '../store.js';
  */
 export interface Witness {
   readonly number: number;
-  /** Until then the log holds the slot (a fold or a trim may remove it after). */
-  readonly logUntil: number;
-  /** Until then the slot counts, so the log or meta (its buckets) exists. */
+  /** Its score as this process wrote it (a fold may have moved it into buckets once past it). */
+  readonly score: number;
+  /** Until then the slot counts: no trim removes it before. */
   readonly keyUntil: number;
 }
 
@@ -24,11 +24,6 @@ export interface JournalEntry {
 
 interface KeyJournal {
   retainMs: number;
-  /**
-   * The key's longest exact window (0 when its rules are all bucketed): its log keeps a completed
-   * call at least that long before folding it into buckets (lua/includes/buckets.lua).
-   */
-  horizonMs: number;
   /** `Date.now()` of the key's last check (a decision's or the heartbeat's). */
   checkedAt: number;
   /** `Date.now()` when this process last put back its calls on the key (a check failed). */
@@ -63,12 +58,11 @@ export class Journal {
   }
 
   /** Slots booked: numbers `first` .. `first + count - 1`, each with its bound. */
-  book(namespace: string, key: string, first: number, count: number, bound: number, retainMs: number, storeNow: number, horizonMs = 0): void {
+  book(namespace: string, key: string, first: number, count: number, bound: number, retainMs: number, storeNow: number): void {
     // The store's reading comes rounded up and Date.now() truncated: 2 ms less, so that the estimate
     // never runs ahead of the store's clock (pruning a slot before it stops counting there).
     this.clockOffsetMs = storeNow - Date.now() - 2;
     const journal = this.#open(namespace, key, retainMs);
-    journal.horizonMs = Math.max(journal.horizonMs, horizonMs);
     for (let number = first; number < first + count; number++) {
       if (!journal.pending.has(number)) this.#size += 1;
       journal.pending.set(number, bound);
@@ -111,7 +105,7 @@ export class Journal {
     let keys = this.#namespaces.get(namespace);
     if (!keys) this.#namespaces.set(namespace, (keys = new Map()));
     let journal = keys.get(key);
-    if (!journal) keys.set(key, (journal = { retainMs, horizonMs: 0, checkedAt: 0, restoredAt: 0, pending: new Map(), members: [], scores: [], head: 0 }));
+    if (!journal) keys.set(key, (journal = { retainMs, checkedAt: 0, restoredAt: 0, pending: new Map(), members: [], scores: [], head: 0 }));
     journal.retainMs = Math.max(journal.retainMs, retainMs);
     return journal;
   }
@@ -131,7 +125,7 @@ export class Journal {
     const journal = this.#namespaces.get(namespace)?.get(key);
     if (!journal) return undefined;
     journal.checkedAt = checkedAt;
-    const { retainMs, horizonMs, pending, members, scores } = journal;
+    const { retainMs, pending, members, scores } = journal;
     let number = -1;
     let score = 0;
     for (const [n, bound] of pending) {
@@ -145,7 +139,7 @@ export class Journal {
       score = scores[scores.length - 1]!;
     }
     if (number < 0 || score + retainMs - WITNESS_MARGIN_MS <= storeNow) return undefined;
-    return { number, logUntil: score + Math.min(horizonMs, retainMs) - WITNESS_MARGIN_MS, keyUntil: score + retainMs - WITNESS_MARGIN_MS };
+    return { number, score, keyUntil: score + retainMs - WITNESS_MARGIN_MS };
   }
 
   /**
@@ -154,9 +148,13 @@ export class Journal {
    */
   restoreDue(namespace: string, key: string, withinMs: number, now = Date.now()): boolean {
     const journal = this.#namespaces.get(namespace)?.get(key);
-    if (!journal || now - journal.restoredAt < withinMs) return false;
-    journal.restoredAt = now;
-    return true;
+    return journal !== undefined && now - journal.restoredAt >= withinMs;
+  }
+
+  /** This process put back its calls on the key at `now`. */
+  restoredNow(namespace: string, key: string, now = Date.now()): void {
+    const journal = this.#namespaces.get(namespace)?.get(key);
+    if (journal) journal.restoredAt = now;
   }
 
   /** The namespace's keys not checked since `before` (`Date.now()` ms). */

@@ -47,8 +47,10 @@ export interface Checks {
 export interface Checked {
   /** The decisions not made (status 3): their keys failed a check; asked again once put back. */
   readonly again: Op[];
-  /** Keys found lost or held: this process puts back its calls there. */
+  /** Keys whose check found this process's calls gone: it puts them back, and holds the key again if that added any. */
   readonly lost: string[];
+  /** Keys found held (another process found a loss, or a failover): it puts its calls back too, without holding. */
+  readonly held: string[];
 }
 
 /** One `EVALSHA` of lua/batch.lua: its keys, its arguments after EPOCH, TAG, CHANNEL and GRACE, and who gets which reply. */
@@ -113,7 +115,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
     seen.add(key);
     const witness = checks?.witness(key);
     if (witness === undefined) return;
-    args.push(-indexOf(key), full ? -2 : -1, witness.number, Math.floor(witness.logUntil), Math.floor(witness.keyUntil));
+    args.push(-indexOf(key), full ? -2 : -1, witness.number, Math.ceil(witness.score), Math.floor(witness.keyUntil));
     checked.push(key);
   };
   for (const [key, keyOps] of byKey) {
@@ -178,7 +180,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
         for (const op of group) {
           if (r[at] === 3) again.push(op);
           else {
-            if (r[at] === 2 && r[at + 3] === -3) for (const key of [op.key, ...op.also.map((part) => part.key)]) held.add(key);
+            if (r[at] !== 1 && r[at + 3] === -3) for (const key of [op.key, ...op.also.map((part) => part.key)]) held.add(key);
             op.resolve([r[at]!, r[at + 1]!, r[at + 2]!, r[at + 3]!, now, r[at + 4]!]);
           }
           at += 5;
@@ -186,8 +188,13 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       }
       for (const op of others) op.resolve(undefined);
       const lost: string[] = [];
-      for (const key of checked) if (r[at++] !== 0 || held.has(key)) lost.push(key);
-      return { again, lost };
+      const heldKeys: string[] = [];
+      for (const key of checked) {
+        const status = r[at++];
+        if (status === 1) lost.push(key);
+        else if (status === 2 || held.has(key)) heldKeys.push(key);
+      }
+      return { again, lost, held: heldKeys };
     },
   };
 }

@@ -85,16 +85,22 @@ export class Recovery {
   }
 
   /**
-   * Puts back this process's calls on keys that lost data (a check failed, or found the key held):
-   * only those keys, once per grace period. The check held each key for a grace period, so no
-   * process decides there meanwhile.
+   * Puts back this process's calls on keys that lost data, once per grace period each (checks
+   * finding the key held while it stays held find the same loss): those a check found without them
+   * (`lost`: the key is held again if that added anything, in case the hold went with the key),
+   * and those found held (`held`: without holding, so that put-backs never keep a key held).
    */
-  async restoreKeys(namespace: string, keys: readonly string[]): Promise<void> {
-    const due = keys.filter((key) => this.journal.restoreDue(namespace, key, this.#graceMs));
-    if (due.length === 0) return;
-    await this.#restoreJournal(namespace, due, this.#graceMs);
-    this.keysRestored += due.length;
+  async restoreKeys(namespace: string, lost: readonly string[], held: readonly string[] = []): Promise<void> {
+    const due = (keys: readonly string[]) => keys.filter((key) => this.journal.restoreDue(namespace, key, this.#graceMs));
+    const lostDue = due(lost);
+    const heldDue = due(held).filter((key) => !lost.includes(key));
+    await Promise.all([this.#restoreJournal(namespace, lostDue, this.#graceMs), this.#restoreJournal(namespace, heldDue, 0)]);
+    // Only once back: a put-back that failed is tried again at the next finding.
+    const now = Date.now();
+    for (const key of [...lostDue, ...heldDue]) this.journal.restoredNow(namespace, key, now);
+    this.keysRestored += lostDue.length + heldDue.length;
   }
+
 
   /** The epoch this process knows for the namespace, looked up (created if missing) the first time. */
   epochOf(namespace: string): Promise<string> | string {
@@ -330,10 +336,10 @@ export class Recovery {
   async #beat(): Promise<void> {
     for (const namespace of this.journal.namespaces()) {
       try {
-        // Keys no decision checked within the last beat: a key that lost data is found (and held)
-        // within a beat even when this process decides nothing there.
+        // Keys no decision checked within half a beat: a key that lost data, or that another process
+        // holds, is found within about a beat and a half even when this process decides nothing there.
         const storeNow = this.storeNow();
-        const keys = this.journal.unchecked(namespace, Date.now() - this.#heartbeatMs).filter((key) => this.journal.witness(namespace, key, storeNow) !== undefined);
+        const keys = this.journal.unchecked(namespace, Date.now() - this.#heartbeatMs / 2).filter((key) => this.journal.witness(namespace, key, storeNow) !== undefined);
         if (keys.length > 0) await this.#check(namespace, keys);
         // A put-back that failed is tried again at once.
         if (this.#unrecovered.has(namespace)) {

@@ -140,8 +140,8 @@ export class RedisStore implements Store {
     const members: string[] = [];
     if (status === 1) {
       for (let i = 0; i < cost; i++) members.push(this.#member(first + i));
-      this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now, exactHorizon(rules));
-      for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now, exactHorizon(part.rules));
+      this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now);
+      for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now);
       this.#recovery?.startHeartbeat();
     }
     return { status: status === 1 ? 'booked' : status === 2 ? 'deferred' : 'refused', waitMs, retryMs, startAt, now, ruleIndex, members };
@@ -362,10 +362,10 @@ export class RedisStore implements Store {
         if (retry.length > 0) await this.#send(retry);
         return;
       }
-      const { again, lost } = deliver(reply);
+      const { again, lost, held } = deliver(reply);
       if (!recovery) return;
-      if (lost.length > 0) {
-        await recovery.restoreKeys(namespace, lost);
+      if (lost.length > 0 || held.length > 0) {
+        await recovery.restoreKeys(namespace, lost, held);
         // Its waiting list may be gone with the key: this process's calls waiting there ask again
         // (deferred while the key is held) instead of waiting for a wake that may never come.
         for (const key of lost) this.#wakes.wake(`${this.#channel(namespace)}${this.#tag}`, encodeKey(key));
@@ -401,13 +401,6 @@ export class RedisStore implements Store {
 
 const NONE: readonly never[] = [];
 const NO_RULES: readonly Rule[] = [];
-
-/** The longest window of the exact rules (0 when all are bucketed): how long the log keeps a completed call before folding it. */
-function exactHorizon(rules: readonly Rule[]): number {
-  let horizon = 0;
-  for (const { windowMs, bucketMs } of rules) if (!bucketMs) horizon = Math.max(horizon, windowMs);
-  return horizon;
-}
 
 function positive(what: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) {

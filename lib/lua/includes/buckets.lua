@@ -118,7 +118,12 @@ local function vt_fold(log, meta, a, rules_at, rule_count, at)
   end
   for _, field in ipairs(adds) do redis.call('HINCRBY', meta, field, adds[field]) end
   local removed = 0
-  if #old > 0 then removed = redis.call('ZREMRANGEBYSCORE', log, '-inf', at - horizon) end
+  if #old > 0 then
+    removed = redis.call('ZREMRANGEBYSCORE', log, '-inf', at - horizon)
+    -- Nothing scored at or below this is in the log any more (includes/check.lua reads it).
+    changes[#changes + 1] = 'f'
+    changes[#changes + 1] = at - horizon
+  end
   for _, group in ipairs(groups) do
     for _, r in ipairs(group.rules) do totals[r] = group.n end
     if group.n ~= group.stored then

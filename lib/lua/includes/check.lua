@@ -2,19 +2,20 @@
   check: whether a key still holds what this process knows it wrote there (docs/design.md §9, "One
   key loses its data"). A key can lose its data alone: evicted under maxmemory, wiped with its
   Cluster shard (FLUSHALL, a master restarted empty), or rolled back by a failover to a replica that
-  had not received the latest writes. The caller names its newest slot on the key (its witness) and
-  until when the log must hold it (its fold or trim may remove it after that), and until when the
-  key must exist at all (its calls count until then: the log, or the buckets of meta, hold them).
-  A witness missing before its time, or a key gone before its time, is a loss: the key is held (no
+  had not received the latest writes. The caller names its newest slot on the key (its witness),
+  its score, and until when it counts. A witness missing before its time is a loss: the key is held (no
   decision on it, from any process, until GRACE ms from now) while every process that knows calls
   on it puts them back (restore.lua).
 
   A[I ..]  NUMBER     the witness (its member is NUMBER followed by TAG)
-           LOG_UNTIL  store-clock ms until which the log must hold the witness
-           KEY_UNTIL  store-clock ms until which the log or meta must exist
+           SCORE      its score as this process wrote it (rounded up)
+           KEY_UNTIL  store-clock ms until which it counts: until then no trim removes it
+  A witness missing while it counts is a loss, unless a fold moved it into the buckets: meta `f` is
+  the highest score a fold removed from the log (includes/buckets.lua), whatever rules the folding
+  process had. A key whose meta went too has no `f`: any missing witness that counts is a loss.
   FULL: also look at meta (the heartbeat's check, with no decision after it). A decision reads meta
-  itself: a key held, or taken by another Redis than this one (a failover), answers deferred with
-  rule index -3 (decide.lua), and the caller puts back its calls there as for status 2.
+  itself: a key held, or taken by another Redis than this one (a failover), answers rule index -3
+  (decide.lua), and the caller puts back its calls there as for status 2.
 
   Returns 0 (whole), 1 (lost: the caller puts back its calls) or 2 (FULL only, held: another
   process found a loss, or the key's last booking was taken by another Redis than this one, meta
@@ -23,8 +24,8 @@
 ]]
 local function vt_check(log, meta, tag, now, grace, replid, a, i, full)
   local status = 0
-  if not redis.call('ZSCORE', log, a[i] .. tag) then
-    if now < tonumber(a[i + 1]) or (now < tonumber(a[i + 2]) and redis.call('EXISTS', log, meta) == 0) then status = 1 end
+  if now < tonumber(a[i + 2]) and not redis.call('ZSCORE', log, a[i] .. tag) then
+    if tonumber(redis.call('HGET', meta, 'f') or 0) < tonumber(a[i + 1]) then status = 1 end
   end
   if status == 1 then
     vt_hold(log, meta, now, grace)

@@ -159,7 +159,7 @@ local function vt_answer(now, now_ms, ready, max_delay, start_at, earliest, boun
   local limited = max_delay ~= 'inf' and wait > tonumber(max_delay)
   if ready > now_ms then
     local until_ready = math.ceil(ready - now)
-    if max_delay ~= 'inf' and until_ready > tonumber(max_delay) then return { 0, math.max(until_ready, wait), start_at, -2, 0 }, false, false end
+    if max_delay ~= 'inf' and until_ready > tonumber(max_delay) then return { 0, math.max(until_ready, wait), start_at, -3, 0 }, false, false end
     return { 2, until_ready, start_at, -3, until_ready }, false, false
   elseif bound ~= nil and (limited or max_delay == '0') then
     -- Cannot wait for the completion: refused, with the soonest a slot could be free.
