@@ -201,7 +201,7 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
       restoresDone += 1;
       return reply;
     });
-    const store = redisStore(a.client, { prefix: uniquePrefix(), recovery: { heartbeatMs: 100, graceMs: 200 } });
+    const store = redisStore(a.client, { prefix: uniquePrefix(), recovery: { heartbeatMs: 100, graceMs: 300 } });
     const rules = [{ limit: 3, windowMs: 10_000 }];
     try {
       for (const key of ['k1', 'k2']) {
@@ -240,7 +240,7 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
     });
     const clientB = new Redis(server.url);
     const prefix = uniquePrefix();
-    const recovery = { heartbeatMs: 100, graceMs: 200 };
+    const recovery = { heartbeatMs: 100, graceMs: 300 };
     const storeA = redisStore(a.client, { prefix, recovery });
     const storeB = redisStore(clientB, { prefix, recovery });
     const rules = [{ limit: 3, windowMs: 10_000 }];

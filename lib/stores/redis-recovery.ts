@@ -336,10 +336,11 @@ export class Recovery {
   async #beat(): Promise<void> {
     for (const namespace of this.journal.namespaces()) {
       try {
-        // Keys no decision checked within half a beat: a key that lost data, or that another process
-        // holds, is found within about a beat and a half even when this process decides nothing there.
+        // Keys no decision checked within a beat: a key that lost data, or that another process holds,
+        // is found within about two beats (the next beat starts a beat after this one ends) even when
+        // this process decides nothing there.
         const storeNow = this.storeNow();
-        const keys = this.journal.unchecked(namespace, Date.now() - this.#heartbeatMs / 2).filter((key) => this.journal.witness(namespace, key, storeNow) !== undefined);
+        const keys = this.journal.unchecked(namespace, Date.now() - this.#heartbeatMs).filter((key) => this.journal.witness(namespace, key, storeNow) !== undefined);
         if (keys.length > 0) await this.#check(namespace, keys);
         // A put-back that failed is tried again at once.
         if (this.#unrecovered.has(namespace)) {

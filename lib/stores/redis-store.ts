@@ -85,9 +85,10 @@ export class RedisStore implements Store {
     if (recovery !== false) {
       const heartbeatMs = positive('recovery.heartbeatMs', recovery.heartbeatMs ?? 500);
       const graceMs = positive('recovery.graceMs', recovery.graceMs ?? 3_000);
-      // A process finds a loss within a heartbeat of its last check, and needs time to put its calls back.
-      if (graceMs < 2 * heartbeatMs) {
-        throw new ThrottleConfigError(`Expected recovery.graceMs (${graceMs}) to be at least twice recovery.heartbeatMs (${heartbeatMs})`);
+      // A process finds a loss within about two heartbeats of its last check, and needs time to put
+      // its calls back.
+      if (graceMs < 3 * heartbeatMs) {
+        throw new ThrottleConfigError(`Expected recovery.graceMs (${graceMs}) to be at least three times recovery.heartbeatMs (${heartbeatMs})`);
       }
       this.#recovery = new Recovery({
         prefix: this.prefix,
