@@ -1,4 +1,5 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
+import { Activity } from './activity.js';
 import { throttleAxios } from './adapters/axios.js';
 import type { AxiosInstanceType } from './adapters/axios-types.js';
 import { throttleFetch } from './adapters/fetch.js';
@@ -52,6 +53,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   /** Per encoded key, calls that count in it sleeping until their slot; and all such calls. */
   readonly #sleeping = new Map<string, number>();
   #sleepingCalls = 0;
+  readonly #activity = new Activity();
   readonly #refusals = new Refusals();
   #closed: Promise<void> | undefined;
 
@@ -112,18 +114,48 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    */
   async schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options: ScheduleOptions = {}): Promise<Awaited<T>> {
     if (typeof fn !== 'function') throw new TypeError(`Expected fn to be a function, got ${describe(fn)}`);
-    const call = await prepareCall(this.#callDefaults, key, options);
-    if (call.also.length > 0 && !this.store.multiKey) throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
-    const askedAt = performance.now();
-    let grant: Grant;
+    this.#activity.entered();
     try {
-      grant = await this.#acquire(call);
-    } catch (error) {
-      if (error instanceof RateLimitedError || error instanceof QueueFullError) this.notify('refused', { key: call.key, cost: call.cost, error, ...alsoOf(call) });
-      throw error;
+      const call = await prepareCall(this.#callDefaults, key, options);
+      if (call.also.length > 0 && !this.store.multiKey) throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
+      const askedAt = performance.now();
+      let grant: Grant;
+      try {
+        grant = await this.#acquire(call);
+      } catch (error) {
+        if (error instanceof RateLimitedError || error instanceof QueueFullError) this.notify('refused', { key: call.key, cost: call.cost, error, ...alsoOf(call) });
+        throw error;
+      }
+      this.notify('granted', { key: call.key, cost: call.cost, waitedMs: performance.now() - askedAt, ...alsoOf(call) });
+      this.#activity.started();
+      try {
+        return await this.#run(call, grant, fn);
+      } finally {
+        this.#activity.ran();
+      }
+    } finally {
+      this.#activity.left();
     }
-    this.notify('granted', { key: call.key, cost: call.cost, waitedMs: performance.now() - askedAt, ...alsoOf(call) });
-    return this.#run(call, grant, fn);
+  }
+
+  /** Calls of this process waiting for a slot (in line, asking the store, or sleeping until their start): p-queue's `size`. */
+  get size(): number {
+    return this.#activity.size;
+  }
+
+  /** Calls of this process whose `fn` is running: p-queue's `pending`. */
+  get pending(): number {
+    return this.#activity.pending;
+  }
+
+  /** Resolves once no call of this process waits for a slot (`size` is 0; calls may still run). */
+  onEmpty(): Promise<void> {
+    return this.#activity.onEmpty();
+  }
+
+  /** Resolves once this process has no call at all: none waiting for a slot, none running. */
+  onIdle(): Promise<void> {
+    return this.#activity.onIdle();
   }
 
   /** Usage of `key` under its rules, read from the store without booking anything. */
