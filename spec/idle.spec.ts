@@ -36,7 +36,7 @@ describe('size, pending, onEmpty() and onIdle()', () => {
     // Empty when the fifth call started (a window after the third and fourth ended: 2.6 s), idle
     // when it ended, 300 ms later.
     expect(empty).to.be.within(2_000, 3_000);
-    expect(idle - empty).to.be.within(300, 310);
+    expect(idle! - empty!).to.be.within(300, 310);
     await throttle.close();
   });
 
