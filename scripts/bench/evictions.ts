@@ -29,6 +29,8 @@ export interface EvictionRunOptions {
   readonly arrivalMs?: number;
   /** When the cache starts filling the memory, ms after the first arrival. @default 1_000 */
   readonly evictAtMs?: number;
+  /** The store's `recovery.graceMs`: how long a key found lost is held. @default 1_000 */
+  readonly graceMs?: number;
   /**
    * How long the pressure lasts: then `maxmemory` is lifted, as an operator would on the alert.
    * @default Infinity (until the last call)
@@ -75,7 +77,7 @@ export async function runEvictions(options: EvictionRunOptions): Promise<Evictio
   for (let p = 0; p < processes; p++) {
     const client = new Redis(server.url);
     clients.push(client);
-    const store = new RedisStore(client, { prefix: 'vt', commandTimeoutMs: 1_000, recovery: options.recovery ? { heartbeatMs: 100, graceMs: 1_000 } : false });
+    const store = new RedisStore(client, { prefix: 'vt', commandTimeoutMs: 1_000, recovery: options.recovery ? { heartbeatMs: 100, graceMs: options.graceMs ?? 1_000 } : false });
     stores.push(store);
     throttles.push(new Throttle({ name: 'acme', rules: [`${limit}/${windowMs}ms`], store, onStoreError: 'wait', maxDelayMs: 60_000, maxHoldMs: 1_000 }));
   }
