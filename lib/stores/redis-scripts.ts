@@ -1,4 +1,7 @@
 import { readFileSync } from 'node:fs';
+import { StoreUnavailableError } from '../errors.js';
+import { MAX_TIMER_MS } from '../sleep.js';
+import type { RedisClientLike } from './redis-options.js';
 
 /**
  * The Lua scripts of the Redis store, read once from `lib/lua/*.lua` with their `--- @include "name"`
@@ -29,3 +32,65 @@ export const scripts = {
   restore: { name: `vtRestore${SCRIPT_VERSION}`, lua: load('restore') },
   epoch: { name: `vtEpoch${SCRIPT_VERSION}`, lua: load('epoch') },
 } as const satisfies Record<string, ScriptDefinition>;
+
+type ScriptFn = (...args: Array<string | number>) => Promise<unknown>;
+/** The client as the runner uses it: the scripts it defined, GET, and whether it is a Cluster. */
+export type ScriptedClient = RedisClientLike & Record<string, ScriptFn> & { readonly isCluster?: boolean };
+
+/** Keys of each script on a Cluster, where a batch holds one user key's two keys and no epoch key. */
+const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 2, epoch: 1 } as const satisfies Record<keyof typeof scripts, number>;
+
+/**
+ * Runs the scripts on one ioredis client, standalone or Cluster, each call bounded by the store's
+ * `commandTimeoutMs`. The scripts are registered with `defineCommand` (EVALSHA, EVAL on NOSCRIPT).
+ */
+export class ScriptRunner {
+  readonly client: ScriptedClient;
+  /** A Cluster: every script reaches one slot, with a fixed number of keys. */
+  readonly cluster: boolean;
+  readonly #timeoutMs: number;
+
+  constructor(client: RedisClientLike, timeoutMs: number) {
+    this.client = client as ScriptedClient;
+    this.cluster = this.client.isCluster === true;
+    this.#timeoutMs = timeoutMs;
+    for (const [op, { name, lua }] of Object.entries(scripts)) {
+      // Standalone: no fixed number of keys, so the epoch key rides along in the same script. Cluster:
+      // a fixed number, so that the first argument ioredis sees is a key, which it routes and
+      // auto-pipelines by (with a leading count it takes the count for a key: one pipeline over all masters).
+      if (typeof this.client[name] === 'function') continue;
+      client.defineCommand(name, this.cluster ? { lua, numberOfKeys: CLUSTER_KEYS[op as keyof typeof scripts] } : { lua });
+    }
+  }
+
+  /** Runs one script with the timeout. */
+  run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown> {
+    return this.timed(this.#call(name, keys, args));
+  }
+
+  /** Calls a script: with the number of keys first on a standalone Redis, without it on a Cluster (fixed there). */
+  #call(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown> {
+    if (!this.cluster) return this.client[name]!(keys.length, ...keys, ...args);
+    // A batch with a call of several keys has more keys than the command defined for one key.
+    if (name === scripts.batch.name && keys.length !== CLUSTER_KEYS.batch) name = this.#clusterBatch(keys.length);
+    return this.client[name]!(...keys, ...args);
+  }
+
+  /** The batch script on a Cluster for a batch of `count` keys (one slot), defined the first time it is needed. */
+  #clusterBatch(count: number): string {
+    const name = `${scripts.batch.name}k${count}`;
+    if (typeof this.client[name] !== 'function') this.client.defineCommand(name, { lua: scripts.batch.lua, numberOfKeys: count });
+    return name;
+  }
+
+  /** Rejects with `StoreUnavailableError` when `promise` takes longer than `commandTimeoutMs`. */
+  timed<T>(promise: Promise<T>): Promise<T> {
+    // A timeout past what a timer can hold is as good as none.
+    if (this.#timeoutMs > MAX_TIMER_MS) return promise;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => reject(new StoreUnavailableError(`Redis did not answer within ${this.#timeoutMs} ms (commandTimeoutMs)`)), this.#timeoutMs);
+    });
+    return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+  }
+}

@@ -1,22 +1,15 @@
-import { checkKnown } from '../check.js';
 import { randomBytes } from 'node:crypto';
+import { checkKnown } from '../check.js';
 import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
 import { checkNamespace, encodeKey, keyNames, type HashTag, type KeyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
-import { MAX_TIMER_MS } from '../sleep.js';
 import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
 import { Journal } from './journal.js';
 import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
 import { MAX_RECOVERIES, Recovery } from './redis-recovery.js';
 import type { RedisClientLike, RedisStoreOptions } from './redis-options.js';
-import { scripts } from './redis-scripts.js';
+import { ScriptRunner, scripts } from './redis-scripts.js';
 import { Wakes } from './redis-wakes.js';
-
-type ScriptFn = (...args: Array<string | number>) => Promise<unknown>;
-type ScriptedClient = RedisClientLike & Record<string, ScriptFn> & { readonly isCluster?: boolean };
-
-/** Keys of each script on a Cluster, where a batch holds one user key's two keys and no epoch key. */
-const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 2, epoch: 1 } as const satisfies Record<keyof typeof scripts, number>;
 
 /** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by ioredis), but for the operations of one key. */
 const MAX_BATCH = 256;
@@ -41,8 +34,7 @@ export class RedisStore implements Store {
   readonly prefix: string;
   /** Which part of a key's Redis keys is their hash tag (see `RedisStoreOptions.hashTag`). */
   readonly hashTag: HashTag;
-  readonly #client: ScriptedClient;
-  readonly #timeoutMs: number;
+  readonly #scripts: ScriptRunner;
   readonly #recovery: Recovery | undefined;
   readonly #cluster: boolean;
   /** Suffix of this store's members, `<number><tag>`: unique across processes without a counter in Redis. */
@@ -65,23 +57,15 @@ export class RedisStore implements Store {
     const hashTag = options.hashTag ?? 'key';
     if (hashTag !== 'key' && hashTag !== 'name') throw new ThrottleConfigError(`Expected hashTag to be 'key' or 'name', got ${String(hashTag)}`);
     this.hashTag = hashTag;
-    this.#timeoutMs = positive('commandTimeoutMs', options.commandTimeoutMs ?? 5_000);
+    const timeoutMs = positive('commandTimeoutMs', options.commandTimeoutMs ?? 5_000);
     const recovery = options.recovery ?? {};
     if (recovery !== false && (recovery === null || typeof recovery !== 'object')) {
       throw new ThrottleConfigError('Expected recovery to be false or an object');
     }
     if (recovery !== false) checkKnown('RedisStore recovery', recovery, ['heartbeatMs', 'graceMs']);
-    const scripted = client as ScriptedClient;
-    this.#cluster = scripted.isCluster === true;
-    for (const [op, { name, lua }] of Object.entries(scripts)) {
-      // Standalone: no fixed number of keys, so the epoch key rides along in the same script. Cluster:
-      // a fixed number, so that the first argument ioredis sees is a key, which it routes and
-      // auto-pipelines by (with a leading count it takes the count for a key: one pipeline over all masters).
-      if (typeof scripted[name] === 'function') continue;
-      client.defineCommand(name, this.#cluster ? { lua, numberOfKeys: CLUSTER_KEYS[op as keyof typeof scripts] } : { lua });
-    }
-    this.#client = scripted;
-    this.#wakes = new Wakes(client, (promise) => this.#timed(promise));
+    this.#scripts = new ScriptRunner(client, timeoutMs);
+    this.#cluster = this.#scripts.cluster;
+    this.#wakes = new Wakes(client, (promise) => this.#scripts.timed(promise));
     if (recovery !== false) {
       const heartbeatMs = positive('recovery.heartbeatMs', recovery.heartbeatMs ?? 500);
       const graceMs = positive('recovery.graceMs', recovery.graceMs ?? 3_000);
@@ -95,8 +79,8 @@ export class RedisStore implements Store {
         journal: new Journal((number) => this.#member(number)),
         heartbeatMs,
         graceMs,
-        get: (key) => this.#timed(scripted['get']!(key) as Promise<string | null>),
-        run: (name, keys, args) => this.#run(name, keys, args),
+        get: (key) => this.#scripts.timed(this.#scripts.client['get']!(key) as Promise<string | null>),
+        run: (name, keys, args) => this.#scripts.run(name, keys, args),
         check: (namespace, keys) => this.#check(namespace, keys),
         names: (namespace, key) => this.#names(namespace, key),
       });
@@ -113,7 +97,7 @@ export class RedisStore implements Store {
 
   /** The ioredis client this store runs on. */
   get client(): RedisClientLike {
-    return this.#client;
+    return this.#scripts.client;
   }
 
   /** Times this store found that Redis had lost its data and put back its journal. */
@@ -175,7 +159,7 @@ export class RedisStore implements Store {
   async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
     await this.#recovery?.recovered(namespace);
     const { log, meta } = this.#names(namespace, key);
-    const reply = (await this.#run(scripts.inspect.name, [log, meta], ruleArgs(rules))) as number[];
+    const reply = (await this.#scripts.run(scripts.inspect.name, [log, meta], ruleArgs(rules))) as number[];
     return {
       now: reply[0]!,
       nextFreeInMs: reply[1]!,
@@ -186,7 +170,7 @@ export class RedisStore implements Store {
 
   async pause(namespace: string, key: string, ms: number): Promise<number> {
     await this.#recovery?.recovered(namespace);
-    return (await this.#run(scripts.pause.name, [this.#names(namespace, key).meta], [Math.ceil(ms)])) as number;
+    return (await this.#scripts.run(scripts.pause.name, [this.#names(namespace, key).meta], [Math.ceil(ms)])) as number;
   }
 
   async restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number): Promise<void> {
@@ -212,7 +196,7 @@ export class RedisStore implements Store {
       this.#recovery.startHeartbeat();
     }
     const { log, meta } = this.#names(namespace, key);
-    await this.#run(scripts.restore.name, [log, meta], args);
+    await this.#scripts.run(scripts.restore.name, [log, meta], args);
   }
 
   /**
@@ -242,26 +226,6 @@ export class RedisStore implements Store {
   /** The namespace's channel prefix, as the batch script takes it. */
   #channel(namespace: string): string {
     return `${this.prefix}:${namespace}:free`;
-  }
-
-  /** Runs one script (inspect, pause, restore, epoch: rare operations, never batched) with a timeout. */
-  #run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown> {
-    return this.#timed(this.#call(name, keys, args));
-  }
-
-  /** Calls a script: with the number of keys first on a standalone Redis, without it on a Cluster (fixed there). */
-  #call(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown> {
-    if (!this.#cluster) return this.#client[name]!(keys.length, ...keys, ...args);
-    // A batch with a call of several keys has more keys than the command defined for one key.
-    if (name === scripts.batch.name && keys.length !== CLUSTER_KEYS.batch) name = this.#clusterBatch(keys.length);
-    return this.#client[name]!(...keys, ...args);
-  }
-
-  /** The batch script on a Cluster for a batch of `count` keys (one slot), defined the first time it is needed. */
-  #clusterBatch(count: number): string {
-    const name = `${scripts.batch.name}k${count}`;
-    if (typeof this.#client[name] !== 'function') this.#client.defineCommand(name, { lua: scripts.batch.lua, numberOfKeys: count });
-    return name;
   }
 
   /**
@@ -351,7 +315,7 @@ export class RedisStore implements Store {
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
       if (checked !== '') keys.push(recovery!.epochKey(namespace));
-      const reply = (await this.#timed(this.#call(scripts.batch.name, keys, [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, ...args]))) as unknown[];
+      const reply = (await this.#scripts.run(scripts.batch.name, keys, [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, ...args])) as unknown[];
       if (reply[0] === 3 && recovery) {
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.
@@ -389,15 +353,6 @@ export class RedisStore implements Store {
     return Promise.all(keys.map((key) => this.#enqueue('k', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE)));
   }
 
-  #timed<T>(promise: Promise<T>): Promise<T> {
-    // A timeout past what a timer can hold is as good as none.
-    if (this.#timeoutMs > MAX_TIMER_MS) return promise;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_resolve, reject) => {
-      timer = setTimeout(() => reject(new StoreUnavailableError(`Redis did not answer within ${this.#timeoutMs} ms (commandTimeoutMs)`)), this.#timeoutMs);
-    });
-    return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-  }
 }
 
 const NONE: readonly never[] = [];

@@ -17,6 +17,7 @@ import { RedisStore, Throttle } from '../../lib/index.js';
 import { startRedisCluster, type ClusterNode, type RedisCluster } from '../../spec/support/redis-cluster.js';
 import { failoverForce, flushMaster, killMaster, lagReplica } from '../../spec/support/redis-cluster-faults.js';
 import { startVendor } from '../sim-vendor.js';
+import { sendAtTwiceTheLimit, sleep } from './fault-load.js';
 
 export type ClusterFault = 'none' | 'kill' | 'flush' | 'lag';
 
@@ -93,11 +94,6 @@ export async function runClusterFault(cluster: RedisCluster, options: FaultRunOp
     owners.set(node.id, entry);
   }
   const struck = [...owners.values()].sort((a, b) => b.users - a.users)[0]!;
-  // Twice the limit per user, evenly: one call per user every windowMs / (2 × limit) ms.
-  const perUser = Math.round((2 * limit * arrivalMs) / windowMs);
-  const gapMs = arrivalMs / perUser;
-  const runs = new Map<string, number>();
-  const errors: string[] = [];
   const startedAt = performance.now();
   let faultMs = 0;
   const fault = (async () => {
@@ -118,38 +114,14 @@ export async function runClusterFault(cluster: RedisCluster, options: FaultRunOp
       faultMs = performance.now() - at;
     }
   })();
-  const calls: Array<Promise<void>> = [];
-  for (let n = 0; n < perUser; n++) {
-    const due = startedAt + n * gapMs;
-    const wait = due - performance.now();
-    if (wait > 0) await sleep(wait);
-    for (const [u, user] of users.entries()) {
-      const id = `${user}#${n}`;
-      const throttle = throttles[(n * userCount + u) % processes]!;
-      calls.push(
-        throttle
-          .schedule(user, async () => {
-            runs.set(id, (runs.get(id) ?? 0) + 1);
-            const response = await fetch(`${vendor.url}?user=${encodeURIComponent(user)}`);
-            await response.text();
-          })
-          .catch((error: unknown) => {
-            errors.push(`${id}: ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
-          }),
-      );
-    }
-  }
-  await Promise.all(calls);
+  const load = await sendAtTwiceTheLimit({ throttles, users, vendorUrl: vendor.url, limit, windowMs, arrivalMs, startedAt });
   await fault;
   const totalMs = performance.now() - startedAt;
   const stats = vendor.stats();
   const result: FaultRunResult = {
     fault: options.fault,
     recovery: options.recovery,
-    scheduled: perUser * userCount,
-    ranOnce: [...runs.values()].filter((count) => count === 1).length,
-    ranTwice: [...runs.values()].filter((count) => count > 1).length,
-    errors,
+    ...load,
     overLimit: vendor.violations(),
     dropped: stats.dropped,
     usersStruck: struck.users,
@@ -162,10 +134,6 @@ export async function runClusterFault(cluster: RedisCluster, options: FaultRunOp
   await Promise.all(stores.map((store) => store.close()));
   await vendor.close();
   return result;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 async function main(): Promise<void> {

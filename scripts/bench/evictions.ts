@@ -12,6 +12,7 @@
 import { Redis } from 'ioredis';
 import { RedisStore, Throttle } from '../../lib/index.js';
 import { startVendor } from '../sim-vendor.js';
+import { sendAtTwiceTheLimit, sleep } from './fault-load.js';
 import { startRedis } from '../support/redis-server.js';
 
 export interface EvictionRunOptions {
@@ -81,10 +82,6 @@ export async function runEvictions(options: EvictionRunOptions): Promise<Evictio
     stores.push(store);
     throttles.push(new Throttle({ name: 'acme', rules: [`${limit}/${windowMs}ms`], store, onStoreError: 'wait', maxDelayMs: 60_000, maxHoldMs: 1_000 }));
   }
-  const perUser = Math.round((2 * limit * arrivalMs) / windowMs);
-  const gapMs = arrivalMs / perUser;
-  const runs = new Map<string, number>();
-  const errors: string[] = [];
   const startedAt = performance.now();
   let filling = true;
   const fill = (async () => {
@@ -105,23 +102,7 @@ export async function runEvictions(options: EvictionRunOptions): Promise<Evictio
     }
     await admin.config('SET', 'maxmemory', '0');
   })();
-  const calls: Array<Promise<void>> = [];
-  for (let n = 0; n < perUser; n++) {
-    const wait = startedAt + n * gapMs - performance.now();
-    if (wait > 0) await sleep(wait);
-    for (const [u, user] of users.entries()) {
-      const id = `${user}#${n}`;
-      calls.push(
-        throttles[(n * userCount + u) % processes]!.schedule(user, async () => {
-          runs.set(id, (runs.get(id) ?? 0) + 1);
-          await (await fetch(`${vendor.url}?user=${encodeURIComponent(user)}`)).text();
-        }).catch((error: unknown) => {
-          errors.push(`${id}: ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
-        }),
-      );
-    }
-  }
-  await Promise.all(calls);
+  const load = await sendAtTwiceTheLimit({ throttles, users, vendorUrl: vendor.url, limit, windowMs, arrivalMs, startedAt });
   filling = false;
   await fill;
   const evictedKeys = Number(/evicted_keys:(\d+)/.exec(await admin.info('stats'))?.[1]);
@@ -130,10 +111,7 @@ export async function runEvictions(options: EvictionRunOptions): Promise<Evictio
     recovery: options.recovery,
     policy,
     pressureMs,
-    scheduled: perUser * userCount,
-    ranOnce: [...runs.values()].filter((count) => count === 1).length,
-    ranTwice: [...runs.values()].filter((count) => count > 1).length,
-    errors,
+    ...load,
     overLimit: vendor.violations(),
     dropped: stats.dropped,
     evictedKeys,
@@ -146,10 +124,6 @@ export async function runEvictions(options: EvictionRunOptions): Promise<Evictio
   await vendor.close();
   await server.stop();
   return result;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 async function main(): Promise<void> {
