@@ -3,7 +3,7 @@ import { StoreUnavailableError, ThrottleError } from './errors.js';
 import type { LocalFallback, LocalSlot } from './fallback.js';
 import type { StoreErrorPolicy, ThrottleEvents } from './options.js';
 import type { Rule } from './rules.js';
-import { sleep } from './sleep.js';
+import { MAX_TIMER_MS, sleep } from './sleep.js';
 import type { ReserveResult, Store } from './store.js';
 
 /** How long after a failed subscription to completions the next wait tries again. */
@@ -62,6 +62,11 @@ export interface DecisionsOptions {
   stays(key: string): boolean;
   /** The store answered a decision of the call, asked with `stay`. */
   answered(call: Call, result: ReserveResult, stay: boolean): void;
+  /**
+   * The store answered an ask the call stopped waiting for (its `maxDelayMs` ran out while the store
+   * failed): a slot it booked is given back.
+   */
+  late(call: Call, result: ReserveResult, booking: Booking, stay: boolean): void;
 }
 
 const NO_KEYS: readonly never[] = [];
@@ -109,7 +114,8 @@ export class Decisions {
       }
       try {
         if (fallback?.owing) await fallback.putBack();
-        const result = await store.reserve(request);
+        // Once the store failed, 'wait' asks again only until the call's maxDelayMs runs out.
+        const result = await (attempt === 0 ? store.reserve(request) : this.#byDeadline(call, store.reserve(request), sentAt, stay));
         this.#options.answered(call, result, stay);
         this.#failure = undefined;
         fallback?.recovered();
@@ -123,6 +129,8 @@ export class Decisions {
       } catch (error) {
         const failure = storeError(error);
         if (!(failure instanceof StoreUnavailableError)) throw failure;
+        // The deadline passed while the store still failed: reported already.
+        if (failure === this.#failure) throw failure;
         this.#failure = failure;
         this.#options.notify('storeError', { key: call.key, error: failure, policy });
         if (policy === 'fail') throw failure;
@@ -135,6 +143,29 @@ export class Decisions {
         await sleep(backoffMs, [call.signal, closing]);
       }
     }
+  }
+
+  /**
+   * The store's answer, or the store's failure once the call's deadline passes first; an answer
+   * that comes after it goes to `late` (a slot it booked is given back).
+   */
+  #byDeadline(call: Call, asked: Promise<ReserveResult>, sentAt: number, stay: boolean): Promise<ReserveResult> {
+    if (call.deadline - performance.now() > MAX_TIMER_MS) return asked;
+    let timer: NodeJS.Timeout | undefined;
+    let expired = false;
+    const deadline = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => {
+        expired = true;
+        reject(this.#failure ?? new StoreUnavailableError("The store did not answer within the call's maxDelayMs"));
+      }, Math.max(0, call.deadline - performance.now()));
+    });
+    asked.then(
+      (result) => {
+        if (expired) this.#options.late(call, result, this.#booking(this.#options.store, undefined, sentAt, result), stay);
+      },
+      () => undefined,
+    );
+    return Promise.race([asked, deadline]).finally(() => clearTimeout(timer));
   }
 
   #booking(store: Store, localSlot: LocalSlot | undefined, askedAt: number, result: ReserveResult): Booking {

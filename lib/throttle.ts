@@ -10,7 +10,7 @@ import { checkDelay } from './check.js';
 import { Completions } from './completions.js';
 import { PAUSED, RECOVERING } from './decision.js';
 import { CallTimeoutError, QueueFullError, RateLimitedError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
-import { Decisions, storeError, type Call } from './decisions.js';
+import { Decisions, storeError, type Booking, type Call } from './decisions.js';
 import { LocalFallback } from './fallback.js';
 import { Lines } from './lines.js';
 import type { KeyInput, KeysInput } from './keys.js';
@@ -80,6 +80,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       wake: (key) => this.#lines.wake(key),
       stays: (key) => this.#lines.stays(key),
       answered: (call, result, stay) => this.#lines.answered(call, result, stay),
+      late: (call, result, booking, stay) => this.#late(call, result, booking, stay),
     });
     this.#completions = new Completions(
       this.name,
@@ -357,6 +358,14 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     const { result, booking } = await waiting;
     this.#lines.served(call);
     return grantOf(result, booking);
+  }
+
+  /** An answer the call stopped waiting for: its slot given back, its keys' waiting lists left. */
+  #late(call: Call, result: ReserveResult, booking: Booking, stay: boolean): void {
+    this.#lines.answered(call, result, stay);
+    if (result.status === 'booked') this.#slots.release(call, grantOf(result, booking));
+    const leave = this.#lines.get(call.line)?.size ? [] : this.#lines.leaving(call);
+    for (const key of leave) this.store.leave?.(this.name, key).catch(() => undefined);
   }
 
   #hooks(call: Call): WaiterHooks {

@@ -3,7 +3,7 @@
  * starts, stops, pauses and fills up (never the run's shared server).
  */
 import { expect } from 'chai';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import { RateLimitedError, StoreUnavailableError, Throttle, type StoreErrorPolicy, type ThrottleEvents } from '../lib/index.js';
 import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
 import { redisStore, uniquePrefix } from './support/hooks.js';
@@ -114,6 +114,24 @@ describe('when Redis fails (onStoreError)', function () {
     expect(performance.now() - startedAt).to.be.within(100, 1_500);
   });
 
+  it("'wait' rejects by the call's maxDelayMs even while each ask to a hung Redis takes commandTimeoutMs", async () => {
+    // Asks at 0 (times out at 400), 425 (times out at 825) and 875: the last must not run to 1,275.
+    const { throttle, errors } = make('wait', { commandTimeoutMs: 400, maxDelayMs: 900 });
+    await throttle.schedule('u', () => 'warm');
+    const admin = new Redis(server.url);
+    await admin.client('PAUSE', 2_000, 'ALL');
+    const startedAt = performance.now();
+    let ran = false;
+    const error = await throttle.schedule('u', () => (ran = true)).catch((reason: unknown) => reason);
+    const tookMs = performance.now() - startedAt;
+    expect(error).to.be.instanceOf(StoreUnavailableError);
+    expect(ran).to.equal(false);
+    expect(tookMs).to.be.within(850, 1_150);
+    // One event per ask that failed, none for the deadline.
+    expect(errors).to.have.length(2);
+    admin.disconnect();
+  });
+
   it("'local' decides in-process with localShare of each limit, and puts those calls into Redis once it is back", async () => {
     const { throttle, errors } = make('local', { localShare: 0.5, rules: ['4/5s'], maxDelayMs: 0 });
     const port = server.port;
@@ -179,3 +197,55 @@ async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promis
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
+
+describe('a Redis that cannot be reached: StoreUnavailableError says why, within about commandTimeoutMs', function () {
+  this.timeout(20_000);
+  let server: RedisServer;
+  const clients: Redis[] = [];
+  const throttles: Throttle[] = [];
+
+  beforeEach(async () => {
+    server = await startRedis();
+  });
+
+  afterEach(async () => {
+    await Promise.all(throttles.splice(0).map((throttle) => throttle.close()));
+    for (const client of clients.splice(0)) client.disconnect();
+    await server.stop();
+  });
+
+  /** A throttle on a client with ioredis's default retries, which queue commands while it reconnects. */
+  function onClient(options: string | RedisOptions): Throttle {
+    const client = typeof options === 'string' ? new Redis(options) : new Redis(options);
+    clients.push(client);
+    const store = redisStore(client, { prefix: uniquePrefix(), commandTimeoutMs: 300 });
+    const throttle = new Throttle({ name: 'acme', rules: ['4/s'], store });
+    throttles.push(throttle);
+    return throttle;
+  }
+
+  it('a refused connection: the message and the cause carry ECONNREFUSED', async () => {
+    await server.stop();
+    const throttle = onClient(`redis://127.0.0.1:${server.port}`);
+    const startedAt = performance.now();
+    const error = await throttle.schedule('u', () => 'ran').catch((reason: unknown) => reason);
+    expect(performance.now() - startedAt).to.be.within(250, 1_000);
+    expect(error).to.be.instanceOf(StoreUnavailableError);
+    expect((error as Error).message).to.match(/within 300 ms .*reconnecting.*ECONNREFUSED/);
+    expect(((error as Error).cause as { code?: string }).code).to.equal('ECONNREFUSED');
+  });
+
+  it('a password Redis refuses: the message and the cause carry NOAUTH or WRONGPASS, at once', async () => {
+    const admin = new Redis(server.url);
+    await admin.config('SET', 'requirepass', 'secret');
+    admin.disconnect();
+    for (const [options, reply] of [[server.url, /NOAUTH/], [{ port: server.port, password: 'wrong' }, /WRONGPASS/]] as const) {
+      const startedAt = performance.now();
+      const error = await onClient(options).schedule('u', () => 'ran').catch((reason: unknown) => reason);
+      expect(performance.now() - startedAt).to.be.below(300);
+      expect(error).to.be.instanceOf(StoreUnavailableError);
+      expect((error as Error).message).to.match(reply);
+      expect(String((error as Error).cause)).to.match(reply);
+    }
+  });
+});

@@ -34,8 +34,15 @@ export const scripts = {
 } as const satisfies Record<string, ScriptDefinition>;
 
 type ScriptFn = (...args: Array<string | number>) => Promise<unknown>;
-/** The client as the runner uses it: the scripts it defined, GET, and whether it is a Cluster. */
-export type ScriptedClient = RedisClientLike & Record<string, ScriptFn> & { readonly isCluster?: boolean };
+/** The client's events the runner listens to (ioredis `Redis` and `Cluster` are EventEmitters). */
+interface ClientEvents {
+  on?(event: 'error' | 'ready', listener: (error?: unknown) => void): unknown;
+  off?(event: 'error' | 'ready', listener: (error?: unknown) => void): unknown;
+  /** ioredis: 'wait', 'connecting', 'connect', 'ready', 'reconnecting', 'close', 'end'. */
+  readonly status?: string;
+}
+/** The client as the runner uses it: the scripts it defined, GET, its events, and whether it is a Cluster. */
+export type ScriptedClient = RedisClientLike & Record<string, ScriptFn> & ClientEvents & { readonly isCluster?: boolean };
 
 /** Keys of each script on a Cluster, where a batch holds one user key's two keys and no epoch key. */
 const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 2, epoch: 1 } as const satisfies Record<keyof typeof scripts, number>;
@@ -49,11 +56,24 @@ export class ScriptRunner {
   /** A Cluster: every script reaches one slot, with a fixed number of keys. */
   readonly cluster: boolean;
   readonly #timeoutMs: number;
+  /** The client's latest error while it has not been ready since (a refused connection, a TLS failure). */
+  #lastError: unknown;
+  readonly #onError = (error: unknown): void => {
+    this.#lastError = error;
+  };
+  readonly #onReady = (): void => {
+    this.#lastError = undefined;
+  };
 
   constructor(client: RedisClientLike, timeoutMs: number) {
     this.client = client as ScriptedClient;
     this.cluster = this.client.isCluster === true;
     this.#timeoutMs = timeoutMs;
+    // Heard so that a command that times out can say why (the client retries a refused connection
+    // and queues commands meanwhile: they only time out). Listening also keeps ioredis from
+    // printing each error; the throttle reports them through its 'storeError' event instead.
+    this.client.on?.('error', this.#onError);
+    this.client.on?.('ready', this.#onReady);
     for (const [op, { name, lua }] of Object.entries(scripts)) {
       // Standalone: no fixed number of keys, so the epoch key rides along in the same script. Cluster:
       // a fixed number, so that the first argument ioredis sees is a key, which it routes and
@@ -83,14 +103,33 @@ export class ScriptRunner {
     return name;
   }
 
-  /** Rejects with `StoreUnavailableError` when `promise` takes longer than `commandTimeoutMs`. */
+  /**
+   * Rejects with `StoreUnavailableError` when `promise` takes longer than `commandTimeoutMs`; its
+   * message and `cause` carry the client's latest error when it is not connected (ECONNREFUSED,
+   * NOAUTH, a TLS failure).
+   */
   timed<T>(promise: Promise<T>): Promise<T> {
     // A timeout past what a timer can hold is as good as none.
     if (this.#timeoutMs > MAX_TIMER_MS) return promise;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_resolve, reject) => {
-      timer = setTimeout(() => reject(new StoreUnavailableError(`Redis did not answer within ${this.#timeoutMs} ms (commandTimeoutMs)`)), this.#timeoutMs);
+      timer = setTimeout(() => reject(this.#timedOut()), this.#timeoutMs);
     });
     return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+  }
+
+  #timedOut(): StoreUnavailableError {
+    const message = `Redis did not answer within ${this.#timeoutMs} ms (commandTimeoutMs)`;
+    const status = this.client.status;
+    if (status === undefined || status === 'ready') return new StoreUnavailableError(message);
+    const cause = this.#lastError;
+    const why = cause === undefined ? 'no error reported yet' : cause instanceof Error ? cause.message || cause.name : String(cause);
+    return new StoreUnavailableError(`${message}; the client is ${status} (${why})`, cause);
+  }
+
+  /** Stops listening to the client's events (the client stays the caller's). */
+  close(): void {
+    this.client.off?.('error', this.#onError);
+    this.client.off?.('ready', this.#onReady);
   }
 }

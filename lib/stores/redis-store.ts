@@ -213,6 +213,7 @@ export class RedisStore implements Store {
   async close(): Promise<void> {
     this.#recovery?.close();
     this.#wakes.close();
+    this.#scripts.close();
   }
 
   #names(namespace: string, key: string): KeyNames {
