@@ -167,6 +167,11 @@ export interface Store {
    * forgotten. `RedisStore` answers from its recovery journal.
    */
   recentCalls?(namespace: string, key: string): readonly RestoredSlot[];
+  /**
+   * Optional: the namespace's throttle closes, its calls settled. A store whose keys live to the
+   * bounds of the calls booked there shortens them to what the slots still need.
+   */
+  tidy?(namespace: string): Promise<void>;
   /** Frees what the store itself owns. A client passed in by the user is left open. */
   close(): Promise<void>;
 }

@@ -242,6 +242,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     await new Promise((resolve) => process.nextTick(resolve));
     await this.#decisions.close();
     await this.#completions.close();
+    // Keys then live only as long as their slots count (failing, to their calls' bounds).
+    await this.store.tidy?.(this.name).catch((error: unknown) => this.notify('debug', { message: 'cannot shorten the life of the keys used', error }));
     await this.#fallback?.close();
     if (this.#ownsStore) await this.store.close();
   }

@@ -162,7 +162,8 @@ describe('vendor-throttle command line', function () {
     const out = join(dir, 'results.ndjson');
     const redis = ['--redis', redisServer().url, '--prefix', prefix, '--name', 'acme'];
 
-    const run = await cli('run', '--rule', '3/300ms', '--key', '{customer}', '--base-url', server.url, ...redis, '--no-body', '-q', '--out', out, join(dir, 'requests.csv'));
+    // 100/min as well: the keys keep a minute of history after the run (its longest window), for inspect.
+    const run = await cli('run', '--rule', '3/300ms', '--rule', '100/min', '--key', '{customer}', '--base-url', server.url, ...redis, '--no-body', '-q', '--out', out, join(dir, 'requests.csv'));
     expect(run.code, run.stderr).to.equal(0);
     expect(run.stderr).to.equal('');
     const results = readResults(out);
@@ -192,7 +193,7 @@ describe('vendor-throttle command line', function () {
     const list = rows(['c1', 'c2', 'c3'], 4);
     writeFileSync(join(dir, 'requests.ndjson'), ndjson(server, list));
     const redis = ['--redis', redisServer().url, '--prefix', prefix, '--name', 'acme'];
-    const run = await cli('run', '--key', '{key}', '--key', 'app', '--rule', '2/300ms', '--rule', 'app=4/300ms', ...redis, '-q', '--no-body', '--out', join(dir, 'results.ndjson'), join(dir, 'requests.ndjson'));
+    const run = await cli('run', '--key', '{key}', '--key', 'app', '--rule', '2/300ms', '--rule', '100/min', '--rule', 'app=4/300ms', '--rule', 'app=200/min', ...redis, '-q', '--no-body', '--out', join(dir, 'results.ndjson'), join(dir, 'requests.ndjson'));
     expect(run.code, run.stderr).to.equal(0);
     expect(readResults(join(dir, 'results.ndjson'))).to.have.length(12);
     expect(worstWindow(server, 300)).to.be.at.most(2);

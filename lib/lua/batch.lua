@@ -21,7 +21,9 @@
                      N = 0: this process no longer waits on the key (it leaves the key's waiting list);
                      N = -1: check the key: -K, -1, NUMBER, SCORE, KEY_UNTIL
                      (includes/check.lua), before the key's decisions; N = -2: the same, FULL
-                     (the heartbeat's check of a key no decision follows)
+                     (the heartbeat's check of a key no decision follows);
+                     N = -3: tidy the key: -K, -3, RETAIN (includes/complete.lua), after its
+                     other operations
            A decision on a key found lost (check status 1) is not made: its calls are answered
            status 3. On a key held (status 2) it is made, and waits for the hold (decide.lua).
 
@@ -97,7 +99,8 @@ end
 while i <= last do
   local k = tonumber(ARGV[i])
   local check = k < 0 and (ARGV[i + 1] == '-1' or ARGV[i + 1] == '-2')
-  if k >= 0 or check then
+  local tidy = k < 0 and ARGV[i + 1] == '-3'
+  if k >= 0 or check or tidy then
     -- Completions come first in a batch and need no clock: TIME only when a decision or check needs it.
     if now == nil then
       now = vt_now()
@@ -135,6 +138,9 @@ while i <= last do
     status, i = vt_check(KEYS[-2 * k - 1], KEYS[-2 * k], tag, now, env.grace, env.replid, ARGV, i + 2, ARGV[i + 1] == '-2')
     if status == 1 then lost[-k] = true end
     checks[#checks + 1] = status
+  elseif tidy then
+    vt_tidy(KEYS[-2 * k - 1], KEYS[-2 * k], now, tonumber(ARGV[i + 2]))
+    i = i + 3
   else
     i = vt_complete(KEYS[-2 * k - 1], KEYS[-2 * k], tag, channel, ARGV, i + 1)
   end

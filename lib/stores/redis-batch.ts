@@ -6,11 +6,12 @@ import type { Witness } from './journal.js';
 /**
  * One operation waiting for the next batch: a decision ('d'), the completions and releases of a
  * key ('c'), this process no longer waiting on a key ('l'), or a check of a key's log against this
- * process's journal ('k', the heartbeat's; a decision's keys are checked too). Every operation has
+ * process's journal ('k', the heartbeat's; a decision's keys are checked too), or a key's life
+ * shortened to what its slots need ('t', its throttle closes). Every operation has
  * the same fields (one object shape on the hot path); those of another type are left empty.
  */
 export interface Op {
-  readonly type: 'd' | 'c' | 'l' | 'k';
+  readonly type: 'd' | 'c' | 'l' | 'k' | 't';
   readonly namespace: string;
   readonly key: string;
   /** 'd': slots per call, the bound on a slot's release, the history kept, the rules. */
@@ -122,6 +123,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
     const k = indexOf(key);
     const pairs: Array<string | number> = [];
     let leave = false;
+    let tidy = 0;
     // Before anything is decided on the key (a key a process holds nothing on has no witness). A
     // decision reads meta itself; a check without one reads it too (full).
     if (checks && keyOps.some((op) => op.type === 'd' || op.type === 'k')) check(key, !keyOps.some((op) => op.type === 'd'));
@@ -134,6 +136,9 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
         leave = true;
         others.push(op);
       } else if (op.type === 'k') {
+        others.push(op);
+      } else if (op.type === 't') {
+        tidy = Math.max(tidy, op.retainMs);
         others.push(op);
       } else if (op.also.length > 0) {
         several.push(op);
@@ -155,6 +160,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       for (const op of group) args.push(maxDelayArg(op.maxDelayMs), op.first);
       decided.push(group);
     }
+    if (tidy > 0) args.push(-k, -3, tidy);
   }
   // Calls of several keys last, after every completion of the batch.
   for (const op of several) {

@@ -349,6 +349,18 @@ export class RedisStore implements Store {
     }
   }
 
+  /**
+   * The namespace's throttle closes: each key this process booked slots on lately lives no longer
+   * than its slots count (bookings made it live to their bounds; completions came since). Without
+   * `recovery` (no journal of the keys) they live to their bounds.
+   */
+  async tidy(namespace: string): Promise<void> {
+    const recovery = this.#recovery;
+    if (recovery === undefined) return;
+    const keys = recovery.journal.entriesOf(namespace, recovery.storeNow());
+    await Promise.all(keys.map(({ key, retainMs }) => this.#enqueue('t', namespace, key, 0, 0, retainMs, NO_RULES, 0, 0, NONE)));
+  }
+
   /** Checks keys of the namespace against this process's journal (the heartbeat's, for keys no decision checked lately). */
   #check(namespace: string, keys: readonly string[]): Promise<unknown> {
     return Promise.all(keys.map((key) => this.#enqueue('k', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE)));

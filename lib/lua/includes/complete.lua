@@ -35,3 +35,23 @@ local function vt_complete(log, meta, tag, channel, a, i)
   if value then vt_waiters_wake(vt_waiters_parse(value), channel, vt_user_key(log), latest) end
   return i + 1 + 2 * count
 end
+
+--[[
+  tidy: a key whose calls this process has all completed (its throttle closes) lives no longer than
+  its slots count. Each booking made the log live until the slot's bound (start + MAX_HOLD) plus
+  RETAIN (never shortened: PEXPIRE GT); completions lowered the scores since. The log and meta now
+  expire RETAIN after the highest score left (another process's call still in flight keeps its
+  bound), meta no earlier than its pause, its hold, or the calls a fold moved into its buckets
+  (`f`). PEXPIRE LT: never lengthened.
+]]
+local function vt_tidy(log, meta, now, retain)
+  local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+  local until_ms = 0
+  if top[2] then
+    until_ms = tonumber(top[2]) + retain
+    redis.call('PEXPIRE', log, math.max(1, math.ceil(until_ms - now)), 'LT')
+  end
+  local fields = redis.call('HMGET', meta, 'pause', 'h', 'f')
+  until_ms = math.max(until_ms, tonumber(fields[1]) or 0, tonumber(fields[2]) or 0, (tonumber(fields[3]) or -retain) + retain)
+  redis.call('PEXPIRE', meta, math.max(1, math.ceil(until_ms - now)), 'LT')
+end

@@ -1,0 +1,63 @@
+/**
+ * Nothing left behind: every Redis key a throttle writes expires when its namespace goes idle, and
+ * after a run and `close()` the keyspace holds nothing of the namespace once its longest window
+ * (and the epoch's time to live, two grace periods) has passed. Scans the run's own Redis.
+ */
+import { expect } from 'chai';
+import type { Redis } from 'ioredis';
+import { RedisStore, Throttle } from '../lib/index.js';
+import { redisClient, uniquePrefix } from './support/hooks.js';
+
+/** Every key under `prefix`, with its time to live in ms (-1: none). */
+async function keysOf(client: Redis, prefix: string): Promise<Map<string, number>> {
+  const found = new Map<string, number>();
+  let cursor = '0';
+  do {
+    const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+    cursor = next;
+    for (const key of keys) found.set(key, await client.pttl(key));
+  } while (cursor !== '0');
+  return found;
+}
+
+describe('keyspace: nothing left behind', function () {
+  this.timeout(20_000);
+  const windowMs = 300;
+  const recovery = { heartbeatMs: 50, graceMs: 150 };
+
+  /** A run that writes every kind of key: logs, metas with waiting lists, a pause, a call of two keys, an aborted call, the epoch. */
+  async function run(client: Redis, prefix: string): Promise<void> {
+    const store = new RedisStore(client, { prefix, hashTag: 'name', recovery });
+    const throttle = new Throttle({ name: 'acme', rules: ['3/150ms', `5/${windowMs}ms`], store });
+    await throttle.pause('paused', 100);
+    const aborted = new AbortController();
+    const calls = [
+      ...Array.from({ length: 12 }, (_, i) => throttle.schedule(`user-${i % 3}`, () => i)),
+      throttle.schedule(['user-0', 'app'], () => 'both'),
+      throttle.schedule('paused', () => 'after the pause'),
+      throttle.schedule('user-1', () => Promise.reject(new Error('vendor failed'))).catch(() => 'failed'),
+      throttle.schedule('user-2', () => 'never', { signal: aborted.signal }).catch(() => 'aborted'),
+    ];
+    aborted.abort();
+    await Promise.all(calls);
+    await throttle.close();
+    await store.close();
+  }
+
+  it('leaves every key with a time to live, and none past the longest window and the epoch time to live', async () => {
+    const client = redisClient();
+    const prefix = uniquePrefix();
+    await run(client, prefix);
+    const closedAt = performance.now();
+    const left = await keysOf(client, prefix);
+    expect([...left.keys()].some((key) => key.endsWith(':epoch'))).to.equal(true);
+    expect(left.size).to.be.above(4);
+    for (const [key, ttl] of left) expect(ttl, key).to.be.above(0);
+    // The calls' history counts a window after their release; the epoch lives 2 × graceMs past the
+    // last heartbeat that touched it (one heartbeat after the last entry of the journal ends).
+    const idleMs = windowMs + recovery.heartbeatMs + 2 * recovery.graceMs + 100;
+    for (const [key, ttl] of left) expect(ttl, key).to.be.at.most(idleMs);
+    await new Promise((resolve) => setTimeout(resolve, idleMs - (performance.now() - closedAt)));
+    expect([...(await keysOf(client, prefix)).keys()]).to.deep.equal([]);
+  });
+});
