@@ -4,7 +4,7 @@ import { runBatch, type BatchOutcome } from './batch.js';
 import { CliError, EXIT, errorText, type ExitCode } from './errors.js';
 import { loadRequests, type BatchRequest } from './input.js';
 import { compileKey } from './key-template.js';
-import { formatSeconds, Progress } from './progress.js';
+import { formatSeconds, Progress, rulesOfRun } from './progress.js';
 import { closeRedis, connectRedis, redact } from './redis.js';
 import { isFailure, isRefused, openResults, readDone, type ResultLine, type ResultsSink } from './results.js';
 import { openThrottle, type RecentCall } from './setup.js';
@@ -105,11 +105,14 @@ export async function run(options: RunOptions): Promise<ExitCode> {
       const kind = isRefused(result) ? 'refused' : isFailure(result) ? 'failed' : 'ok';
       if (kind === 'refused') refused += 1;
       else if (kind === 'failed') failed += 1;
-      progress?.tick(kind);
+      progress?.tick(kind, result);
     };
     const begin = (): void => {
       sink = openResults(options.out, options);
-      progress = new Progress({ total: todo.length, quiet: options.quiet, stream: process.stderr });
+      // The ETA comes from each key's requests and rules (and the calls of the earlier run still in their windows).
+      const earlier = recent.map((call) => ({ key: call.key, also: call.also, slots: call.slots, agoMs: Date.now() - call.completedAt }));
+      const plan = { requests: todo, rules: rulesOfRun(options.throttle.rules), concurrency: options.workers * options.send.concurrency, earlier };
+      progress = new Progress({ total: todo.length, quiet: options.quiet, stream: process.stderr, plan });
     };
     if (options.workers > 1) {
       // Check Redis here, so that a wrong URL stops the run before any worker sends anything.
