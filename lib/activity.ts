@@ -57,3 +57,32 @@ export class Activity {
     if (this.#calls === 0 && this.#onIdle.length > 0) for (const resolve of this.#onIdle.splice(0)) resolve();
   }
 }
+
+/** Calls sleeping until their booked slot starts: per encoded key they count in, and in all. */
+export class Sleeping {
+  readonly #byKey = new Map<string, number>();
+  #calls = 0;
+
+  get calls(): number {
+    return this.#calls;
+  }
+
+  /** Sleeping calls that count in the (encoded) key. */
+  on(key: string): number {
+    return this.#byKey.get(key) ?? 0;
+  }
+
+  enter(keys: readonly string[]): void {
+    this.#calls += 1;
+    for (const key of keys) this.#byKey.set(key, this.on(key) + 1);
+  }
+
+  leave(keys: readonly string[]): void {
+    this.#calls -= 1;
+    for (const key of keys) {
+      const left = this.on(key) - 1;
+      if (left === 0) this.#byKey.delete(key);
+      else this.#byKey.set(key, left);
+    }
+  }
+}

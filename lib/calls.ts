@@ -1,10 +1,12 @@
 import { checkCount, checkDelay, checkKnown } from './check.js';
+import { PAUSED, RECOVERING } from './decision.js';
 import type { Call, CallKey } from './decisions.js';
-import { ThrottleConfigError } from './errors.js';
+import { RateLimitedError, ThrottleConfigError } from './errors.js';
 import { encodeKey, normalizeKey, type KeyInput, type KeysInput } from './keys.js';
 import { SCHEDULE_OPTIONS, type ScheduleOptions } from './options.js';
 import type { RuleSource } from './rule-source.js';
 import { describe, longestWindow, type Rule } from './rules.js';
+import type { ReserveResult } from './store.js';
 
 /** What a throttle gives each call unless the call's options say otherwise. */
 export interface CallDefaults {
@@ -89,4 +91,24 @@ export function ruleAt(call: Call, index: number): { readonly key: string; reado
     at -= part.rules.length;
   }
   throw new RangeError(`No rule ${index} in the call's rules`);
+}
+
+/** Why the store put the call's start where it did: a rule, a pause (or a hold after a loss), or calls booked before it. */
+export function reasonOf(call: Call, result: ReserveResult): Rule | 'paused' | 'booked' {
+  return result.ruleIndex === PAUSED || result.ruleIndex === RECOVERING ? 'paused' : result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).rule : 'booked';
+}
+
+/** The user key whose rule the store named (the call's first key when none did). */
+export function bindingKey(call: Call, result: ReserveResult): string {
+  return result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).key : call.key;
+}
+
+/** The refusal of a call: named after the key whose rule binds. */
+export function limitedError(call: Call, result: ReserveResult, waitMs: number): RateLimitedError {
+  return new RateLimitedError(bindingKey(call, result), reasonOf(call, result), waitMs);
+}
+
+/** The `also` of an event: the other keys of a call of several, none for a call of one key. */
+export function alsoOf(call: Call): { also?: readonly string[] } {
+  return call.also.length === 0 ? {} : { also: call.also.map((part) => part.key) };
 }

@@ -1,3 +1,5 @@
+import { formatRule } from './rule-label.js';
+
 /** A rule as errors report it (the shape of `Rule` in lib/rules.ts, which imports this file). */
 interface Rule {
   readonly limit: number;
@@ -51,7 +53,7 @@ export class RateLimitedError extends ThrottleError {
 
   constructor(key: string, cause: Rule | 'paused' | 'booked', retryAfterMs: number) {
     const what =
-      cause === 'paused' ? 'a vendor pause' : cause === 'booked' ? 'calls booked before it' : `rule ${cause.limit}/${cause.windowMs}ms`;
+      cause === 'paused' ? 'a vendor pause' : cause === 'booked' ? 'calls booked before it' : `rule ${formatRule(cause)}`;
     super('ERR_RATE_LIMITED', `Rate limited on key "${preview(key)}" by ${what}: retry in ${retryAfterMs} ms`);
     this.key = key;
     this.rule = typeof cause === 'object' ? cause : undefined;

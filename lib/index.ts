@@ -14,7 +14,7 @@ export type {
 export type { AxiosRequestThrottleOptions } from './adapters/axios-types.js';
 export { headerValue, parseHttpDate, parseRateLimitHeaders, parseRateLimitReset, parseRetryAfter, readVendorSignal } from './vendor-signals.js';
 export type { HeaderSource, ProblemReporter, RateLimitHeaderOptions, VendorResponseInfo, VendorSignal } from './vendor-signals.js';
-export type { KeyUsage, RulesOption, ScheduleOptions, StoreErrorPolicy, ThrottleMode, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
+export type { KeyUsage, LimitOptions, LimitResult, RulesOption, ScheduleOptions, StoreErrorPolicy, ThrottleMode, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
 export { formatRule, parseRule, parseRules } from './rules.js';
 export type { Rule, RuleInput, RuleString, RuleUnit } from './rules.js';
 export type { KeyInput, KeysInput } from './keys.js';
@@ -23,7 +23,7 @@ export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
 export { RedisStore } from './stores/redis-store.js';
 export type { RedisClientLike, RedisStoreOptions } from './stores/redis-options.js';
-export type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from './store.js';
+export type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, RuleUsage, Settlement, Store } from './store.js';
 export {
   CallTimeoutError,
   QueueFullError,

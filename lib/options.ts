@@ -1,6 +1,6 @@
 import type { QueueFullError, RateLimitedError, StoreUnavailableError } from './errors.js';
 import type { Rule, RuleInput } from './rules.js';
-import type { Store } from './store.js';
+import type { RuleUsage, Store } from './store.js';
 
 /**
  * What a call does when its slot is not free yet.
@@ -115,24 +115,46 @@ export const THROTTLE_OPTIONS = [
   'name', 'rules', 'store', 'mode', 'maxDelayMs', 'timeoutMs', 'maxHoldMs', 'retainMs', 'maxQueued', 'bucketAbove', 'buckets', 'onStoreError', 'localShare',
 ] as const satisfies ReadonlyArray<keyof ThrottleOptions>;
 
+/** Options of `limit(key, options)`. */
+export interface LimitOptions {
+  /** Slots the call takes. @default 1 */
+  readonly cost?: number;
+}
+
+/**
+ * What `limit(key)` answers, never throwing for a full key. When `success`, a slot is booked now:
+ * make the call, then report its response with `done()`; the slot counts until a window after it
+ * (unreported, until the call's start + `maxHoldMs`, then a window).
+ */
+export interface LimitResult {
+  /** A slot was booked: the call may go now. */
+  readonly success: boolean;
+  /** Calls that could still start now under the fullest rule (after this one, when booked). */
+  readonly remaining: number;
+  /** ms until the oldest call counted by the fullest rule stops counting (0 when none counts). */
+  readonly resetInMs: number;
+  /** ms until a call could start (0 when `success`). */
+  readonly retryAfterMs: number;
+  /** Reports the response of the call the slot was booked for (idempotent; nothing when not `success`). */
+  done(): void;
+}
+
 /** The names `schedule()` takes; any other is a `ThrottleConfigError`. */
 export const SCHEDULE_OPTIONS = ['signal', 'cost', 'maxDelayMs', 'timeoutMs', 'priority'] as const satisfies ReadonlyArray<keyof ScheduleOptions>;
 
 /** What `inspect(key)` reports. */
 export interface KeyUsage {
   readonly key: string;
-  readonly rules: ReadonlyArray<{
-    readonly limit: number;
-    readonly windowMs: number;
-    /** Calls that count against this rule now, booked future ones included. */
-    readonly used: number;
-    /** ms until the oldest counted call stops counting. */
-    readonly resetInMs: number;
-  }>;
+  /** Per rule: `used` (calls that started and still count), `remaining` (calls that could start now), `resetInMs`. */
+  readonly rules: readonly RuleUsage[];
+  /** Calls booked to start later (sleeping until their slot), in every process: counted apart from `used`. */
+  readonly bookedAhead: number;
   /** ms until one more call could start here (0 = now). */
   readonly nextFreeInMs: number;
   /** ms until a pause the vendor asked for ends (0 = not paused); see `Throttle.pause`. */
   readonly pausedForMs: number;
+  /** False when the store holds nothing for the key: a new key, one idle past its windows, or another throttle `name`. */
+  readonly stored: boolean;
   /** Calls of this process waiting for this key: sleeping for their slot, or queued behind the head. */
   readonly waitingHere: number;
 }

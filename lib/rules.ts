@@ -1,4 +1,5 @@
 import { ThrottleConfigError } from './errors.js';
+export { formatRule } from './rule-label.js';
 
 /**
  * At most `limit` calls may start in any interval of `windowMs` milliseconds; with `windowMs` 0 (a
@@ -88,16 +89,6 @@ export function parseRules(input: readonly RuleInput[] | RuleInput): Rule[] {
   const list = Array.isArray(input) ? input : [input as RuleInput];
   if (list.length === 0) throw new ThrottleConfigError('Expected at least one rule, got an empty list');
   return list.map(parseRule);
-}
-
-/** `30/60000ms` → `30/min` style label for messages, metrics and the CLI; `4 concurrent` for a cap in flight. */
-export function formatRule(rule: Rule): string {
-  if (isConcurrent(rule)) return `${rule.limit} concurrent`;
-  for (const [unit, ms] of [['day', 86_400_000], ['h', 3_600_000], ['min', 60_000], ['s', 1_000]] as const) {
-    if (rule.windowMs === ms) return `${rule.limit}/${unit}`;
-    if (rule.windowMs % ms === 0) return `${rule.limit}/${rule.windowMs / ms}${unit}`;
-  }
-  return `${rule.limit}/${rule.windowMs}ms`;
 }
 
 /** The longest window of a rule list: how long the history must be kept. */

@@ -6,6 +6,9 @@ import { compileRules, type RuleSource } from './rule-source.js';
 import { describe, MAX_WINDOW_MS } from './rules.js';
 import type { Store } from './store.js';
 
+/** `maxHoldMs` unless `timeoutMs` asks for more: a request to a vendor is over by then. */
+export const DEFAULT_MAX_HOLD_MS = 10_000;
+
 /** `ThrottleOptions` checked, with every default filled in. */
 export interface ThrottleSettings {
   readonly name: string;
@@ -48,7 +51,7 @@ export function throttleSettings(options: ThrottleOptions): ThrottleSettings {
   const maxDelayMs = checkDelay('maxDelayMs', options.maxDelayMs ?? Infinity);
   const timeoutMs = checkDelay('timeoutMs', options.timeoutMs ?? Infinity);
   const timeoutHold = Number.isFinite(timeoutMs) ? Math.ceil(Math.min(timeoutMs, MAX_WINDOW_MS)) : 0;
-  const maxHoldMs = checkWhole('maxHoldMs', options.maxHoldMs ?? Math.max(10_000, timeoutHold), 1, MAX_WINDOW_MS);
+  const maxHoldMs = checkWhole('maxHoldMs', options.maxHoldMs ?? Math.max(DEFAULT_MAX_HOLD_MS, timeoutHold), 1, MAX_WINDOW_MS);
   const retainMs = checkWhole('retainMs', options.retainMs ?? 0, 0, MAX_WINDOW_MS);
   const maxQueued = checkCount('maxQueued', options.maxQueued ?? Infinity, 0);
   const onStoreError = options.onStoreError ?? 'fail';

@@ -95,22 +95,38 @@ export interface RestoredSlot {
   readonly cost: number;
 }
 
+/** Usage of one rule of a key (see `InspectResult`). */
+export interface RuleUsage {
+  readonly limit: number;
+  readonly windowMs: number;
+  /** Slots of calls that started (running, or completed within the window): they count against this rule now. */
+  readonly used: number;
+  /** Calls that could still start now under this rule: `limit − used − bookedAhead`, at least 0. */
+  readonly remaining: number;
+  /** ms until the oldest slot that counts stops counting (0 when none counts). */
+  readonly resetInMs: number;
+}
+
 /** Usage of one key, read without booking anything. */
 export interface InspectResult {
   /** Store-clock time of the reading (ms). */
   readonly now: number;
-  readonly rules: ReadonlyArray<{
-    readonly limit: number;
-    readonly windowMs: number;
-    /** Slots that count against this rule now, booked future ones included. */
-    readonly used: number;
-    /** ms until the oldest slot that counts stops counting (0 when none counts). */
-    readonly resetInMs: number;
-  }>;
+  /** Per rule: `limit`, `windowMs`, `used` (slots that count now; with `maxHoldMs`, not those booked ahead), `resetInMs`. */
+  readonly rules: ReadonlyArray<Omit<RuleUsage, 'remaining'>>;
+  /** With `maxHoldMs`: slots booked for calls that start later (they sleep until then), in every process; not in `used`. */
+  readonly bookedAhead?: number;
   /** ms until one more call could start (0 = now). */
   readonly nextFreeInMs: number;
   /** ms until a pause the vendor asked for ends (0 = not paused). */
   readonly pausedForMs: number;
+  /** False: the store holds nothing at all for the key (a new key, idle past its windows, or another namespace). */
+  readonly stored?: boolean;
+}
+
+/** Each rule's usage with `remaining`: calls that could start now, `limit − used − bookedAhead` (at least 0). */
+export function withRemaining(usage: InspectResult): RuleUsage[] {
+  const ahead = usage.bookedAhead ?? 0;
+  return usage.rules.map((rule) => ({ ...rule, remaining: Math.max(0, rule.limit - rule.used - ahead) }));
 }
 
 /**
@@ -136,7 +152,18 @@ export interface Store {
    * calls of one key only. A Redis Cluster holds to it for keys whose hash tags share a slot.
    */
   readonly multiKey?: boolean;
-  inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult>;
+  /**
+   * The key's usage. With `maxHoldMs` (the throttle's), a slot released later than now + `maxHoldMs`
+   * is one booked ahead (its call has not started), counted in `bookedAhead` and not in `used`;
+   * without it every slot that counts is in `used`.
+   */
+  inspect(namespace: string, key: string, rules: readonly Rule[], maxHoldMs?: number): Promise<InspectResult>;
+  /**
+   * Optional: forgets the key's calls that started, for every process sharing the store
+   * (`Throttle.reset`), with its pause and hold; slots booked to start later (released after now +
+   * `maxHoldMs`) stay. Processes waiting on the key ask again. `retainMs`: the history the key keeps.
+   */
+  reset?(namespace: string, key: string, retainMs: number, maxHoldMs: number): Promise<void>;
   /**
    * Calls `listener(key)` whenever a completion or release is written for a key of `namespace` on
    * which a decision was deferred (in any process sharing the store). Resolves, with a function that

@@ -1,22 +1,21 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
-import { Activity } from './activity.js';
+import { Activity, Sleeping } from './activity.js';
 import { throttleAxios } from './adapters/axios.js';
 import type { AxiosInstanceType } from './adapters/axios-types.js';
 import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { throttleWrap } from './adapters/wrap.js';
-import { keysOf, oneKey, prepareCall, ruleAt, type CallDefaults } from './calls.js';
-import { checkDelay } from './check.js';
+import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, ruleAt, type CallDefaults } from './calls.js';
 import { Completions } from './completions.js';
-import { PAUSED, RECOVERING } from './decision.js';
 import { CallTimeoutError, QueueFullError, RateLimitedError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
-import { Decisions, storeError, type Booking, type Call } from './decisions.js';
+import { Decisions, type Booking, type Call } from './decisions.js';
 import { LocalFallback } from './fallback.js';
 import { Lines } from './lines.js';
 import type { KeyInput, KeysInput } from './keys.js';
-import type { KeyUsage, ScheduleOptions, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
+import { KeyOps } from './key-ops.js';
+import type { KeyUsage, LimitOptions, LimitResult, ScheduleOptions, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
 import { Refusals } from './refusals.js';
-import { describe, MAX_WINDOW_MS, type Rule } from './rules.js';
+import { describe } from './rules.js';
 import { throttleSettings } from './settings.js';
 import { sleep, withTimeout } from './sleep.js';
 import { grantOf, Slots, type Grant } from './slots.js';
@@ -50,11 +49,10 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #slots: Slots;
   readonly #closing = new AbortController();
   readonly #lines = new Lines();
-  /** Per encoded key, calls that count in it sleeping until their slot; and all such calls. */
-  readonly #sleeping = new Map<string, number>();
-  #sleepingCalls = 0;
+  readonly #sleeping = new Sleeping();
   readonly #activity = new Activity();
   readonly #refusals = new Refusals();
+  readonly #keyOps: KeyOps;
   #closed: Promise<void> | undefined;
 
   constructor(options: ThrottleOptions) {
@@ -89,6 +87,21 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       (error) => this.notify('debug', { message: 'a completion or release did not reach the store; it is sent again (until then the slot counts to its bound)', error }),
     );
     this.#slots = new Slots(this.#completions, this.#maxHoldMs, this.#fallback, (message, key) => this.notify('debug', { message, key }));
+    this.#keyOps = new KeyOps({
+      name: this.name,
+      store: this.store,
+      callDefaults: this.#callDefaults,
+      maxHoldMs: this.#maxHoldMs,
+      closing: this.#closing.signal,
+      decisions: this.#decisions,
+      slots: this.#slots,
+      waitingHere: (encoded) => this.#sleeping.on(encoded) + this.#lines.queued(encoded),
+      freed: (encoded) => {
+        this.#refusals.forget(encoded);
+        this.#lines.wake(encoded);
+      },
+      notify: (event, ...args) => this.notify(event, ...args),
+    });
     // Every waiting call listens to this signal; their number is bounded by the work, not a leak.
     setMaxListeners(0, this.#closing.signal);
   }
@@ -101,7 +114,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   /** What this process holds locally: keys with waiting calls, calls waiting in line, calls sleeping until their slot. All 0 when idle. */
   get stats(): ThrottleStats {
     const queued = this.#lines.queued();
-    return { queues: this.#lines.size, queued, sleeping: this.#sleepingCalls };
+    return { queues: this.#lines.size, queued, sleeping: this.#sleeping.calls };
   }
 
   /**
@@ -160,16 +173,25 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /** Usage of `key` under its rules, read from the store without booking anything. */
-  async inspect(key: KeyInput): Promise<KeyUsage> {
-    const call = await prepareCall(this.#callDefaults, oneKey('inspect', key), {});
-    let usage;
-    try {
-      usage = await this.store.inspect(this.name, call.encoded, call.rules);
-    } catch (error) {
-      throw storeError(error);
-    }
-    const waitingHere = (this.#sleeping.get(call.encoded) ?? 0) + this.#lines.queued(call.encoded);
-    return { key: call.key, rules: usage.rules, nextFreeInMs: usage.nextFreeInMs, pausedForMs: usage.pausedForMs, waitingHere };
+  inspect(key: KeyInput): Promise<KeyUsage> {
+    return this.#keyOps.inspect(key);
+  }
+
+  /**
+   * Books a slot for `key` now if every rule allows it, without waiting and without throwing for a
+   * full key: Upstash's `limit()`. Report the call's response with the answer's `done()`.
+   */
+  limit(key: KeyInput, options?: LimitOptions): Promise<LimitResult> {
+    return this.#keyOps.limit(key, options);
+  }
+
+  /**
+   * Forgets every call counted on `key`, in every process sharing the store, and its pause: the
+   * next calls start as on a new key. Calls the vendor saw in its current window still count there:
+   * a reset lets calls over the vendor's limit unless the vendor forgot them too.
+   */
+  reset(key: KeyInput): Promise<void> {
+    return this.#keyOps.reset(key);
   }
 
   /** Sends every request of an axios instance through this throttle; see docs/adapters.md. */
@@ -193,16 +215,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * (the vendor said its limit was hit). Calls already booked keep their slots; a longer pause in
    * place is kept. Resolves once the store has recorded it. `source` is reported in the `paused` event.
    */
-  async pause(key: KeyInput, ms: number, source = 'pause()'): Promise<void> {
-    const call = await prepareCall(this.#callDefaults, oneKey('pause', key), {});
-    checkDelay('pause ms', ms);
-    if (ms > MAX_WINDOW_MS) throw new ThrottleConfigError(`Expected pause ms to be at most ${MAX_WINDOW_MS} (366 days), got ${ms}`);
-    try {
-      await this.store.pause(this.name, call.encoded, ms);
-    } catch (error) {
-      throw storeError(error);
-    }
-    this.notify('paused', { key: call.key, ms, source });
+  pause(key: KeyInput, ms: number, source = 'pause()'): Promise<void> {
+    return this.#keyOps.pause(key, ms, source);
   }
 
   /**
@@ -277,22 +291,16 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     const grant = await this.#inLine(call);
     const { result } = grant;
     if (result.waitMs > 0) {
-      this.notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: this.#reason(call, result), ...alsoOf(call) });
+      this.notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: reasonOf(call, result), ...alsoOf(call) });
       const keys = keysOf(call);
-      for (const key of keys) this.#sleeping.set(key, (this.#sleeping.get(key) ?? 0) + 1);
-      this.#sleepingCalls++;
+      this.#sleeping.enter(keys);
       try {
         await sleep(Math.max(0, grant.startsAt - performance.now()), signals);
       } catch (reason) {
         this.#slots.release(call, grant);
         throw reason;
       } finally {
-        this.#sleepingCalls--;
-        for (const key of keys) {
-          const left = this.#sleeping.get(key)! - 1;
-          if (left === 0) this.#sleeping.delete(key);
-          else this.#sleeping.set(key, left);
-        }
+        this.#sleeping.leave(keys);
       }
     }
     return grant;
@@ -334,7 +342,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         }
         if (aborted) throw aborted.reason;
         this.#hooks(call).refused(result, extra);
-        throw this.#limited(call, result, result.waitMs);
+        throw limitedError(call, result, result.waitMs);
       }
       first = true;
     }
@@ -372,29 +380,15 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
 
   #hooks(call: Call): WaiterHooks {
     return {
-      reason: (answer) => this.#reason(call, answer),
-      limited: (answer, waitMs) => this.#limited(call, answer, waitMs),
+      reason: (answer) => reasonOf(call, answer),
+      limited: (answer, waitMs) => limitedError(call, answer, waitMs),
       windowOf: (answer) => (answer.ruleIndex >= 0 ? ruleAt(call, answer.ruleIndex).rule.windowMs : 1),
       refused: (answer, at) => {
-        if (at.store === this.store) this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, this.#reason(call, answer), this.#bindingKey(call, answer));
+        if (at.store === this.store) this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, reasonOf(call, answer), bindingKey(call, answer));
       },
       release: (answer, at) => this.#slots.release(call, grantOf(answer, at)),
       failure: () => this.#decisions.failure,
     };
-  }
-
-  #reason(call: Call, result: ReserveResult): Rule | 'paused' | 'booked' {
-    return result.ruleIndex === PAUSED || result.ruleIndex === RECOVERING ? 'paused' : result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).rule : 'booked';
-  }
-
-  /** The refusal of a call: named after the key whose rule binds. */
-  #limited(call: Call, result: ReserveResult, waitMs: number): RateLimitedError {
-    return new RateLimitedError(this.#bindingKey(call, result), this.#reason(call, result), waitMs);
-  }
-
-  /** The user key whose rule the store named (the call's first key when none did). */
-  #bindingKey(call: Call, result: ReserveResult): string {
-    return result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).key : call.key;
   }
 
   async #run<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>): Promise<Awaited<T>> {
@@ -403,9 +397,4 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     // Past timeoutMs the call may still reach the vendor: its slot counts to its bound unless it completes later.
     return withTimeout(running, call.timeoutMs, () => new CallTimeoutError(call.key, call.timeoutMs));
   }
-}
-
-/** The `also` of an event: the other keys of a call of several, none for a call of one key. */
-function alsoOf(call: Call): { also?: readonly string[] } {
-  return call.also.length === 0 ? {} : { also: call.also.map((part) => part.key) };
 }

@@ -185,6 +185,15 @@ describe('vendor-throttle command line', function () {
     expect(report.pausedForMs).to.equal(0);
     expect(busiest.code, busiest.stderr).to.equal(0);
     expect(busiest.stdout).to.match(/^c1\s+6\/100/m).and.to.match(/^c2\s+6\/100/m).and.to.include('of 2 keys');
+    expect(one.stdout).to.match(/100\/min\s+6\/100\s+94\s/).and.to.include('booked to start later (all processes): 0');
+    expect(one.stdout).not.to.include('nothing stored');
+    expect(report).to.include({ bookedAhead: 0, stored: true });
+
+    // A key or a namespace with nothing in it says so (a forgotten --name reads as an empty key).
+    const wrongName = ['--redis', redisServer().url, '--prefix', prefix, '--name', 'acmee'];
+    const [nobody, none] = await Promise.all([cli('inspect', ...wrongName, '--rule', '100/min', 'c1'), cli('inspect', ...wrongName, '--rule', '100/min')]);
+    expect(nobody.stdout).to.include('nothing stored for this key').and.to.include('another --name');
+    expect(none.stdout).to.include('no keys with a log in').and.to.include('another --name');
   });
 
   it('--key twice with --rule KEY=RULE: every request counts under its user and an app-wide key, and inspect reads each', async () => {

@@ -45,7 +45,8 @@ describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 
     const usage = await throttle.inspect('u');
     // Two slots started and completed at once, so two more are booked at 1 s; the last two depend on
     // those (still to come) and wait in line without booking anything.
-    expect(usage.rules[0]!.used).to.equal(4);
+    expect(usage.rules[0]!.used).to.equal(2);
+    expect(usage.bookedAhead).to.equal(2);
     expect(throttle.stats).to.deep.equal({ queues: 1, queued: 2, sleeping: 2 });
     expect(usage.waitingHere).to.equal(4);
     await fake.clock.tickAsync(2_000);
@@ -155,7 +156,9 @@ describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 
     expect(refusals.map((refusal) => refusal.at)).to.deep.equal([510, 1_200]);
     expect(await d).to.be.instanceOf(RateLimitedError);
     // Neither b nor d booked anything: only c, sleeping until its slot, counts besides a.
-    expect((await throttle.inspect('u')).rules[0]!.used).to.equal(2);
+    const usage = await throttle.inspect('u');
+    expect(usage.rules[0]!.used).to.equal(1);
+    expect(usage.bookedAhead).to.equal(1);
     await fake.clock.tickAsync(1_000);
     await a;
     expect(await c).to.equal('c');

@@ -1,5 +1,7 @@
 import { formatRule, parseRules, RedisStore, Throttle, type Rule } from '../index.js';
 import { encodeKey, keyNames } from '../keys.js';
+import { DEFAULT_MAX_HOLD_MS } from '../settings.js';
+import { withRemaining } from '../store.js';
 import { ruleSource, type InspectOptions } from './args.js';
 import { EXIT, type ExitCode } from './errors.js';
 import { formatSeconds } from './progress.js';
@@ -12,8 +14,12 @@ export interface KeyReport {
   readonly key: string;
   /** False when the key is stored as a digest and cannot be shown. */
   readonly decoded: boolean;
-  readonly rules?: ReadonlyArray<{ readonly rule: string; readonly limit: number; readonly windowMs: number; readonly used: number; readonly resetInMs: number }>;
+  readonly rules?: ReadonlyArray<{ readonly rule: string; readonly limit: number; readonly windowMs: number; readonly used: number; readonly remaining: number; readonly resetInMs: number }>;
+  /** Calls booked to start later, apart from `used` (with `--rule`). */
+  readonly bookedAhead?: number;
   readonly nextFreeInMs?: number;
+  /** False when Redis holds nothing for the key (a new key, idle past its windows, or another --name or --prefix). */
+  readonly stored: boolean;
   readonly pausedForMs: number;
   /** Slots in the key's log: calls within the history kept (the longest window), booked ones included. */
   readonly logged: number;
@@ -50,7 +56,8 @@ export async function inspect(options: InspectOptions): Promise<ExitCode> {
         try {
           const usage = await throttle.inspect(options.key);
           const counts = await countsOf(client, options, encodeKey(options.key));
-          report = { key: usage.key, decoded: true, rules: usage.rules.map((rule) => ({ rule: formatRule(rule), ...rule })), nextFreeInMs: usage.nextFreeInMs, pausedForMs: usage.pausedForMs, ...counts };
+          const { rules: used, bookedAhead, nextFreeInMs, pausedForMs, stored } = usage;
+          report = { key: usage.key, decoded: true, rules: used.map((rule) => ({ rule: formatRule(rule), ...rule })), bookedAhead, nextFreeInMs, pausedForMs, stored, ...counts };
         } finally {
           await throttle.close();
         }
@@ -97,13 +104,16 @@ async function scanKeys(client: RedisClient, options: InspectOptions): Promise<s
 async function keyReport(client: RedisClient, store: RedisStore, options: InspectOptions, encoded: string, rules: readonly Rule[] | undefined): Promise<KeyReport> {
   const { key, decoded } = decodeKey(encoded);
   if (rules === undefined) return rawReport(client, options, encoded, key, decoded);
-  const [usage, counts] = await Promise.all([store.inspect(options.name, encoded, rules), countsOf(client, options, encoded)]);
+  // The throttle's default maxHoldMs: a slot released later than that from now was booked ahead.
+  const [usage, counts] = await Promise.all([store.inspect(options.name, encoded, rules, DEFAULT_MAX_HOLD_MS), countsOf(client, options, encoded)]);
   return {
     key,
     decoded,
-    rules: usage.rules.map((rule) => ({ rule: formatRule(rule), ...rule })),
+    rules: withRemaining(usage).map((rule) => ({ rule: formatRule(rule), ...rule })),
+    bookedAhead: usage.bookedAhead ?? 0,
     nextFreeInMs: usage.nextFreeInMs,
     pausedForMs: usage.pausedForMs,
+    stored: usage.stored ?? true,
     ...counts,
   };
 }
@@ -120,9 +130,9 @@ async function countsOf(client: RedisClient, options: InspectOptions, encoded: s
 /** Without rules: what the log holds, and the pause, read with plain commands on the Redis clock. */
 async function rawReport(client: RedisClient, options: InspectOptions, encoded: string, key: string, decoded = true): Promise<KeyReport> {
   const names = keyNames(options.prefix, options.name, encoded, options.hashTag);
-  const [counts, pause, time] = await Promise.all([countsOf(client, options, encoded), client.hget(names.meta, 'pause'), client.time()]);
+  const [counts, pause, time, stored] = await Promise.all([countsOf(client, options, encoded), client.hget(names.meta, 'pause'), client.time(), client.exists(names.log, names.meta)]);
   const now = Number(time[0]) * 1000 + Number(time[1]) / 1000;
-  return { key, decoded, pausedForMs: Math.max(0, Math.ceil(Number(pause ?? 0) - now)), ...counts };
+  return { key, decoded, pausedForMs: Math.max(0, Math.ceil(Number(pause ?? 0) - now)), stored: stored > 0, ...counts };
 }
 
 /** Reverses `encodeKey`: percent-encoding, `u:` + UTF-16 hex; `h:` digests cannot be reversed. */
@@ -149,8 +159,13 @@ function load(report: KeyReport): number {
 
 function describeKey(report: KeyReport, options: InspectOptions): string {
   const lines = [`key ${JSON.stringify(report.key)} of ${options.prefix}:${options.name}`];
+  if (!report.stored) {
+    lines.push(`  nothing stored for this key: a new key, one idle past its windows, or another --name or --prefix`);
+  }
   if (report.rules !== undefined) {
-    lines.push(...table(['rule', 'used', 'oldest stops counting in'], report.rules.map((rule) => [rule.rule, `${rule.used}/${rule.limit}`, rule.used === 0 ? '-' : duration(rule.resetInMs)])).map((line) => `  ${line}`));
+    const rows = report.rules.map((rule) => [rule.rule, `${rule.used}/${rule.limit}`, String(rule.remaining), rule.used === 0 ? '-' : duration(rule.resetInMs)]);
+    lines.push(...table(['rule', 'used', 'remaining', 'oldest stops counting in'], rows).map((line) => `  ${line}`));
+    lines.push(`  booked to start later (all processes): ${report.bookedAhead ?? 0}`);
     lines.push(`  next free slot: ${report.nextFreeInMs === 0 ? 'now' : `in ${duration(report.nextFreeInMs!)}`}`);
   } else {
     lines.push(`  slots logged: ${report.logged} (pass --rule to see usage per rule and the next free slot)`);
@@ -162,7 +177,7 @@ function describeKey(report: KeyReport, options: InspectOptions): string {
 
 /** `rules`: the same for every key (a column each), `'per key'` (one column), or none given. */
 function describeBusiest(top: readonly KeyReport[], found: number, namespace: string, rules: readonly Rule[] | 'per key' | undefined): string {
-  if (found === 0) return `no keys with a log in ${namespace}\n`;
+  if (found === 0) return `no keys with a log in ${namespace}: nothing used within its windows, or another --name or --prefix\n`;
   const header = ['key', ...(rules === 'per key' ? ['usage'] : (rules ?? []).map(formatRule)), ...(rules ? ['next free'] : ['logged']), 'paused', 'not completed'];
   const rows = top.map((report) => [
     report.decoded ? report.key : `${report.key} (hashed id)`,

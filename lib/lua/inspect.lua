@@ -3,12 +3,17 @@
 
   KEYS[1]  log   sorted set of slots (see includes/log.lua)
   KEYS[2]  meta  hash of the key
-  ARGV[1]  R, number of rules, followed by R triples: LIMIT, WINDOW (ms), BUCKET (ms, 0 = exact)
+  ARGV[1]  R, number of rules, followed by R triples: LIMIT, WINDOW (ms), BUCKET (ms, 0 = exact),
+           then optionally MAX_HOLD (ms): a slot whose score is above now + MAX_HOLD (now rounded
+           up, plus 1 ms) was booked to start later (booked ahead), and is counted apart from the
+           calls that started
 
-  Returns { now_ms, next_free_in_ms, paused_for_ms, used_1, reset_in_ms_1, ..., used_R,
-  reset_in_ms_R }. A call in flight is taken to end now (the earliest it can), so
+  Returns { now_ms, next_free_in_ms, paused_for_ms, booked_ahead, stored, used_1, reset_in_ms_1,
+  ..., used_R, reset_in_ms_R }. A call in flight is taken to end now (the earliest it can), so
   next_free_in_ms is the soonest one more call could start (a vendor pause, or a hold after a loss,
-  included), and reset_in_ms when the oldest counted call stops counting at the soonest.
+  included), and reset_in_ms when the oldest counted call stops counting at the soonest. used
+  leaves out the slots booked ahead (0 without MAX_HOLD); stored is 1 when the key has a log or
+  meta at all, 0 when Redis holds nothing for it.
 ]]
 --- @include "log"
 --- @include "buckets"
@@ -25,7 +30,14 @@ local state = redis.call('HMGET', meta, 'pause', 'h')
 local pause = tonumber(state[1] or 0)
 -- A key held after a loss (includes/check.lua) takes no call before its hold either.
 local start_at = math.max(now, pause, tonumber(state[2] or 0))
-local result = { now_ms, 0, math.max(0, math.ceil(pause - now)) }
+local max_hold = tonumber(ARGV[2 + 3 * rule_count])
+local ahead = 0
+-- Past the bound of a call started now (its start rounded up, and a millisecond more): a slot that
+-- starts later.
+if max_hold then ahead = redis.call('ZCOUNT', log, '(' .. (now_ms + max_hold + 1), '+inf') end
+local stored = 0
+if size > 0 or redis.call('EXISTS', meta) == 1 then stored = 1 end
+local result = { now_ms, 0, math.max(0, math.ceil(pause - now)), ahead, stored }
 for r = 0, rule_count - 1 do
   local limit = tonumber(ARGV[2 + 3 * r])
   local window = tonumber(ARGV[3 + 3 * r])
@@ -49,8 +61,8 @@ for r = 0, rule_count - 1 do
   end
   local reset = 0
   if oldest < math.huge then reset = math.ceil(math.min(oldest, now_ms) + window - now) end
-  result[4 + 2 * r] = used
-  result[5 + 2 * r] = reset
+  result[6 + 2 * r] = used - ahead
+  result[7 + 2 * r] = reset
 end
 if start_at > now then result[2] = math.ceil(start_at - now) end
 return result

@@ -146,6 +146,24 @@ export class MemoryStore implements Store {
     }
   }
 
+  /** Forgets the key's calls that started, its pause and buckets (as reset.lua); decisions waiting on it ask again. */
+  async reset(namespace: string, key: string, _retainMs: number, maxHoldMs: number): Promise<void> {
+    const id = `${namespace}\n${key}`;
+    const log = this.#logs.get(id);
+    if (!log) return;
+    const now = this.#clock();
+    const kept = countInWindow(log.scores.length, (i) => log.scores[i]!, 0, Math.ceil(now) + maxHoldMs + 1);
+    log.scores.splice(0, log.scores.length - kept);
+    log.members.splice(0, log.members.length - kept);
+    log.buckets.clear();
+    log.pausedUntil = 0;
+    const waiting = log.waiting;
+    log.waiting = false;
+    this.#logs.delete(id);
+    this.#keep(id, log);
+    if (waiting) for (const listener of this.#listeners.get(namespace) ?? []) listener(key);
+  }
+
   async listen(namespace: string, listener: (key: string) => void): Promise<() => void> {
     let listeners = this.#listeners.get(namespace);
     if (!listeners) this.#listeners.set(namespace, (listeners = new Set()));
@@ -156,7 +174,7 @@ export class MemoryStore implements Store {
     };
   }
 
-  async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
+  async inspect(namespace: string, key: string, rules: readonly Rule[], maxHoldMs?: number): Promise<InspectResult> {
     const now = this.#clock();
     const nowMs = Math.ceil(now);
     // What no longer counts at `cut` no longer counts at `now` (as in reserve).
@@ -169,10 +187,14 @@ export class MemoryStore implements Store {
     const pausedUntil = live?.pausedUntil ?? 0;
     const bucketsOf: BucketsOf = live ? liveBuckets(live, cut) : () => [];
     const { startAt } = planSlot(scores.length, scoreAt, rules, 1, now, 0, pausedUntil, bucketsOf);
+    // Released after the bound of a call started now (and a millisecond): booked to start later (as inspect.lua).
+    const bookedAhead = live && maxHoldMs !== undefined ? countInWindow(live.scores.length, (i) => live.scores[i]!, 0, nowMs + maxHoldMs + 1) : 0;
     return {
       now: nowMs,
       nextFreeInMs: startAt <= now ? 0 : Math.ceil(startAt - now),
       pausedForMs: Math.max(0, Math.ceil(pausedUntil - now)),
+      bookedAhead,
+      stored: live !== undefined,
       rules: rules.map((rule) => {
         const { limit, windowMs } = rule;
         // Counted on the scores as they are: a call in flight counts now, also under a cap in flight (window 0).
@@ -180,7 +202,7 @@ export class MemoryStore implements Store {
         const buckets = rule.bucketMs ? bucketsOf(rule) : [];
         const used = logged + buckets.reduce((sum, bucket) => sum + bucket.count, 0);
         const oldest = Math.min(buckets[0]?.end ?? Infinity, scores[scores.length - logged] ?? Infinity);
-        return { limit, windowMs, used, resetInMs: oldest === Infinity ? 0 : Math.ceil(oldest + windowMs - now) };
+        return { limit, windowMs, used: used - bookedAhead, resetInMs: oldest === Infinity ? 0 : Math.ceil(oldest + windowMs - now) };
       }),
     };
   }

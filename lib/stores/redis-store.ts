@@ -156,16 +156,27 @@ export class RedisStore implements Store {
     await this.#enqueue('l', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE);
   }
 
-  async inspect(namespace: string, key: string, rules: readonly Rule[]): Promise<InspectResult> {
+  async inspect(namespace: string, key: string, rules: readonly Rule[], maxHoldMs?: number): Promise<InspectResult> {
     await this.#recovery?.recovered(namespace);
     const { log, meta } = this.#names(namespace, key);
-    const reply = (await this.#scripts.run(scripts.inspect.name, [log, meta], ruleArgs(rules))) as number[];
+    const args = ruleArgs(rules);
+    if (maxHoldMs !== undefined) args.push(maxHoldMs);
+    const reply = (await this.#scripts.run(scripts.inspect.name, [log, meta], args)) as number[];
+    const bookedAhead = reply[3]!;
     return {
       now: reply[0]!,
       nextFreeInMs: reply[1]!,
       pausedForMs: reply[2]!,
-      rules: rules.map(({ limit, windowMs }, r) => ({ limit, windowMs, used: reply[3 + 2 * r]!, resetInMs: reply[4 + 2 * r]! })),
+      bookedAhead,
+      stored: reply[4] === 1,
+      rules: rules.map(({ limit, windowMs }, r) => ({ limit, windowMs, used: reply[5 + 2 * r]!, resetInMs: reply[6 + 2 * r]! })),
     };
+  }
+
+  async reset(namespace: string, key: string, retainMs: number, maxHoldMs: number): Promise<void> {
+    await this.#recovery?.recovered(namespace);
+    const { log, meta } = this.#names(namespace, key);
+    await this.#scripts.run(scripts.reset.name, [log, meta], [retainMs, this.#channel(namespace), maxHoldMs]);
   }
 
   async pause(namespace: string, key: string, ms: number): Promise<number> {

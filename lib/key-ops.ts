@@ -1,0 +1,102 @@
+import { oneKey, prepareCall, type CallDefaults } from './calls.js';
+import { checkDelay, checkKnown } from './check.js';
+import type { Decisions } from './decisions.js';
+import { storeError } from './decisions.js';
+import { ThrottleConfigError } from './errors.js';
+import type { KeyInput } from './keys.js';
+import type { KeyUsage, LimitOptions, LimitResult, ThrottleEvents } from './options.js';
+import { describe, MAX_WINDOW_MS } from './rules.js';
+import { grantOf, type Slots } from './slots.js';
+import { withRemaining, type Store } from './store.js';
+
+/** What the operations on one key need of their throttle. */
+export interface KeyOpsContext {
+  readonly name: string;
+  readonly store: Store;
+  readonly callDefaults: CallDefaults;
+  readonly maxHoldMs: number;
+  readonly closing: AbortSignal;
+  readonly decisions: Decisions;
+  readonly slots: Slots;
+  /** Calls of this process waiting for the (encoded) key: sleeping until their slot, or in line. */
+  waitingHere(encoded: string): number;
+  /** Room came on the (encoded) key: this process's refusals there are forgotten and its waiting calls ask again. */
+  freed(encoded: string): void;
+  notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void;
+}
+
+/** The names `limit()` takes. */
+const LIMIT_OPTIONS = ['cost'] as const satisfies ReadonlyArray<keyof LimitOptions>;
+
+/** The throttle's operations on one key besides `schedule()`: `inspect`, `pause`, `reset` and `limit`. */
+export class KeyOps {
+  readonly #c: KeyOpsContext;
+
+  constructor(context: KeyOpsContext) {
+    this.#c = context;
+  }
+
+  async inspect(key: KeyInput): Promise<KeyUsage> {
+    const call = await prepareCall(this.#c.callDefaults, oneKey('inspect', key), {});
+    let usage;
+    try {
+      usage = await this.#c.store.inspect(this.#c.name, call.encoded, call.rules, this.#c.maxHoldMs);
+    } catch (error) {
+      throw storeError(error);
+    }
+    const { bookedAhead = 0, nextFreeInMs, pausedForMs, stored = true } = usage;
+    return { key: call.key, rules: withRemaining(usage), bookedAhead, nextFreeInMs, pausedForMs, stored, waitingHere: this.#c.waitingHere(call.encoded) };
+  }
+
+  async pause(key: KeyInput, ms: number, source: string): Promise<void> {
+    const call = await prepareCall(this.#c.callDefaults, oneKey('pause', key), {});
+    checkDelay('pause ms', ms);
+    if (ms > MAX_WINDOW_MS) throw new ThrottleConfigError(`Expected pause ms to be at most ${MAX_WINDOW_MS} (366 days), got ${ms}`);
+    try {
+      await this.#c.store.pause(this.#c.name, call.encoded, ms);
+    } catch (error) {
+      throw storeError(error);
+    }
+    this.#c.notify('paused', { key: call.key, ms, source });
+  }
+
+  async reset(key: KeyInput): Promise<void> {
+    const call = await prepareCall(this.#c.callDefaults, oneKey('reset', key), {});
+    const { store } = this.#c;
+    if (store.reset === undefined) throw new ThrottleConfigError('Expected a store that can reset a key (Store.reset), got one without it');
+    try {
+      await store.reset(this.#c.name, call.encoded, call.retainMs, this.#c.maxHoldMs);
+    } catch (error) {
+      throw storeError(error);
+    }
+    this.#c.freed(call.encoded);
+  }
+
+  async limit(key: KeyInput, options: LimitOptions = {}): Promise<LimitResult> {
+    if (options === null || typeof options !== 'object') throw new TypeError(`Expected limit options to be an object, got ${describe(options)}`);
+    checkKnown('limit', options, LIMIT_OPTIONS);
+    // Now or never, as a call in 'throw' mode.
+    const call = await prepareCall({ ...this.#c.callDefaults, mode: 'throw' }, oneKey('limit', key), options.cost === undefined ? {} : { cost: options.cost });
+    this.#c.closing.throwIfAborted();
+    const { result, extra } = await this.#c.decisions.decide(call);
+    const booked = result.status === 'booked';
+    const grant = booked ? grantOf(result, extra) : undefined;
+    const startedAt = performance.now();
+    let usage;
+    try {
+      usage = await this.#c.store.inspect(this.#c.name, call.encoded, call.rules, this.#c.maxHoldMs);
+    } catch (error) {
+      if (grant) this.#c.slots.release(call, grant);
+      throw storeError(error);
+    }
+    let reported = false;
+    const done = (): void => {
+      if (reported || grant === undefined) return;
+      reported = true;
+      this.#c.slots.complete(call, grant, startedAt);
+    };
+    // The rule with the fewest calls left: it says when more room comes.
+    const binding = withRemaining(usage).reduce((least, rule) => (rule.remaining < least.remaining ? rule : least));
+    return { success: booked, remaining: booked ? binding.remaining : 0, resetInMs: binding.resetInMs, retryAfterMs: booked ? 0 : Math.max(1, result.waitMs), done };
+  }
+}

@@ -1,0 +1,38 @@
+--[[
+  reset: forgets one key's calls, for every process (Throttle.reset): the slots of calls that
+  started (running or completed), its pause, its hold and its buckets go, so the next decision finds
+  every rule empty but for the calls booked to start later (they keep their slots: they will go out).
+  The processes waiting on the key are woken to ask again.
+
+  KEYS[1]  log   sorted set of slots (includes/log.lua)
+  KEYS[2]  meta  hash of the key
+  ARGV[1]  RETAIN    ms of history the key keeps (its longest window at least)
+  ARGV[2]  CHANNEL   the namespace's channel prefix (includes/waiters.lua)
+  ARGV[3]  MAX_HOLD  ms: a slot released later than now + MAX_HOLD was booked ahead, and stays
+
+  A process that still holds calls on the key finds its newest slot gone (includes/check.lua): not
+  a loss, since meta `f` keeps the highest score removed (as a fold's), for as long as a slot of that
+  score could still count. Returns the number of slots removed.
+]]
+--- @include "log"
+--- @include "waiters"
+
+local log, meta = KEYS[1], KEYS[2]
+local now = vt_now()
+-- As inspect.lua: past the bound of a call started now, a slot that starts later.
+local cut = math.ceil(now) + tonumber(ARGV[3]) + 1
+local top = redis.call('ZREVRANGEBYSCORE', log, cut, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local state = redis.call('HMGET', meta, 'f', 'w')
+local removed = redis.call('ZREMRANGEBYSCORE', log, '-inf', cut)
+redis.call('DEL', meta)
+local highest = math.max(tonumber(top[2] or 0), tonumber(state[1] or 0))
+local until_ms = highest + tonumber(ARGV[1])
+if until_ms > now then
+  redis.call('HSET', meta, 'f', string.format('%d', math.ceil(highest)))
+  redis.call('PEXPIRE', meta, math.ceil(until_ms - now))
+end
+-- Every waiting process asks again: the whole key is free, not one completion's room.
+for _, w in ipairs(vt_waiters_parse(state[2])) do
+  if w[2] + 1000 >= now then redis.call('PUBLISH', ARGV[2] .. w[1], vt_user_key(log)) end
+end
+return removed
