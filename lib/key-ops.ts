@@ -1,4 +1,5 @@
-import { oneKey, prepareCall, type CallDefaults } from './calls.js';
+import { CallLife } from './call-life.js';
+import { limitedError, oneKey, prepareCall, type CallDefaults } from './calls.js';
 import { checkDelay, checkKnown } from './check.js';
 import type { Decisions } from './decisions.js';
 import { storeError } from './decisions.js';
@@ -78,10 +79,14 @@ export class KeyOps {
     // Now or never, as a call in 'throw' mode.
     const call = await prepareCall({ ...this.#c.callDefaults, mode: 'throw' }, oneKey('limit', key), options.cost === undefined ? {} : { cost: options.cost });
     this.#c.closing.throwIfAborted();
+    const life = new CallLife((event, ...args) => this.#c.notify(event, ...args), call);
     const { result, extra } = await this.#c.decisions.decide(call);
     const booked = result.status === 'booked';
     const grant = booked ? grantOf(result, extra) : undefined;
     const startedAt = performance.now();
+    const retryAfterMs = booked ? 0 : Math.max(1, result.waitMs);
+    if (booked) life.started();
+    else life.refused(limitedError(call, result, retryAfterMs));
     let usage;
     try {
       usage = await this.#c.store.inspect(this.#c.name, call.encoded, call.rules, this.#c.maxHoldMs);
@@ -94,9 +99,10 @@ export class KeyOps {
       if (reported || grant === undefined) return;
       reported = true;
       this.#c.slots.complete(call, grant, startedAt);
+      life.completed();
     };
     // The rule with the fewest calls left: it says when more room comes.
     const binding = withRemaining(usage).reduce((least, rule) => (rule.remaining < least.remaining ? rule : least));
-    return { success: booked, remaining: booked ? binding.remaining : 0, resetInMs: binding.resetInMs, retryAfterMs: booked ? 0 : Math.max(1, result.waitMs), done };
+    return { success: booked, remaining: booked ? binding.remaining : 0, resetInMs: binding.resetInMs, retryAfterMs, done };
   }
 }

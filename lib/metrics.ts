@@ -88,7 +88,7 @@ export interface ThrottleMetricsOptions {
    */
   readonly prefix?: string;
   /**
-   * Upper bounds of the `wait_seconds` histogram buckets, in seconds. Only used by the first throttle
+   * Upper bounds of the `wait_seconds` and `call_duration_seconds` histogram buckets, in seconds. Only used by the first throttle
    * that registers the metrics on a registry (with this prefix).
    * @default DEFAULT_WAIT_BUCKETS (1 ms to 10 min)
    */
@@ -103,7 +103,11 @@ export interface ThrottleMetricNames {
   readonly refused: string;
   readonly pauses: string;
   readonly storeErrors: string;
+  readonly completed: string;
+  readonly failed: string;
+  readonly retried: string;
   readonly wait: string;
+  readonly duration: string;
   readonly waiting: string;
   readonly hold: string;
 }
@@ -133,7 +137,11 @@ interface Metrics {
   readonly refused: PromCounterLike;
   readonly pauses: PromCounterLike;
   readonly storeErrors: PromCounterLike;
+  readonly completed: PromCounterLike;
+  readonly failed: PromCounterLike;
+  readonly retried: PromCounterLike;
   readonly wait: PromHistogramLike;
+  readonly duration: PromHistogramLike;
   readonly waiting: PromGaugeLike;
   readonly hold: PromGaugeLike;
 }
@@ -208,6 +216,17 @@ export function throttleMetrics(throttle: MetricsSource, options: ThrottleMetric
     subscribe(throttle, 'storeError', ({ policy }) => {
       metrics.storeErrors.inc({ throttle: name, policy });
     }),
+    subscribe(throttle, 'completed', ({ durationMs }) => {
+      metrics.completed.inc({ throttle: name });
+      metrics.duration.observe({ throttle: name, outcome: 'completed' }, durationMs / 1000);
+    }),
+    subscribe(throttle, 'failed', ({ durationMs }) => {
+      metrics.failed.inc({ throttle: name });
+      metrics.duration.observe({ throttle: name, outcome: 'failed' }, durationMs / 1000);
+    }),
+    subscribe(throttle, 'retried', ({ client, status }) => {
+      metrics.retried.inc({ throttle: name, client, status: String(status) });
+    }),
   ];
 
   let attached = true;
@@ -254,7 +273,11 @@ function metricNames(prefix: string): ThrottleMetricNames {
     refused: `${prefix}calls_refused_total`,
     pauses: `${prefix}pauses_total`,
     storeErrors: `${prefix}store_errors_total`,
+    completed: `${prefix}calls_completed_total`,
+    failed: `${prefix}calls_failed_total`,
+    retried: `${prefix}calls_retried_total`,
     wait: `${prefix}wait_seconds`,
+    duration: `${prefix}call_duration_seconds`,
     waiting: `${prefix}waiting_calls`,
     hold: `${prefix}hold_seconds`,
   };
@@ -289,8 +312,15 @@ function sharedMetrics(client: PromClientLike, registry: PromRegistryLike, prefi
     refused: new client.Counter(config(names.refused, 'Calls turned away without running (RateLimitedError, QueueFullError), by reason.', byReason)),
     pauses: new client.Counter(config(names.pauses, 'Keys paused for every process sharing the store (vendor 429s, pause()), by source.', ['throttle', 'source'])),
     storeErrors: new client.Counter(config(names.storeErrors, 'Store failures seen by calls, by the onStoreError policy applied.', ['throttle', 'policy'])),
+    completed: new client.Counter(config(names.completed, "Calls whose fn resolved.", ['throttle'])),
+    failed: new client.Counter(config(names.failed, 'Calls whose fn threw, rejected or outlasted timeoutMs.', ['throttle'])),
+    retried: new client.Counter(config(names.retried, 'Requests an HTTP adapter sent again after the vendor refused them, by client and refused status.', ['throttle', 'client', 'status'])),
     wait: new client.Histogram({
       ...config(names.wait, 'Time from schedule() to the start of the call (queued, booking and sleeping), in seconds.', ['throttle']),
+      buckets: [...buckets],
+    }),
+    duration: new client.Histogram({
+      ...config(names.duration, "Time from the start of a call's fn to its end, by outcome (completed, failed), in seconds.", ['throttle', 'outcome']),
       buckets: [...buckets],
     }),
     waiting: new client.Gauge({

@@ -159,6 +159,14 @@ export interface KeyUsage {
   readonly waitingHere: number;
 }
 
+/** What every event of a call's life says of it. */
+export interface CallEvent {
+  readonly key: string;
+  readonly cost: number;
+  /** The call's other keys, for a call of several. */
+  readonly also?: readonly string[];
+}
+
 /**
  * Events a throttle emits (`throttle.on(name, listener)`). Listeners run synchronously on the hot
  * path: keep them cheap. A throwing listener never breaks a call: errors thrown by listeners are
@@ -170,10 +178,24 @@ export interface ThrottleEvents {
   /** A key was paused for every process sharing the store (`throttle.pause()`, or a vendor's 429). */
   paused: [event: { readonly key: string; readonly ms: number; readonly source: string }];
   /**
-   * A call got its slot and `fn` is about to start. `waitedMs`: from `schedule()` to now (queued,
-   * booking and sleeping). `also`: the call's other keys, for a call of several (`key` is its first).
+   * A call was accepted by `schedule()` (its arguments are valid) and waits for its slot. `also`: the
+   * call's other keys, for a call of several (`key` is its first); the same in every event of a call.
    */
-  granted: [event: { readonly key: string; readonly cost: number; readonly waitedMs: number; readonly also?: readonly string[] }];
+  queued: [event: CallEvent];
+  /** A call got its slot and `fn` starts. `waitedMs`: from `schedule()` to now (queued, booking and sleeping). */
+  started: [event: CallEvent & { readonly waitedMs: number }];
+  /** `started` under its earlier name: emitted with it. */
+  granted: [event: CallEvent & { readonly waitedMs: number }];
+  /** A call's `fn` resolved. `durationMs`: from its start; `waitedMs`: before it. */
+  completed: [event: CallEvent & { readonly waitedMs: number; readonly durationMs: number }];
+  /** A call's `fn` threw or rejected (`error`), or outlasted `timeoutMs` (`CallTimeoutError`). */
+  failed: [event: CallEvent & { readonly waitedMs: number; readonly durationMs: number; readonly error: unknown }];
+  /**
+   * An HTTP adapter sends a request again, through the throttle, after the vendor refused it (a 429,
+   * or `isThrottled`). `attempt`: 1 for the first retry; `status`: the refused response's status;
+   * `pauseMs`: the pause the vendor asked for, if any.
+   */
+  retried: [event: { readonly key: string; readonly client: string; readonly attempt: number; readonly status: number; readonly pauseMs?: number }];
   /**
    * A call booked a slot that starts later (it sleeps until then). `reason`: the rule that set the
    * start, `'paused'` (a vendor pause) or `'booked'` (the slots before it were booked ahead).

@@ -1,5 +1,6 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
 import { Activity, Sleeping } from './activity.js';
+import { CallLife } from './call-life.js';
 import { throttleAxios } from './adapters/axios.js';
 import type { AxiosInstanceType } from './adapters/axios-types.js';
 import { throttleFetch } from './adapters/fetch.js';
@@ -7,7 +8,7 @@ import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottl
 import { throttleWrap } from './adapters/wrap.js';
 import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, ruleAt, type CallDefaults } from './calls.js';
 import { Completions } from './completions.js';
-import { CallTimeoutError, QueueFullError, RateLimitedError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
+import { CallTimeoutError, QueueFullError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
 import { Decisions, type Booking, type Call } from './decisions.js';
 import { LocalFallback } from './fallback.js';
 import { Lines } from './lines.js';
@@ -132,18 +133,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     try {
       const call = await prepareCall(this.#callDefaults, key, options);
       if (call.also.length > 0 && !this.store.multiKey) throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
-      const askedAt = performance.now();
-      let grant: Grant;
-      try {
-        grant = await this.#acquire(call);
-      } catch (error) {
-        if (error instanceof RateLimitedError || error instanceof QueueFullError) this.notify('refused', { key: call.key, cost: call.cost, error, ...alsoOf(call) });
-        throw error;
-      }
-      this.notify('granted', { key: call.key, cost: call.cost, waitedMs: performance.now() - askedAt, ...alsoOf(call) });
+      const life = new CallLife((event, ...args) => this.notify(event, ...args), call);
+      const grant = await life.waiting(this.#acquire(call));
       this.#activity.started();
       try {
-        return await this.#run(call, grant, fn);
+        return await life.running(this.#run(call, grant, fn));
       } finally {
         this.#activity.ran();
       }

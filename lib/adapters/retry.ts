@@ -135,6 +135,7 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
       return settle(outcome);
     }
     exchange.discard?.(outcome);
+    throttle.notify('retried', { key, client: request.client, attempt: attempt + 1, status: answer.status, ...(pauseMs === undefined ? {} : { pauseMs }) });
   }
 }
 
