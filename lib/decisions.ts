@@ -87,6 +87,8 @@ export class Decisions {
   #unlisten: (() => void) | undefined;
   /** The store's latest failure, until it answers again. */
   #failure: StoreUnavailableError | undefined;
+  /** Failures raised when a call's deadline passed while the store still failed (reported before). */
+  readonly #deadlines = new WeakSet<Error>();
   /** Per store answering (the throttle's, or the local fallback's): its clock. */
   readonly #clocks = new WeakMap<Store, StoreClock>();
 
@@ -130,7 +132,7 @@ export class Decisions {
         const failure = storeError(error);
         if (!(failure instanceof StoreUnavailableError)) throw failure;
         // The deadline passed while the store still failed: reported already.
-        if (failure === this.#failure) throw failure;
+        if (this.#deadlines.has(failure)) throw failure;
         this.#failure = failure;
         this.#options.notify('storeError', { key: call.key, error: failure, policy });
         if (policy === 'fail') throw failure;
@@ -156,7 +158,10 @@ export class Decisions {
     const deadline = new Promise<never>((_resolve, reject) => {
       timer = setTimeout(() => {
         expired = true;
-        reject(this.#failure ?? new StoreUnavailableError("The store did not answer within the call's maxDelayMs"));
+        const last = this.#failure;
+        const error = new StoreUnavailableError(`${last?.message ?? 'The store did not answer'}; the call's maxDelayMs ran out`, last?.cause ?? last);
+        this.#deadlines.add(error);
+        reject(error);
       }, Math.max(0, call.deadline - performance.now()));
     });
     asked.then(

@@ -87,13 +87,8 @@ export class KeyOps {
     const retryAfterMs = booked ? 0 : Math.max(1, result.waitMs);
     if (booked) life.started();
     else life.refused(limitedError(call, result, retryAfterMs));
-    let usage;
-    try {
-      usage = await this.#c.store.inspect(this.#c.name, call.encoded, call.rules, this.#c.maxHoldMs);
-    } catch (error) {
-      if (grant) this.#c.slots.release(call, grant);
-      throw storeError(error);
-    }
+    // Read where the decision was taken: the store, or the local fallback while the store is down.
+    const usage = await extra.store.inspect(this.#c.name, call.encoded, call.rules, this.#c.maxHoldMs).catch(() => undefined);
     let reported = false;
     const done = (): void => {
       if (reported || grant === undefined) return;
@@ -101,6 +96,10 @@ export class KeyOps {
       this.#c.slots.complete(call, grant, startedAt);
       life.completed();
     };
+    if (usage === undefined) {
+      // The decision stands; what is left is unknown: none, as far as the caller should assume.
+      return { success: booked, remaining: 0, resetInMs: retryAfterMs, retryAfterMs, done };
+    }
     // The rule with the fewest calls left: it says when more room comes.
     const binding = withRemaining(usage).reduce((least, rule) => (rule.remaining < least.remaining ? rule : least));
     return { success: booked, remaining: booked ? binding.remaining : 0, resetInMs: binding.resetInMs, retryAfterMs, done };

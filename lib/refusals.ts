@@ -4,8 +4,17 @@ import type { Rule } from './rules.js';
 /** Lines remembered at most; past it the oldest are forgotten. */
 const MAX_KEYS = 10_000;
 
+/**
+ * How long a refusal is trusted at most: past it the store is asked again even if the refusal said
+ * later (another process may have reset the key, `Throttle.reset`). One round trip per second per
+ * saturated line at most.
+ */
+const TRUST_MS = 1_000;
+
 interface Refusal {
   readonly until: number;
+  /** `performance.now()` past which the store is asked again. */
+  readonly trustedUntil: number;
   readonly cost: number;
   readonly reason: Rule | 'paused' | 'booked';
   /** The user key the refusal names (the one whose rule binds). */
@@ -28,8 +37,9 @@ export class Refusals {
   check(line: string, cost: number, withinMs: number): void {
     const known = this.#lines.get(line);
     if (!known) return;
-    const leftMs = Math.ceil(known.until - performance.now());
-    if (leftMs <= 0) this.#delete(line);
+    const now = performance.now();
+    const leftMs = Math.ceil(known.until - now);
+    if (leftMs <= 0 || now >= known.trustedUntil) this.#delete(line);
     else if (cost >= known.cost && leftMs > withinMs) throw new RateLimitedError(known.key, known.reason, leftMs);
   }
 
@@ -38,7 +48,7 @@ export class Refusals {
     if (known && known.cost <= cost && known.until >= until) return;
     this.#delete(line);
     if (this.#lines.size >= MAX_KEYS) this.#delete(this.#lines.keys().next().value!);
-    this.#lines.set(line, { until, cost, reason, key });
+    this.#lines.set(line, { until, trustedUntil: Math.min(until, performance.now() + TRUST_MS), cost, reason, key });
     if (line.includes(' ')) {
       for (const part of line.split(' ')) {
         let lines = this.#several.get(part);

@@ -217,9 +217,10 @@ export class Recovery {
    */
   async #putBack(namespace: string): Promise<boolean> {
     if (this.journal.entriesOf(namespace, this.storeNow()).length === 0) {
-      // Nothing of this process's to put back (the epoch may have expired with an idle namespace):
-      // the epoch is taken as by a process new to the namespace.
-      this.#epochs.set(namespace, await this.#newEpoch(namespace, 2 * this.#heartbeatMs, 'first'));
+      // Nothing of this process's to put back. The epoch expired with an idle namespace, or Redis
+      // lost it: a new one is ready two heartbeats from now, time for every process that holds
+      // calls there to find it and hold it while it puts them back (as 'first' with a sign of a loss).
+      this.#epochs.set(namespace, await this.#newEpoch(namespace, 2 * this.#heartbeatMs));
       this.#unrecovered.delete(namespace);
       return false;
     }

@@ -120,9 +120,10 @@ local function vt_fold(log, meta, a, rules_at, rule_count, at)
   local removed = 0
   if #old > 0 then
     removed = redis.call('ZREMRANGEBYSCORE', log, '-inf', at - horizon)
-    -- Nothing scored at or below this is in the log any more (includes/check.lua reads it).
+    -- Nothing scored at or below this is in the log any more (includes/check.lua reads it). Never
+    -- lowered: a reset (reset.lua) may have removed slots scored above the fold's horizon.
     changes[#changes + 1] = 'f'
-    changes[#changes + 1] = at - horizon
+    changes[#changes + 1] = math.max(at - horizon, tonumber(redis.call('HGET', meta, 'f') or 0))
   end
   for _, group in ipairs(groups) do
     for _, r in ipairs(group.rules) do totals[r] = group.n end
