@@ -25,8 +25,8 @@ interface Refusal {
  * Lines the store refused lately (a line: an encoded key, or the keys of a call of several joined
  * by spaces): no slot for a call of `cost` or more before `until` (`performance.now()`). A call
  * that cannot wait that long is refused here without a round trip (a saturated key in `throw` mode
- * costs Redis nothing); a completion or release this process writes for a key forgets the
- * refusals of every line that holds it, since room may have freed.
+ * costs Redis one round trip a second); a completion or release this process writes for a key
+ * forgets the refusals of every line that holds it, since room may have freed.
  */
 export class Refusals {
   readonly #lines = new Map<string, Refusal>();
