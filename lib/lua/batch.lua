@@ -74,6 +74,11 @@ for n = 1, tonumber(ARGV[5]) do
       set.most_exact = math.max(set.most_exact, limit)
     end
   end
+  -- A key that may fold reads its meta `f` with its state (a fold never lowers it).
+  if set.bucketed then
+    set.meta_fields[#set.meta_fields + 1] = 'f'
+    set.f_at = #set.meta_fields
+  end
   -- The history kept (RETAIN, k longest windows) and the slots booked ahead (a window at most) hold
   -- at most (k + 1) × the largest limit: 32 more, and the log is trimmed.
   set.trim_above = set.most * (math.ceil(set.retain / longest) + 1) + 32

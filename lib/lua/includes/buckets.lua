@@ -31,8 +31,8 @@ end
 -- BUCKET) meta keeps 'b:<WINDOW>:<BUCKET>:low' (no bucket field of it lies below: those were
 -- deleted) and ':n' (the calls in its buckets, all of which still count). Returns the latest time a
 -- bucket folded into still counts until (0 when none), for the keys' lifetime, the calls in the
--- buckets per rule index, and the calls that left the log.
-local function vt_fold(log, meta, a, rules_at, rule_count, at)
+-- buckets per rule index, and the calls that left the log. F: meta `f` as read with the key's state.
+local function vt_fold(log, meta, a, rules_at, rule_count, at, f)
   local horizon = 0
   local groups = {}
   local by_prefix = {}
@@ -123,7 +123,7 @@ local function vt_fold(log, meta, a, rules_at, rule_count, at)
     -- Nothing scored at or below this is in the log any more (includes/check.lua reads it). Never
     -- lowered: a reset (reset.lua) may have removed slots scored above the fold's horizon.
     changes[#changes + 1] = 'f'
-    changes[#changes + 1] = math.max(at - horizon, tonumber(redis.call('HGET', meta, 'f') or 0))
+    changes[#changes + 1] = math.max(at - horizon, f)
   end
   for _, group in ipairs(groups) do
     for _, r in ipairs(group.rules) do totals[r] = group.n end

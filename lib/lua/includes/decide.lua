@@ -88,7 +88,7 @@ local function vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index
   local set = key.set
   if key.unfolded and vt_fold_due(key.size, key.folded, set, cost) then
     local folded_until, removed
-    folded_until, key.folded, removed = vt_fold(key.log, key.meta, a, set.rules_at, set.rule_count, cut)
+    folded_until, key.folded, removed = vt_fold(key.log, key.meta, a, set.rules_at, set.rule_count, cut, tonumber(key.state[set.f_at] or 0))
     -- Buckets count until their end plus the window: meta lives at least that long.
     if folded_until > 0 then vt_keep(key.meta, folded_until - now) end
     key.size = key.size - removed
