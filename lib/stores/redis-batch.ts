@@ -59,6 +59,8 @@ export interface EncodedBatch {
   readonly keys: string[];
   readonly args: Array<string | number>;
   deliver(reply: readonly unknown[]): Checked;
+  /** The decisions the reply booked (for a reply that came after its callers gave up: lib/stores/redis-store.ts). */
+  booked(reply: readonly unknown[]): Op[];
 }
 
 /** Per rules array, its arguments as lua/batch.lua reads a rule set (rules arrays are reused per key). */
@@ -201,6 +203,17 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
         else if (status === 2 || held.has(key)) heldKeys.push(key);
       }
       return { again, lost, held: heldKeys };
+    },
+    booked: (reply) => {
+      const out: Op[] = [];
+      let at = 2;
+      for (const group of decided) {
+        for (const op of group) {
+          if (reply[at] === 1) out.push(op);
+          at += 5;
+        }
+      }
+      return out;
     },
   };
 }

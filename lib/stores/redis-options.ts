@@ -19,7 +19,7 @@ export interface RedisStoreOptions {
    * Longest wait for one Redis command, in ms: past it the call fails with `StoreUnavailableError`
    * (and the throttle's `onStoreError` policy applies), so a hung or unreachable Redis never hangs
    * callers. A decision that Redis still carries out after the timeout books a slot nobody uses:
-   * it counts until its bound (start + `maxHoldMs`) and window have passed (safe, only less full).
+   * the store removes it when the late answer comes (until then it counts: safe, only less full).
    * @default 5_000
    */
   readonly commandTimeoutMs?: number;

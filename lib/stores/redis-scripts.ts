@@ -84,9 +84,9 @@ export class ScriptRunner {
     }
   }
 
-  /** Runs one script with the timeout. */
-  run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown> {
-    return this.timed(this.#call(name, keys, args));
+  /** Runs one script with the timeout; `late` gets the reply of a script that answered after it. */
+  run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>, late?: (reply: unknown) => void): Promise<unknown> {
+    return this.timed(this.#call(name, keys, args), late);
   }
 
   /** Calls a script: with the number of keys first on a standalone Redis, without it on a Cluster (fixed there). */
@@ -109,13 +109,25 @@ export class ScriptRunner {
    * message and `cause` carry the client's latest error when it is not connected (ECONNREFUSED,
    * NOAUTH, a TLS failure).
    */
-  timed<T>(promise: Promise<T>): Promise<T> {
+  timed<T>(promise: Promise<T>, late?: (value: T) => void): Promise<T> {
     // A timeout past what a timer can hold is as good as none.
     if (this.#timeoutMs > MAX_TIMER_MS) return promise;
     let timer: NodeJS.Timeout | undefined;
+    let expired = false;
     const timeout = new Promise<never>((_resolve, reject) => {
-      timer = setTimeout(() => reject(this.#timedOut()), this.#timeoutMs);
+      timer = setTimeout(() => {
+        expired = true;
+        reject(this.#timedOut());
+      }, this.#timeoutMs);
     });
+    if (late) {
+      promise.then(
+        (value) => {
+          if (expired) late(value);
+        },
+        () => undefined,
+      );
+    }
     return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
   }
 

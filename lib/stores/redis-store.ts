@@ -323,11 +323,14 @@ export class RedisStore implements Store {
         if (ops.some((op) => op.type === 'd')) epoch = await recovery.epochOf(namespace);
       }
       const generation = recovery?.generation ?? 0;
-      const { keys, args, deliver } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace));
+      const { keys, args, deliver, booked } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace));
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
       if (checked !== '') keys.push(recovery!.epochKey(namespace));
-      const reply = (await this.#scripts.run(scripts.batch.name, keys, [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, ...args])) as unknown[];
+      // A batch that answers after commandTimeoutMs: its callers got StoreUnavailableError, and the
+      // slots it booked for them are given back.
+      const late = (reply: unknown): void => this.#giveBack(booked(reply as unknown[]));
+      const reply = (await this.#scripts.run(scripts.batch.name, keys, [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, ...args], late)) as unknown[];
       if (reply[0] === 3 && recovery) {
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.
@@ -370,6 +373,14 @@ export class RedisStore implements Store {
     if (recovery === undefined) return;
     const keys = recovery.journal.entriesOf(namespace, recovery.storeNow());
     await Promise.all(keys.map(({ key, retainMs }) => this.#enqueue('t', namespace, key, 0, 0, retainMs, NO_RULES, 0, 0, NONE)));
+  }
+
+  /** Removes the slots of decisions whose callers were told the store failed (their answer came too late). */
+  #giveBack(ops: readonly Op[]): void {
+    for (const op of ops) {
+      const settle = Array.from({ length: op.cost }, (_, i) => ({ member: this.#member(op.first + i), releaseAt: null }));
+      for (const key of [op.key, ...op.also.map((part) => part.key)]) this.settle(op.namespace, key, settle).catch(() => undefined);
+    }
   }
 
   /** Checks keys of the namespace against this process's journal (the heartbeat's, for keys no decision checked lately). */
