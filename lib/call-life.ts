@@ -6,8 +6,15 @@ import type { CallEvent, ThrottleEvents } from './options.js';
 type Notify = <E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]) => void;
 
 /**
+ * A value `fn` resolved with that still reports a failed call: the HTTP adapters resolve with the
+ * client's error (so that `schedule()` rejects only for the throttle's reasons) under this key.
+ */
+export const CALL_FAILED: unique symbol = Symbol('vendor-throttle: the call failed');
+
+/**
  * The events of one call's life, with their timings: `queued` when it is accepted, then `refused`,
- * or `started` (and `granted`, its earlier name) and then `completed` or `failed`.
+ * or `started` (and `granted`, its earlier name) and then `completed` or `failed`; `failed` with
+ * `ran: false` when it ends without running otherwise (aborted, closed, the store failed).
  */
 export class CallLife {
   readonly #notify: Notify;
@@ -29,6 +36,7 @@ export class CallLife {
       grant = await slot;
     } catch (error) {
       if (error instanceof RateLimitedError || error instanceof QueueFullError) this.refused(error);
+      else this.ended(error);
       throw error;
     }
     this.started();
@@ -37,14 +45,26 @@ export class CallLife {
 
   /** The call's `fn` running: `completed` when it resolves, `failed` when it throws or times out. */
   async running<T>(run: Promise<T>): Promise<T> {
+    let value: T;
     try {
-      const value = await run;
-      this.completed();
-      return value;
+      value = await run;
     } catch (error) {
-      this.#notify('failed', { ...this.#event, waitedMs: this.#waitedMs, durationMs: performance.now() - this.#startedAt, error });
+      this.#failed(error);
       throw error;
     }
+    const failure = typeof value === 'object' && value !== null && CALL_FAILED in value ? (value as { [CALL_FAILED]: unknown })[CALL_FAILED] : undefined;
+    if (failure === undefined) this.completed();
+    else this.#failed(failure);
+    return value;
+  }
+
+  #failed(error: unknown): void {
+    this.#notify('failed', { ...this.#event, waitedMs: this.#waitedMs, durationMs: performance.now() - this.#startedAt, error, ran: true });
+  }
+
+  /** The call ends without running for another reason than a refusal: aborted, closed, the store failed. */
+  ended(error: unknown): void {
+    this.#notify('failed', { ...this.#event, waitedMs: performance.now() - this.#queuedAt, durationMs: 0, error, ran: false });
   }
 
   refused(error: RateLimitedError | QueueFullError): void {

@@ -80,7 +80,14 @@ export class KeyOps {
     const call = await prepareCall({ ...this.#c.callDefaults, mode: 'throw' }, oneKey('limit', key), options.cost === undefined ? {} : { cost: options.cost });
     this.#c.closing.throwIfAborted();
     const life = new CallLife((event, ...args) => this.#c.notify(event, ...args), call);
-    const { result, extra } = await this.#c.decisions.decide(call);
+    let decided;
+    try {
+      decided = await this.#c.decisions.decide(call);
+    } catch (error) {
+      life.ended(error);
+      throw error;
+    }
+    const { result, extra } = decided;
     const booked = result.status === 'booked';
     const grant = booked ? grantOf(result, extra) : undefined;
     const startedAt = performance.now();

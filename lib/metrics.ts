@@ -220,7 +220,9 @@ export function throttleMetrics(throttle: MetricsSource, options: ThrottleMetric
       metrics.completed.inc({ throttle: name });
       metrics.duration.observe({ throttle: name, outcome: 'completed' }, durationMs / 1000);
     }),
-    subscribe(throttle, 'failed', ({ durationMs }) => {
+    subscribe(throttle, 'failed', ({ durationMs, ran }) => {
+      // Calls that ran: the vendor's failures (a call that never ran is refused, aborted or a store error).
+      if (!ran) return;
       metrics.failed.inc({ throttle: name });
       metrics.duration.observe({ throttle: name, outcome: 'failed' }, durationMs / 1000);
     }),

@@ -188,8 +188,12 @@ export interface ThrottleEvents {
   granted: [event: CallEvent & { readonly waitedMs: number }];
   /** A call's `fn` resolved. `durationMs`: from its start; `waitedMs`: before it. */
   completed: [event: CallEvent & { readonly waitedMs: number; readonly durationMs: number }];
-  /** A call's `fn` threw or rejected (`error`), or outlasted `timeoutMs` (`CallTimeoutError`). */
-  failed: [event: CallEvent & { readonly waitedMs: number; readonly durationMs: number; readonly error: unknown }];
+  /**
+   * A call failed. `ran` true: its `fn` threw or rejected (`error`), outlasted `timeoutMs`
+   * (`CallTimeoutError`), or, through an HTTP adapter, the client failed (no answer). `ran` false:
+   * it ended without running, for another reason than a refusal (its signal, `close()`, the store).
+   */
+  failed: [event: CallEvent & { readonly waitedMs: number; readonly durationMs: number; readonly error: unknown; readonly ran: boolean }];
   /**
    * An HTTP adapter sends a request again, through the throttle, after the vendor refused it (a 429,
    * or `isThrottled`). `attempt`: 1 for the first retry; `status`: the refused response's status;

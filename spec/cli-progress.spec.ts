@@ -72,6 +72,23 @@ describe('cli progress: the ETA from the rules and the keys', () => {
     expect(progress.eta()).to.be.closeTo(0.4, 1e-9);
   });
 
+  it('a request of cost 3 under 5/s: one request a window, not 5/3', () => {
+    const plan = { requests: requests({ u1: 8 }).map((request) => ({ ...request, cost: 3 })), rules: rulesOfRun(['5/s']) };
+    const { progress } = start(plan);
+    fake.clock.tick(50);
+    results(progress, ids('u1', 0, 1));
+    // 7 requests left, one per window: the last starts 7 windows after the first.
+    expect(progress.eta()).to.be.closeTo(7, 1e-9);
+  });
+
+  it("a cap on calls in flight ('1 concurrent') beside a loose rule: one call at a time at the mean latency", () => {
+    const { progress } = start({ requests: requests({ u1: 20 }), rules: rulesOfRun(['1 concurrent', '1000/s']) });
+    fake.clock.tick(100);
+    results(progress, ids('u1', 0, 2), 100);
+    // 18 left, one at a time, 100 ms each.
+    expect(progress.eta()).to.be.closeTo(1.8, 1e-9);
+  });
+
   it('two keys in parallel: the slowest key, not the sum', () => {
     const even = start({ requests: requests({ a: 20, b: 20 }), rules: rulesOfRun(['5/s']) });
     const uneven = start({ requests: requests({ a: 20, b: 10 }), rules: rulesOfRun(['5/s']) });

@@ -67,6 +67,30 @@ describe("events of a call's life", () => {
     expect(refused[0]![1].error).to.be.instanceOf(RateLimitedError);
   });
 
+  it('every call ends its life: aborted or after close(), failed with ran false; an HTTP client that fails, failed with ran true', async () => {
+    const throttle = make();
+    const seen = record(throttle);
+    await throttle.schedule('u', () => 'first');
+    const controller = new AbortController();
+    const aborted = throttle.schedule('u', () => 'never', { signal: controller.signal }).catch((error: unknown) => error);
+    await fake.clock.tickAsync(10);
+    controller.abort(new Error('user went away'));
+    await aborted;
+    const fetchAcme = throttle.fetch({ key: () => 'v', fetch: async (_input: string): Promise<Response> => Promise.reject(new TypeError('fetch failed')) });
+    expect(await fetchAcme('https://api.acme.example/a').catch((error: unknown) => error)).to.be.instanceOf(TypeError);
+    await throttle.close();
+    await throttle.schedule('u', () => 'closed').catch(() => undefined);
+    const failed = seen.filter(([name]) => name === 'failed').map(([, event]) => [event.key, event.ran, (event.error as Error).message]);
+    expect(failed).to.deep.equal([
+      ['u', false, 'user went away'],
+      ['v', true, 'fetch failed'],
+      ['u', false, 'Throttle is closed'],
+    ]);
+    // Every call queued ended: started and completed, refused, or failed.
+    const count = (name: string) => seen.filter(([seenName]) => seenName === name).length;
+    expect(count('queued')).to.equal(count('completed') + count('refused') + count('failed'));
+  });
+
   it('retried: an HTTP adapter sends a refused request again, with the attempt and the status', async () => {
     const throttle = make(['2/s']);
     const seen = record(throttle);

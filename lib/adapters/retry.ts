@@ -1,3 +1,4 @@
+import { CALL_FAILED } from '../call-life.js';
 import { ThrottleConfigError } from '../errors.js';
 import type { KeyInput, KeysInput } from '../keys.js';
 import type { ScheduleOptions } from '../options.js';
@@ -45,7 +46,7 @@ function checkMs(value: unknown, what: string, infinite: boolean): number {
 }
 
 /** What one attempt gave: the client's value, or what it threw. */
-export type Outcome<R> = { readonly ok: true; readonly value: R } | { readonly ok: false; readonly error: unknown };
+export type Outcome<R> = { readonly ok: true; readonly value: R } | { readonly ok: false; readonly error: unknown; readonly [CALL_FAILED]: unknown };
 
 /** How one client sends a request and shows its answer; the rest is `sendThrottled`'s. */
 export interface Exchange<R> {
@@ -144,7 +145,8 @@ async function attemptOnce<R>(exchange: Exchange<R>, attempt: number): Promise<O
   try {
     return { ok: true, value: await exchange.send(attempt) };
   } catch (error) {
-    return { ok: false, error };
+    // Reported as a failed call (lib/call-life.ts), though schedule() resolves with it.
+    return { ok: false, error, [CALL_FAILED]: error };
   }
 }
 
