@@ -99,8 +99,8 @@ function row(label: string, stats: VendorStats): Row {
 }
 
 async function throttledInProcess(vendor: Vendor, run: Settings): Promise<void> {
-  // A batch job: 'queue' mode books each slot on known completion times (docs/design.md §4).
-  const throttle = new Throttle({ name: 'demo', rules: [{ limit: LIMIT, windowMs: WINDOW_MS }], mode: 'queue', store: new MemoryStore() });
+  // A batch job in the default mode ('wait'): each slot is booked on known completion times (docs/design.md §4).
+  const throttle = new Throttle({ name: 'demo', rules: [{ limit: LIMIT, windowMs: WINDOW_MS }], store: new MemoryStore() });
   try {
     await Promise.all(batch(run.users, run.callsPerUser).map((user) => throttle.schedule(user, () => call(vendor, user))));
   } finally {
@@ -119,7 +119,6 @@ async function throttledInWorkers(vendor: Vendor, run: Settings, redisUrl: strin
       name: 'demo',
       rules: [{ limit: LIMIT, windowMs: WINDOW_MS }],
       keys: run.users,
-      mode: 'queue',
       // Each user's calls split over the workers.
       calls: Math.floor(run.callsPerUser / workers) + (w < run.callsPerUser % workers ? 1 : 0),
     })),
@@ -198,7 +197,7 @@ function chartFile(throttled: Row, plain: Row, run: Settings, setup: string): st
     limit: LIMIT,
     windowMs: WINDOW_MS,
     panels: [
-      { title: 'with vendor-throttle (queue mode)', subtitle: subtitle(throttled), arrivals: throttled.perUser, color: '#2563eb' },
+      { title: 'with vendor-throttle (default mode)', subtitle: subtitle(throttled), arrivals: throttled.perUser, color: '#2563eb' },
       { title: 'naive client (Promise.all)', subtitle: subtitle(plain), arrivals: plain.perUser, color: '#d97706' },
     ],
   });
@@ -216,8 +215,8 @@ async function main(): Promise<void> {
   }
   const { redisUrl } = run;
   const setup = redisUrl
-    ? `Throttle: RedisStore at ${withoutPassword(redisUrl)}, ${Math.min(run.workers, run.callsPerUser)} worker processes, queue mode.`
-    : `Throttle: MemoryStore, one process, queue mode (set REDIS_URL to use Redis and ${run.workers} processes).`;
+    ? `Throttle: RedisStore at ${withoutPassword(redisUrl)}, ${Math.min(run.workers, run.callsPerUser)} worker processes, default mode.`
+    : `Throttle: MemoryStore, one process, default mode (set REDIS_URL to use Redis and ${run.workers} processes).`;
 
   const throttledStats = await measure('throttled', run, (vendor) =>
     redisUrl ? throttledInWorkers(vendor, run, redisUrl) : throttledInProcess(vendor, run));

@@ -14,7 +14,7 @@ export interface Point {
 }
 
 export interface Panel {
-  /** E.g. `vendor-throttle (queue mode)`. */
+  /** E.g. `vendor-throttle (default mode)`. */
   readonly title: string;
   /** One line under the title, e.g. `300 sent · 300 performed · 0 silently dropped`. */
   readonly subtitle: string;
