@@ -3,7 +3,7 @@ import { StoreUnavailableError, ThrottleError } from './errors.js';
 import type { LocalFallback, LocalSlot } from './fallback.js';
 import type { StoreErrorPolicy, ThrottleEvents } from './options.js';
 import type { Rule } from './rules.js';
-import { MAX_TIMER_MS, sleep } from './sleep.js';
+import { sleep, withTimeout } from './sleep.js';
 import type { ReserveResult, Store } from './store.js';
 
 /** How long after a failed subscription to completions the next wait tries again. */
@@ -152,25 +152,14 @@ export class Decisions {
    * that comes after it goes to `late` (a slot it booked is given back).
    */
   #byDeadline(call: Call, asked: Promise<ReserveResult>, sentAt: number, stay: boolean): Promise<ReserveResult> {
-    if (call.deadline - performance.now() > MAX_TIMER_MS) return asked;
-    let timer: NodeJS.Timeout | undefined;
-    let expired = false;
-    const deadline = new Promise<never>((_resolve, reject) => {
-      timer = setTimeout(() => {
-        expired = true;
-        const last = this.#failure;
-        const error = new StoreUnavailableError(`${last?.message ?? 'The store did not answer'}; the call's maxDelayMs ran out`, last?.cause ?? last);
-        this.#deadlines.add(error);
-        reject(error);
-      }, Math.max(0, call.deadline - performance.now()));
-    });
-    asked.then(
-      (result) => {
-        if (expired) this.#options.late(call, result, this.#booking(this.#options.store, undefined, sentAt, result), stay);
-      },
-      () => undefined,
-    );
-    return Promise.race([asked, deadline]).finally(() => clearTimeout(timer));
+    const expired = (): Error => {
+      const last = this.#failure;
+      const error = new StoreUnavailableError(`${last?.message ?? 'The store did not answer'}; the call's maxDelayMs ran out`, last?.cause ?? last);
+      this.#deadlines.add(error);
+      return error;
+    };
+    const late = (result: ReserveResult): void => this.#options.late(call, result, this.#booking(this.#options.store, undefined, sentAt, result), stay);
+    return withTimeout(asked, Math.max(0, call.deadline - performance.now()), expired, late);
   }
 
   #booking(store: Store, localSlot: LocalSlot | undefined, askedAt: number, result: ReserveResult): Booking {

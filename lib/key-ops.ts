@@ -1,8 +1,7 @@
 import { CallLife } from './call-life.js';
 import { limitedError, oneKey, prepareCall, type CallDefaults } from './calls.js';
 import { checkDelay, checkKnown } from './check.js';
-import type { Decisions } from './decisions.js';
-import { storeError } from './decisions.js';
+import { storeError, type Decisions } from './decisions.js';
 import { ThrottleConfigError } from './errors.js';
 import type { KeyInput } from './keys.js';
 import type { KeyUsage, LimitOptions, LimitResult, ThrottleEvents } from './options.js';

@@ -41,14 +41,24 @@ export function sleep(ms: number, signals: ReadonlyArray<AbortSignal | undefined
 
 /**
  * `promise`, or a rejection with `error()` once `ms` have passed (no bound past {@link MAX_TIMER_MS});
- * the timer is cleared either way. A late rejection of `promise` is left handled.
+ * the timer is cleared either way. A late rejection of `promise` is left handled; a late value goes
+ * to `late`, if given (what it booked may need giving back).
  */
-export function withTimeout<T>(promise: Promise<T>, ms: number, error: () => Error): Promise<T> {
+export function withTimeout<T>(promise: Promise<T>, ms: number, error: () => Error, late?: (value: T) => void): Promise<T> {
   if (!(ms <= MAX_TIMER_MS)) return promise;
-  promise.catch(() => undefined);
+  let expired = false;
+  promise.then(
+    (value) => {
+      if (expired) late?.(value);
+    },
+    () => undefined,
+  );
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_resolve, reject) => {
-    timer = setTimeout(() => reject(error()), ms);
+    timer = setTimeout(() => {
+      expired = true;
+      reject(error());
+    }, ms);
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

@@ -243,7 +243,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     // Asks under way answer first: slots booked for calls just rejected are given back. This
     // process leaves the waiting lists it may be on, so that the next process is woken.
     await Promise.all(lines.map((line) => line.clear(closed)));
-    await Promise.all(listed.map((key) => this.store.leave?.(this.name, key).catch(() => undefined)));
+    await this.#leave(listed);
     // Calls asked without a line give back what was booked for them once answered.
     await Promise.allSettled([...this.#lines.asking]);
     // The calls just rejected give their slots back once their rejections have run (microtasks).
@@ -328,7 +328,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         const leave = line?.size ? [] : this.#lines.leaving(call);
         this.#lines.doneAlone(call);
         line?.resume();
-        for (const key of leave) this.store.leave?.(this.name, key).catch(() => undefined);
+        void this.#leave(leave);
         if (result.status === 'booked') {
           const grant = grantOf(result, extra);
           if (!aborted) return grant;
@@ -347,7 +347,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
           // Its calls went away: leave the waiting lists it may be on, so that the next process is woken.
           const leave = this.#closing.signal.aborted ? [] : this.#lines.leaving(call);
           this.#lines.delete(call, created);
-          for (const key of leave) this.store.leave?.(this.name, key).catch(() => undefined);
+          void this.#leave(leave);
         },
         this.#lines.isAlone(call.line),
       );
@@ -364,12 +364,17 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     return grantOf(result, booking);
   }
 
+  /** Leaves the keys' waiting lists in the store (this process's calls there went away); never rejects. */
+  #leave(keys: readonly string[]): Promise<unknown> {
+    return Promise.all(keys.map((key) => this.store.leave?.(this.name, key).catch(() => undefined)));
+  }
+
   /** An answer the call stopped waiting for: its slot given back, its keys' waiting lists left. */
   #late(call: Call, result: ReserveResult, booking: Booking, stay: boolean): void {
     this.#lines.answered(call, result, stay);
     if (result.status === 'booked') this.#slots.release(call, grantOf(result, booking));
     const leave = this.#lines.get(call.line)?.size ? [] : this.#lines.leaving(call);
-    for (const key of leave) this.store.leave?.(this.name, key).catch(() => undefined);
+    void this.#leave(leave);
   }
 
   #hooks(call: Call): WaiterHooks {

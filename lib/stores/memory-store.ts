@@ -152,7 +152,7 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(id);
     if (!log) return;
     const now = this.#clock();
-    const kept = countInWindow(log.scores.length, (i) => log.scores[i]!, 0, Math.ceil(now) + maxHoldMs + 1);
+    const kept = countInWindow(log.scores.length, (i) => log.scores[i]!, 0, bookedAheadAbove(now, maxHoldMs));
     log.scores.splice(0, log.scores.length - kept);
     log.members.splice(0, log.members.length - kept);
     log.buckets.clear();
@@ -187,8 +187,7 @@ export class MemoryStore implements Store {
     const pausedUntil = live?.pausedUntil ?? 0;
     const bucketsOf: BucketsOf = live ? liveBuckets(live, cut) : () => [];
     const { startAt } = planSlot(scores.length, scoreAt, rules, 1, now, 0, pausedUntil, bucketsOf);
-    // Released after the bound of a call started now (and a millisecond): booked to start later (as inspect.lua).
-    const bookedAhead = live && maxHoldMs !== undefined ? countInWindow(live.scores.length, (i) => live.scores[i]!, 0, nowMs + maxHoldMs + 1) : 0;
+    const bookedAhead = live && maxHoldMs !== undefined ? countInWindow(live.scores.length, (i) => live.scores[i]!, 0, bookedAheadAbove(now, maxHoldMs)) : 0;
     return {
       now: nowMs,
       nextFreeInMs: startAt <= now ? 0 : Math.ceil(startAt - now),
@@ -267,6 +266,14 @@ export class MemoryStore implements Store {
       if (log.expiresAt <= at) this.#logs.delete(id);
     }
   }
+}
+
+/**
+ * A slot scored above this was booked to start later: past the bound of a call started now (its
+ * start rounded up) and a millisecond more (as inspect.lua and reset.lua).
+ */
+function bookedAheadAbove(now: number, maxHoldMs: number): number {
+  return Math.ceil(now) + maxHoldMs + 1;
 }
 
 /**

@@ -1,4 +1,6 @@
-import type { HashTag } from '../keys.js';
+import { checkKnown } from '../check.js';
+import { ThrottleConfigError } from '../errors.js';
+import { checkNamespace, type HashTag } from '../keys.js';
 
 /** Options of `new RedisStore(client, options)`, and the part of an ioredis client it uses. */
 export interface RedisStoreOptions {
@@ -43,4 +45,43 @@ export interface RedisStoreOptions {
  */
 export interface RedisClientLike {
   defineCommand(name: string, definition: { numberOfKeys?: number; lua: string }): void;
+}
+
+/** `RedisStoreOptions` checked, with every default filled in. */
+export interface RedisStoreSettings {
+  readonly prefix: string;
+  readonly hashTag: HashTag;
+  readonly timeoutMs: number;
+  readonly recovery: false | { readonly heartbeatMs: number; readonly graceMs: number };
+}
+
+/** Checks the options of `new RedisStore()`: a `ThrottleConfigError` names what is wrong. */
+export function redisStoreSettings(options: RedisStoreOptions): RedisStoreSettings {
+  if (options === null || typeof options !== 'object') throw new ThrottleConfigError('Expected RedisStore options to be an object');
+  checkKnown('RedisStore', options, ['prefix', 'hashTag', 'commandTimeoutMs', 'recovery']);
+  const prefix = checkNamespace('RedisStore prefix', options.prefix ?? 'vt');
+  const hashTag = options.hashTag ?? 'key';
+  if (hashTag !== 'key' && hashTag !== 'name') throw new ThrottleConfigError(`Expected hashTag to be 'key' or 'name', got ${String(hashTag)}`);
+  const timeoutMs = positive('commandTimeoutMs', options.commandTimeoutMs ?? 5_000);
+  const recovery = options.recovery ?? {};
+  if (recovery !== false && (recovery === null || typeof recovery !== 'object')) {
+    throw new ThrottleConfigError('Expected recovery to be false or an object');
+  }
+  if (recovery === false) return { prefix, hashTag, timeoutMs, recovery };
+  checkKnown('RedisStore recovery', recovery, ['heartbeatMs', 'graceMs']);
+  const heartbeatMs = positive('recovery.heartbeatMs', recovery.heartbeatMs ?? 500);
+  const graceMs = positive('recovery.graceMs', recovery.graceMs ?? 3_000);
+  // A process finds a loss within about two heartbeats of its last check, and needs time to put
+  // its calls back.
+  if (graceMs < 3 * heartbeatMs) {
+    throw new ThrottleConfigError(`Expected recovery.graceMs (${graceMs}) to be at least three times recovery.heartbeatMs (${heartbeatMs})`);
+  }
+  return { prefix, hashTag, timeoutMs, recovery: { heartbeatMs, graceMs } };
+}
+
+function positive(what: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) {
+    throw new ThrottleConfigError(`Expected ${what} to be a whole number of ms above 0, got ${String(value)}`);
+  }
+  return value;
 }

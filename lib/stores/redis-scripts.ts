@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { StoreUnavailableError } from '../errors.js';
-import { MAX_TIMER_MS } from '../sleep.js';
+import { withTimeout } from '../sleep.js';
 import type { RedisClientLike } from './redis-options.js';
 
 /**
@@ -110,25 +110,7 @@ export class ScriptRunner {
    * NOAUTH, a TLS failure).
    */
   timed<T>(promise: Promise<T>, late?: (value: T) => void): Promise<T> {
-    // A timeout past what a timer can hold is as good as none.
-    if (this.#timeoutMs > MAX_TIMER_MS) return promise;
-    let timer: NodeJS.Timeout | undefined;
-    let expired = false;
-    const timeout = new Promise<never>((_resolve, reject) => {
-      timer = setTimeout(() => {
-        expired = true;
-        reject(this.#timedOut());
-      }, this.#timeoutMs);
-    });
-    if (late) {
-      promise.then(
-        (value) => {
-          if (expired) late(value);
-        },
-        () => undefined,
-      );
-    }
-    return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+    return withTimeout(promise, this.#timeoutMs, () => this.#timedOut(), late);
   }
 
   #timedOut(): StoreUnavailableError {

@@ -1,13 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { checkKnown } from '../check.js';
 import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
-import { checkNamespace, encodeKey, keyNames, type HashTag, type KeyNames } from '../keys.js';
+import { encodeKey, keyNames, type HashTag, type KeyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
 import { Journal } from './journal.js';
 import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
 import { MAX_RECOVERIES, Recovery } from './redis-recovery.js';
-import type { RedisClientLike, RedisStoreOptions } from './redis-options.js';
+import { redisStoreSettings, type RedisClientLike, type RedisStoreOptions } from './redis-options.js';
 import { ScriptRunner, scripts } from './redis-scripts.js';
 import { Wakes } from './redis-wakes.js';
 
@@ -51,29 +50,14 @@ export class RedisStore implements Store {
     if (client === null || typeof client !== 'object' || typeof client.defineCommand !== 'function') {
       throw new TypeError('Expected an ioredis Redis or Cluster client');
     }
-    if (options === null || typeof options !== 'object') throw new ThrottleConfigError('Expected RedisStore options to be an object');
-    checkKnown('RedisStore', options, ['prefix', 'hashTag', 'commandTimeoutMs', 'recovery']);
-    this.prefix = checkNamespace('RedisStore prefix', options.prefix ?? 'vt');
-    const hashTag = options.hashTag ?? 'key';
-    if (hashTag !== 'key' && hashTag !== 'name') throw new ThrottleConfigError(`Expected hashTag to be 'key' or 'name', got ${String(hashTag)}`);
+    const { prefix, hashTag, timeoutMs, recovery } = redisStoreSettings(options);
+    this.prefix = prefix;
     this.hashTag = hashTag;
-    const timeoutMs = positive('commandTimeoutMs', options.commandTimeoutMs ?? 5_000);
-    const recovery = options.recovery ?? {};
-    if (recovery !== false && (recovery === null || typeof recovery !== 'object')) {
-      throw new ThrottleConfigError('Expected recovery to be false or an object');
-    }
-    if (recovery !== false) checkKnown('RedisStore recovery', recovery, ['heartbeatMs', 'graceMs']);
     this.#scripts = new ScriptRunner(client, timeoutMs);
     this.#cluster = this.#scripts.cluster;
     this.#wakes = new Wakes(client, (promise) => this.#scripts.timed(promise));
     if (recovery !== false) {
-      const heartbeatMs = positive('recovery.heartbeatMs', recovery.heartbeatMs ?? 500);
-      const graceMs = positive('recovery.graceMs', recovery.graceMs ?? 3_000);
-      // A process finds a loss within about two heartbeats of its last check, and needs time to put
-      // its calls back.
-      if (graceMs < 3 * heartbeatMs) {
-        throw new ThrottleConfigError(`Expected recovery.graceMs (${graceMs}) to be at least three times recovery.heartbeatMs (${heartbeatMs})`);
-      }
+      const { heartbeatMs, graceMs } = recovery;
       this.#recovery = new Recovery({
         prefix: this.prefix,
         journal: new Journal((number) => this.#member(number)),
@@ -387,15 +371,7 @@ export class RedisStore implements Store {
   #check(namespace: string, keys: readonly string[]): Promise<unknown> {
     return Promise.all(keys.map((key) => this.#enqueue('k', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE)));
   }
-
 }
 
 const NONE: readonly never[] = [];
 const NO_RULES: readonly Rule[] = [];
-
-function positive(what: string, value: unknown): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) {
-    throw new ThrottleConfigError(`Expected ${what} to be a whole number of ms above 0, got ${String(value)}`);
-  }
-  return value;
-}
