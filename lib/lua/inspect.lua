@@ -32,9 +32,7 @@ local pause = tonumber(state[1] or 0)
 local start_at = math.max(now, pause, tonumber(state[2] or 0))
 local max_hold = tonumber(ARGV[2 + 3 * rule_count])
 local ahead = 0
--- Past the bound of a call started now (its start rounded up, and a millisecond more): a slot that
--- starts later.
-if max_hold then ahead = redis.call('ZCOUNT', log, '(' .. (now_ms + max_hold + 1), '+inf') end
+if max_hold then ahead = redis.call('ZCOUNT', log, '(' .. vt_booked_ahead_above(now, max_hold), '+inf') end
 local stored = 0
 if size > 0 or redis.call('EXISTS', meta) == 1 then stored = 1 end
 local result = { now_ms, 0, math.max(0, math.ceil(pause - now)), ahead, stored }

@@ -19,8 +19,7 @@
 
 local log, meta = KEYS[1], KEYS[2]
 local now = vt_now()
--- As inspect.lua: past the bound of a call started now, a slot that starts later.
-local cut = math.ceil(now) + tonumber(ARGV[3]) + 1
+local cut = vt_booked_ahead_above(now, tonumber(ARGV[3]))
 local top = redis.call('ZREVRANGEBYSCORE', log, cut, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
 local state = redis.call('HMGET', meta, 'f', 'w')
 local removed = redis.call('ZREMRANGEBYSCORE', log, '-inf', cut)

@@ -270,7 +270,7 @@ export class MemoryStore implements Store {
 
 /**
  * A slot scored above this was booked to start later: past the bound of a call started now (its
- * start rounded up) and a millisecond more (as inspect.lua and reset.lua).
+ * start rounded up) and a millisecond more (`vt_booked_ahead_above` in lua/includes/log.lua).
  */
 function bookedAheadAbove(now: number, maxHoldMs: number): number {
   return Math.ceil(now) + maxHoldMs + 1;

@@ -19,6 +19,12 @@ local function vt_now()
   return tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
 end
 
+-- A slot scored above this at NOW was booked to start later: past the bound of a call started now
+-- (its start rounded up) and a millisecond more (inspect.lua counts them apart, reset.lua keeps them).
+local function vt_booked_ahead_above(now, max_hold)
+  return math.ceil(now) + max_hold + 1
+end
+
 -- Makes KEY live at least TTL_MS more: never shortens a time to live. A key that does not exist
 -- is left alone.
 local function vt_keep(key, ttl_ms)
