@@ -1,7 +1,7 @@
 import { checkCount, checkDelay, checkKnown } from './check.js';
 import { PAUSED, RECOVERING } from './decision.js';
 import type { Call, CallKey } from './decisions.js';
-import { RateLimitedError, ThrottleConfigError } from './errors.js';
+import { RateLimitedError, ThrottleConfigError, type WaitReason } from './errors.js';
 import { encodeKey, normalizeKey, type KeyInput, type KeysInput } from './keys.js';
 import { SCHEDULE_OPTIONS, type ScheduleOptions } from './options.js';
 import type { RuleSource } from './rule-source.js';
@@ -93,9 +93,10 @@ export function ruleAt(call: Call, index: number): { readonly key: string; reado
   throw new RangeError(`No rule ${index} in the call's rules`);
 }
 
-/** Why the store put the call's start where it did: a rule, a pause (or a hold after a loss), or calls booked before it. */
-export function reasonOf(call: Call, result: ReserveResult): Rule | 'paused' | 'booked' {
-  return result.ruleIndex === PAUSED || result.ruleIndex === RECOVERING ? 'paused' : result.ruleIndex >= 0 ? ruleAt(call, result.ruleIndex).rule : 'booked';
+/** Why the store put the call's start where it did: a rule, a pause, a hold after a loss, or calls booked before it. */
+export function reasonOf(call: Call, result: ReserveResult): WaitReason {
+  if (result.ruleIndex >= 0) return ruleAt(call, result.ruleIndex).rule;
+  return result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex === RECOVERING ? 'recovering' : 'booked';
 }
 
 /** The user key whose rule the store named (the call's first key when none did). */

@@ -34,6 +34,19 @@ export class ThrottleConfigError extends ThrottleError {
 }
 
 /**
+ * What set a call's start: a rule that is full, a vendor's pause, the store putting back data it
+ * lost, or calls booked before it.
+ */
+export type WaitReason = Rule | 'paused' | 'recovering' | 'booked';
+
+function describeReason(reason: WaitReason): string {
+  if (reason === 'paused') return 'a vendor pause';
+  if (reason === 'recovering') return 'the store putting back calls after it lost data (a Redis restarted empty, flushed, or evicting)';
+  if (reason === 'booked') return 'calls booked before it';
+  return `rule ${formatRule(reason)}`;
+}
+
+/**
  * The call would have to wait longer than `maxDelayMs` (0 in `throw` mode).
  * Nothing was reserved and `fn` was not called; retrying after `retryAfterMs` is expected to succeed
  * unless other callers take the slot first.
@@ -44,17 +57,17 @@ export class RateLimitedError extends ThrottleError {
   /** The rule that is full, or `undefined` when the reason is a vendor pause or earlier bookings. */
   readonly rule: Rule | undefined;
   /**
-   * Why: `'rule'` (a rule is full), `'paused'` (the vendor asked to pause this key), or `'booked'`
-   * (calls booked earlier for the key come first: first asked, first served).
+   * Why: `'rule'` (a rule is full), `'paused'` (the vendor asked to pause this key), `'recovering'`
+   * (the store lost data, a restart without persistence, `FLUSHALL` or an eviction, and no call
+   * starts until every process has put back the calls it made), or `'booked'` (calls booked earlier
+   * for the key come first: first asked, first served).
    */
-  readonly reason: 'rule' | 'paused' | 'booked';
+  readonly reason: 'rule' | Exclude<WaitReason, Rule>;
   /** Milliseconds until the call could start. */
   readonly retryAfterMs: number;
 
-  constructor(key: string, cause: Rule | 'paused' | 'booked', retryAfterMs: number) {
-    const what =
-      cause === 'paused' ? 'a vendor pause' : cause === 'booked' ? 'calls booked before it' : `rule ${formatRule(cause)}`;
-    super('ERR_RATE_LIMITED', `Rate limited on key "${preview(key)}" by ${what}: retry in ${retryAfterMs} ms`);
+  constructor(key: string, cause: WaitReason, retryAfterMs: number) {
+    super('ERR_RATE_LIMITED', `Rate limited on key "${preview(key)}" by ${describeReason(cause)}: retry in ${retryAfterMs} ms`);
     this.key = key;
     this.rule = typeof cause === 'object' ? cause : undefined;
     this.reason = typeof cause === 'object' ? 'rule' : cause;

@@ -33,4 +33,4 @@ export {
   ThrottleConfigError,
   ThrottleError,
 } from './errors.js';
-export type { ThrottleErrorCode } from './errors.js';
+export type { ThrottleErrorCode, WaitReason } from './errors.js';

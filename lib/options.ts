@@ -1,5 +1,5 @@
-import type { QueueFullError, RateLimitedError, StoreUnavailableError } from './errors.js';
-import type { Rule, RuleInput } from './rules.js';
+import type { QueueFullError, RateLimitedError, StoreUnavailableError, WaitReason } from './errors.js';
+import type { RuleInput } from './rules.js';
 import type { RuleUsage, Store } from './store.js';
 
 /**
@@ -204,7 +204,7 @@ export interface ThrottleEvents {
    * A call booked a slot that starts later (it sleeps until then). `reason`: the rule that set the
    * start, `'paused'` (a vendor pause) or `'booked'` (the slots before it were booked ahead).
    */
-  delayed: [event: { readonly key: string; readonly cost: number; readonly delayMs: number; readonly reason: Rule | 'paused' | 'booked'; readonly also?: readonly string[] }];
+  delayed: [event: { readonly key: string; readonly cost: number; readonly delayMs: number; readonly reason: WaitReason; readonly also?: readonly string[] }];
   /** A call was turned away without running: `RateLimitedError` or `QueueFullError`. */
   refused: [event: { readonly key: string; readonly cost: number; readonly error: RateLimitedError | QueueFullError; readonly also?: readonly string[] }];
   /** The store failed (unreachable, timed out, out of memory); `onStoreError` says what the call did. */

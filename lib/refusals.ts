@@ -1,5 +1,4 @@
-import { RateLimitedError } from './errors.js';
-import type { Rule } from './rules.js';
+import { RateLimitedError, type WaitReason } from './errors.js';
 
 /** Lines remembered at most; past it the oldest are forgotten. */
 const MAX_KEYS = 10_000;
@@ -16,7 +15,7 @@ interface Refusal {
   /** `performance.now()` past which the store is asked again. */
   readonly trustedUntil: number;
   readonly cost: number;
-  readonly reason: Rule | 'paused' | 'booked';
+  readonly reason: WaitReason;
   /** The user key the refusal names (the one whose rule binds). */
   readonly key: string;
 }
@@ -43,7 +42,7 @@ export class Refusals {
     else if (cost >= known.cost && leftMs > withinMs) throw new RateLimitedError(known.key, known.reason, leftMs);
   }
 
-  remember(line: string, cost: number, until: number, reason: Rule | 'paused' | 'booked', key: string): void {
+  remember(line: string, cost: number, until: number, reason: WaitReason, key: string): void {
     const known = this.#lines.get(line);
     if (known && known.cost <= cost && known.until >= until) return;
     this.#delete(line);

@@ -1,6 +1,5 @@
 import type { Booking, Call } from './decisions.js';
-import { RateLimitedError } from './errors.js';
-import type { Rule } from './rules.js';
+import { RateLimitedError, type WaitReason } from './errors.js';
 import { MAX_TIMER_MS } from './sleep.js';
 import type { ReserveResult } from './store.js';
 import type { KeyLine, Outcome, Waiter } from './waiting.js';
@@ -8,7 +7,7 @@ import type { KeyLine, Outcome, Waiter } from './waiting.js';
 /** What a call waiting in line needs from its throttle. */
 export interface WaiterHooks {
   /** Why a slot is not free: the rule the store named, a vendor pause, or the calls booked before. */
-  reason(result: ReserveResult): Rule | 'paused' | 'booked';
+  reason(result: ReserveResult): WaitReason;
   /** The `RateLimitedError` for a call the store refused, or that ran out of time after `result`. */
   limited(result: ReserveResult, retryAfterMs: number): RateLimitedError;
   /** The window of the rule the store named (1 when none). */

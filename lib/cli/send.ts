@@ -126,8 +126,10 @@ export function createSender(throttle: Throttle, settings: SendSettings, signals
 function refusedResult(request: BatchRequest, last: Answer | NoAnswer | undefined, attempts: number, refusal: RateLimitedError, settings: SendSettings): ResultLine {
   const why =
     refusal.reason === 'paused'
-      ? 'the key is paused (a vendor rate-limit answer, or Redis recovering lost data)'
-      : refusal.reason === 'booked'
+      ? 'the key is paused (a vendor rate-limit answer)'
+      : refusal.reason === 'recovering'
+        ? 'Redis lost data and the processes put their calls back first'
+        : refusal.reason === 'booked'
         ? 'calls booked before it for the key come first'
         : `rule ${formatRule(refusal.rule!)} is full`;
   const base: ResultLine =

@@ -16,23 +16,17 @@
                   'extend': moves the ready time of epoch ID to at least GRACE from now (a process
                   still putting back its calls keeps every decision waiting); an epoch with another
                   id, or none, is left as it is.
-                  'touch': the epoch in force, its time to live renewed (the heartbeat of a process
-                  that holds calls in the namespace); none is created.
-  ARGV[4]  TTL    ms the epoch lives past its ready time unless touched: an idle namespace leaves
-                  nothing behind, while every process that holds calls there touches it each heartbeat
 
-  Returns the epoch in force (nil when 'extend' or 'touch' found none).
+  The epoch has no time to live: only a loss removes it (a restart without persistence, FLUSHALL,
+  or an `allkeys-*` eviction), so a namespace left idle for any time never looks like a lost one.
+  Under a `volatile-*` policy it cannot be evicted. One key of a few bytes per namespace.
+
+  Returns the epoch in force (nil when 'extend' found none).
 ]]
 local time = redis.call('TIME')
 local now_ms = math.ceil(tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000)
 local ready = now_ms + tonumber(ARGV[2])
 local mode = ARGV[3]
-local ttl = tonumber(ARGV[4])
-
--- The time to live of an epoch ready at READY_MS.
-local function vt_ttl(ready_ms)
-  return math.max(ready_ms - now_ms, 0) + ttl
-end
 
 -- Whether this Redis may have lost data lately: it started GRACE ago or less (a restart without
 -- persistence), it was a replica promoted (a second replication id), it evicted keys, or someone
@@ -56,23 +50,16 @@ local function vt_lost_sign()
 end
 
 local value = redis.call('GET', KEYS[1])
-if mode == 'touch' then
-  if value == false then return nil end
-  local want = vt_ttl(tonumber(string.match(value, ':(%d+)$')))
-  -- Renewed once half of it has passed: one write per namespace every few heartbeats.
-  if redis.call('PTTL', KEYS[1]) < want / 2 then redis.call('PEXPIRE', KEYS[1], want) end
-  return value
-end
 if mode == 'extend' then
   if value == false then return nil end
   local id, old = string.match(value, '^(.*):(%d+)$')
   if id ~= ARGV[1] or tonumber(old) >= ready then return value end
   value = ARGV[1] .. ':' .. ready
-  redis.call('SET', KEYS[1], value, 'PX', vt_ttl(ready))
+  redis.call('SET', KEYS[1], value)
   return value
 end
 if value then return value end
 if mode == 'first' and not vt_lost_sign() then ready = now_ms end
 value = ARGV[1] .. ':' .. ready
-redis.call('SET', KEYS[1], value, 'PX', vt_ttl(ready))
+redis.call('SET', KEYS[1], value)
 return value

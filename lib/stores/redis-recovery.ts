@@ -143,16 +143,7 @@ export class Recovery {
   /** Runs lua/epoch.lua: the epoch in force, created (ready `graceMs` from now, see its MODE) if missing. */
   #newEpoch(namespace: string, graceMs: number, mode: 'lost' | 'first' = 'lost'): Promise<string> {
     const id = randomBytes(6).toString('base64url');
-    return this.#run(scripts.epoch.name, [this.epochKey(namespace)], [id, graceMs, mode, this.#epochTtlMs]) as Promise<string>;
-  }
-
-  /**
-   * How long an epoch lives past its ready time unless a heartbeat touches it: two grace periods
-   * (at least six heartbeats), so that a process holding calls always renews it in time, while an
-   * idle namespace's epoch goes at most that long after its last call's journal entry.
-   */
-  get #epochTtlMs(): number {
-    return 2 * this.#graceMs;
+    return this.#run(scripts.epoch.name, [this.epochKey(namespace)], [id, graceMs, mode]) as Promise<string>;
   }
 
   /**
@@ -217,9 +208,9 @@ export class Recovery {
    */
   async #putBack(namespace: string): Promise<boolean> {
     if (this.journal.entriesOf(namespace, this.storeNow()).length === 0) {
-      // Nothing of this process's to put back. The epoch expired with an idle namespace, or Redis
-      // lost it: a new one is ready two heartbeats from now, time for every process that holds
-      // calls there to find it and hold it while it puts them back (as 'first' with a sign of a loss).
+      // Nothing of this process's to put back, but Redis lost the epoch (it never expires): a new
+      // one is ready two heartbeats from now, time for every process that holds calls there to find
+      // it and hold it while it puts them back (as 'first' with a sign of a loss).
       this.#epochs.set(namespace, await this.#newEpoch(namespace, 2 * this.#heartbeatMs));
       this.#unrecovered.delete(namespace);
       return false;
@@ -304,7 +295,7 @@ export class Recovery {
     let writing: Promise<void> = Promise.resolve();
     const extend = async (): Promise<boolean> => {
       try {
-        const now = (await this.#run(scripts.epoch.name, [key], [idOf(value), this.#graceMs, 'extend', this.#epochTtlMs])) as string | null;
+        const now = (await this.#run(scripts.epoch.name, [key], [idOf(value), this.#graceMs, 'extend'])) as string | null;
         if (now !== null && idOf(now) === idOf(value)) value = now;
         else stopped = true;
         return true;
@@ -365,8 +356,7 @@ export class Recovery {
           continue;
         }
         const known = this.#epochs.get(namespace);
-        // Read and kept alive: the epoch outlives this process's calls (lua/epoch.lua, 'touch').
-        const value = (await this.#run(scripts.epoch.name, [this.epochKey(namespace)], ['', 0, 'touch', this.#epochTtlMs])) as string | null;
+        const value = await this.#client.get(this.epochKey(namespace));
         if (known === undefined) await this.#epochOf(namespace);
         else if (value !== known) await this.recover(namespace);
       } catch {
