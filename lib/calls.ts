@@ -24,7 +24,7 @@ export interface CallDefaults {
  * several keys (a per-user and an app-wide limit): the call counts in each, once (a key named twice
  * counts once), whatever their order.
  */
-export async function prepareCall(defaults: CallDefaults, keys: KeysInput, options: ScheduleOptions): Promise<Call> {
+export function prepareCall(defaults: CallDefaults, keys: KeysInput, options: ScheduleOptions): Call | Promise<Call> {
   const userKeys = callKeys(keys);
   if (options === null || typeof options !== 'object') {
     throw new TypeError(`Expected schedule options to be an object, got ${describe(options)}`);
@@ -42,30 +42,73 @@ export async function prepareCall(defaults: CallDefaults, keys: KeysInput, optio
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new TypeError(`Expected signal to be an AbortSignal, got ${describe(signal)}`);
   }
+  const checked: Checked = { cost, maxDelayMs, timeoutMs, priority, signal };
+  // Fixed rules (the usual case) come back at once: the call is prepared without a promise.
+  const sources = userKeys.map((userKey) => defaults.rules(userKey));
+  if (sources.some((rules) => rules instanceof Promise)) {
+    return Promise.all(sources).then((rules) => callOf(defaults, userKeys, rules, checked));
+  }
+  return callOf(defaults, userKeys, sources as ReadonlyArray<readonly Rule[]>, checked);
+}
+
+/** A call's options, checked. */
+interface Checked {
+  readonly cost: number;
+  readonly maxDelayMs: number;
+  readonly timeoutMs: number;
+  readonly priority: number;
+  readonly signal: AbortSignal | undefined;
+}
+
+/** What a rule set implies, worked out once per set (fixed rules: once per throttle). */
+interface RuleFacts {
+  readonly least: number;
+  readonly longest: number;
+}
+
+const ruleFacts = new WeakMap<readonly Rule[], RuleFacts>();
+
+function factsOf(rules: readonly Rule[]): RuleFacts {
+  let facts = ruleFacts.get(rules);
+  if (facts === undefined) {
+    facts = { least: Math.min(...rules.map((rule) => rule.limit)), longest: longestWindow(rules) };
+    ruleFacts.set(rules, facts);
+  }
+  return facts;
+}
+
+function callOf(defaults: CallDefaults, userKeys: readonly string[], keyRules: ReadonlyArray<readonly Rule[]>, checked: Checked): Call {
+  const { cost, maxDelayMs, timeoutMs, priority, signal } = checked;
   const parts: CallKey[] = [];
   let smallest = Infinity;
-  for (const userKey of userKeys) {
-    const rules = await defaults.rules(userKey);
-    const least = Math.min(...rules.map((rule) => rule.limit));
+  for (let i = 0; i < userKeys.length; i++) {
+    const userKey = userKeys[i]!;
+    const rules = keyRules[i]!;
+    const { least, longest } = factsOf(rules);
     if (cost > least) {
       throw new ThrottleConfigError(`Expected cost to be at most ${least} (the smallest limit of key "${userKey}"), got ${cost}`);
     }
     smallest = Math.min(smallest, least);
-    parts.push({ key: userKey, encoded: encodeKey(userKey), rules, retainMs: Math.max(longestWindow(rules), defaults.retainMs) });
+    parts.push({ key: userKey, encoded: encodeKey(userKey), rules, retainMs: Math.max(longest, defaults.retainMs) });
   }
-  const [first, ...also] = parts as [CallKey, ...CallKey[]];
+  const first = parts[0]!;
+  const also = parts.length === 1 ? NO_PARTS : parts.slice(1);
   const deadline = performance.now() + maxDelayMs;
   // A call of several keys shares its keys with other lines (a user's and the app's): a line asks
   // for one call at a time beyond the head, so that the lines that wait on a shared key take turns.
   const room = also.length === 0 ? Math.floor(smallest / cost) : 1;
   // One line per set of keys, whatever their order.
   const line = also.length === 0 ? first.encoded : parts.map((part) => part.encoded).sort().join(' ');
-  return { ...first, also, line, cost, room, maxDelayMs, deadline, priority, timeoutMs, signal };
+  // Written out, not spread: one object shape for every call keeps property reads fast downstream.
+  return { key: first.key, encoded: first.encoded, rules: first.rules, retainMs: first.retainMs, also, line, cost, room, maxDelayMs, deadline, priority, timeoutMs, signal };
 }
+
+const NO_PARTS: readonly CallKey[] = [];
 
 /** The call's keys, normalized, each once, in the order given. */
 function callKeys(keys: unknown): string[] {
   if (!Array.isArray(keys)) return [normalizeKey(keys)];
+  if (keys.length === 1) return [normalizeKey(keys[0])];
   if (keys.length === 0) throw new TypeError('Expected at least one key, got an empty list');
   const seen = new Set<string>();
   for (const key of keys) seen.add(normalizeKey(key));

@@ -1,4 +1,4 @@
-import { CallLife } from './call-life.js';
+import { CallLife, type LifeEvents } from './call-life.js';
 import { limitedError, oneKey, prepareCall, type CallDefaults } from './calls.js';
 import { checkDelay, checkKnown } from './check.js';
 import { storeError, type Decisions } from './decisions.js';
@@ -23,6 +23,8 @@ export interface KeyOpsContext {
   /** Room came on the (encoded) key: this process's refusals there are forgotten and its waiting calls ask again. */
   freed(encoded: string): void;
   notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void;
+  /** The throttle's events, for the life of a call `limit()` books. */
+  readonly events: LifeEvents;
 }
 
 /** The names `limit()` takes. */
@@ -78,7 +80,7 @@ export class KeyOps {
     // Now or never, as a call in 'throw' mode.
     const call = await prepareCall({ ...this.#c.callDefaults, mode: 'throw' }, oneKey('limit', key), options.cost === undefined ? {} : { cost: options.cost });
     this.#c.closing.throwIfAborted();
-    const life = new CallLife((event, ...args) => this.#c.notify(event, ...args), call);
+    const life = new CallLife(this.#c.events, call);
     let decided;
     try {
       decided = await this.#c.decisions.decide(call);

@@ -1,6 +1,6 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
 import { Activity, Sleeping } from './activity.js';
-import { CallLife } from './call-life.js';
+import { CallLife, LIFE_EVENTS } from './call-life.js';
 import { throttleAxios } from './adapters/axios.js';
 import type { AxiosInstanceType } from './adapters/axios-types.js';
 import { throttleFetch } from './adapters/fetch.js';
@@ -102,6 +102,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         this.#lines.wake(encoded);
       },
       notify: (event, ...args) => this.notify(event, ...args),
+      events: this,
     });
     // Every waiting call listens to this signal; their number is bounded by the work, not a leak.
     setMaxListeners(0, this.#closing.signal);
@@ -133,17 +134,35 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     try {
       const call = await prepareCall(this.#callDefaults, key, options);
       if (call.also.length > 0 && !this.store.multiKey) throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
-      const life = new CallLife((event, ...args) => this.notify(event, ...args), call);
-      const grant = await life.waiting(this.#acquire(call));
+      const life = this.#listened() ? new CallLife(this, call) : undefined;
+      let grant: Grant;
+      try {
+        grant = await this.#acquire(call);
+      } catch (error) {
+        life?.notStarted(error);
+        throw error;
+      }
+      life?.started();
       this.#activity.started();
       try {
-        return await life.running(this.#run(call, grant, fn));
+        const value = await this.#run(call, grant, fn);
+        life?.ran(value);
+        return value;
+      } catch (error) {
+        life?.threw(error);
+        throw error;
       } finally {
         this.#activity.ran();
       }
     } finally {
       this.#activity.left();
     }
+  }
+
+  /** Whether any event of a call's life is listened to (else no call reports its life). */
+  #listened(): boolean {
+    for (const event of LIFE_EVENTS) if (this.listenerCount(event) > 0) return true;
+    return false;
   }
 
   /** Calls of this process waiting for a slot (in line, asking the store, or sleeping until their start): p-queue's `size`. */

@@ -1,0 +1,168 @@
+/**
+ * Where a call's CPU goes, and which modules one call runs.
+ *
+ *   npx tsx scripts/bench/profile.ts                 # both parts, about 20 s
+ *   npx tsx scripts/bench/profile.ts --calls=50000   # calls of the profiled run (default 50,000)
+ *   npx tsx scripts/bench/profile.ts --modules       # only the module map
+ *
+ * 1. Profile: one process sends `--calls` calls over 10,000 keys, 256 in flight, a rule that never
+ *    binds, on a RedisStore (its own redis-server on a free port), under the V8 CPU profiler
+ *    (`node:inspector`, as `node --cpu-prof` records). Prints worker CPU per call, the self time by
+ *    file (garbage collection and microtasks included) and the top functions.
+ * 2. Module map: the library's modules that run code during one `schedule()` on a fresh key, from
+ *    V8's precise coverage (a function counts when it ran at least once during the call; modules
+ *    only loaded, type-only imports and Lua do not count), in the order of the call's path.
+ */
+import { Session } from 'node:inspector/promises';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { RedisStore, Throttle } from '../../lib/index.js';
+import { startRedis } from '../support/redis-server.js';
+import { cleanUpOnSignal, readFlags, settingsOrUsage, UsageError } from '../support/usage.js';
+
+const LIB = fileURLToPath(new URL('../../lib/', import.meta.url));
+const KEYS = 10_000;
+const CONCURRENCY = 256;
+
+interface Settings {
+  readonly calls: number;
+  readonly modulesOnly: boolean;
+}
+
+const USAGE = 'Usage: npx tsx scripts/bench/profile.ts [--calls=50000] [--modules]';
+
+function parseSettings(argv: readonly string[]): Settings {
+  const flags = readFlags(argv, ['calls', 'modules']);
+  const text = flags.get('calls') ?? '50000';
+  const calls = Number(text);
+  if (!Number.isInteger(calls) || calls < 1000) throw new UsageError(`Expected --calls to be a whole number ≥ 1000, got '${text}'`);
+  return { calls, modulesOnly: flags.get('modules') === 'true' };
+}
+
+interface ProfileNode {
+  readonly id: number;
+  readonly callFrame: { readonly functionName: string; readonly url: string; readonly lineNumber: number };
+}
+
+/** A file's short name: lib/…, node_modules/<package>, or what V8 calls it ((garbage collector), (program)). */
+function fileOf(url: string, functionName: string): string {
+  if (url === '') return functionName;
+  const path = url.replace(/^file:\/\//, '');
+  if (path.startsWith(LIB)) return `lib/${path.slice(LIB.length)}`;
+  const inModules = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(path);
+  if (inModules) return `node_modules/${inModules[1]}`;
+  return path.startsWith('node:') ? path : path.replace(/.*\/(scripts|spec)\//, '$1/');
+}
+
+/** Self time per file and per function, as shares of all samples. */
+function summarize(profile: { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[] }): { files: Array<[string, number]>; functions: Array<[string, number]> } {
+  const nodes = new Map(profile.nodes.map((node) => [node.id, node]));
+  const files = new Map<string, number>();
+  const functions = new Map<string, number>();
+  let total = 0;
+  profile.samples.forEach((id, i) => {
+    const dt = profile.timeDeltas[i] ?? 0;
+    const { functionName, url, lineNumber } = nodes.get(id)!.callFrame;
+    const file = fileOf(url, functionName);
+    total += dt;
+    files.set(file, (files.get(file) ?? 0) + dt);
+    const fn = `${functionName || '(anonymous)'} ${file}${url ? `:${lineNumber + 1}` : ''}`;
+    functions.set(fn, (functions.get(fn) ?? 0) + dt);
+  });
+  const shares = (map: Map<string, number>): Array<[string, number]> => [...map].map(([name, t]): [string, number] => [name, t / total]).sort((a, b) => b[1] - a[1]);
+  return { files: shares(files), functions: shares(functions) };
+}
+
+const percent = (share: number): string => `${(100 * share).toFixed(1).padStart(5)} %`;
+
+/** Runs `calls` calls over KEYS keys, CONCURRENCY in flight. */
+async function load(throttle: Throttle, calls: number, offset = 0): Promise<void> {
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < calls) {
+      const i = next++;
+      await throttle.schedule(`user-${(i + offset) % KEYS}`, noop);
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+}
+
+function noop(): void {}
+
+async function profileRun(session: Session, url: string, calls: number): Promise<void> {
+  const client = new Redis(url);
+  const throttle = new Throttle({ name: 'profile', rules: ['1000/1s'], store: new RedisStore(client) });
+  // Warm: every key once, scripts loaded, code optimized.
+  await load(throttle, KEYS);
+  await session.post('Profiler.enable');
+  await session.post('Profiler.setSamplingInterval', { interval: 100 });
+  const cpuBefore = process.cpuUsage();
+  const startedAt = performance.now();
+  await session.post('Profiler.start');
+  await load(throttle, calls, KEYS);
+  const { profile } = await session.post('Profiler.stop');
+  const seconds = (performance.now() - startedAt) / 1000;
+  const cpu = process.cpuUsage(cpuBefore);
+  await throttle.close();
+  client.disconnect();
+  const cpuUs = (cpu.user + cpu.system) / calls;
+  console.log(`## Profile: ${calls.toLocaleString('en')} calls over ${KEYS.toLocaleString('en')} keys, ${CONCURRENCY} in flight, one process, RedisStore, a rule that never binds\n`);
+  console.log(`${Math.round(calls / seconds).toLocaleString('en')} calls/s; worker CPU ${cpuUs.toFixed(1)} µs per call (user + sys, profiler on)\n`);
+  const { files, functions } = summarize(profile as unknown as Parameters<typeof summarize>[0]);
+  const gc = files.find(([name]) => name === '(garbage collector)')?.[1] ?? 0;
+  const ours = files.filter(([name]) => name.startsWith('lib/')).reduce((sum, [, share]) => sum + share, 0);
+  console.log(`garbage collection ${percent(gc).trim()}; the library's own modules ${percent(ours).trim()}\n`);
+  console.log('| self time | file |\n| ---: | --- |');
+  for (const [name, share] of files.slice(0, 20)) console.log(`| ${percent(share)} | ${name} |`);
+  console.log('\n| self time | function |\n| ---: | --- |');
+  for (const [name, share] of functions.slice(0, 15)) console.log(`| ${percent(share)} | ${name} |`);
+  console.log();
+}
+
+/** The library's modules that ran code during one schedule() on a fresh key, in the order their first function is defined on the path. */
+async function moduleMap(session: Session, url: string): Promise<void> {
+  const client = new Redis(url);
+  const throttle = new Throttle({ name: 'modules', rules: ['5/s'], store: new RedisStore(client) });
+  // Everything loaded and set up; the first call on some other key has run once.
+  await throttle.schedule('warm-up', noop);
+  await session.post('Profiler.enable');
+  await session.post('Profiler.startPreciseCoverage', { callCount: true, detailed: false });
+  await session.post('Profiler.takePreciseCoverage'); // resets the counts
+  await throttle.schedule('fresh-key', noop);
+  // The completion is written in the next batch: wait for it too.
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  const { result } = await session.post('Profiler.takePreciseCoverage');
+  await session.post('Profiler.stopPreciseCoverage');
+  await throttle.close();
+  client.disconnect();
+  const ran = new Map<string, number>();
+  for (const script of result) {
+    if (!script.url.startsWith(`file://${LIB}`)) continue;
+    // The module's top level (its first range, the whole file) runs at load only: count functions.
+    const functions = script.functions.filter((fn) => fn.functionName !== '' && fn.ranges[0]!.count > 0);
+    if (functions.length > 0) ran.set(fileOf(script.url, ''), functions.length);
+  }
+  console.log(`## Modules one schedule() on a fresh key runs (RedisStore, V8 precise coverage): ${ran.size}\n`);
+  console.log('| module | functions that ran |\n| --- | ---: |');
+  for (const [name, count] of [...ran].sort((a, b) => a[0].localeCompare(b[0]))) console.log(`| ${name} | ${count} |`);
+  console.log();
+}
+
+async function main(): Promise<void> {
+  const settings = settingsOrUsage(() => parseSettings(process.argv.slice(2)), USAGE);
+  if (settings === undefined) return;
+  const redis = await startRedis();
+  const stopCleanUp = cleanUpOnSignal(() => redis.stop());
+  const session = new Session();
+  session.connect();
+  try {
+    if (!settings.modulesOnly) await profileRun(session, redis.url, settings.calls);
+    await moduleMap(session, redis.url);
+  } finally {
+    session.disconnect();
+    await redis.stop();
+    stopCleanUp();
+  }
+}
+
+await main();
