@@ -7,7 +7,9 @@ import type { Settlement, Store } from './store.js';
  * decisions it wakes still come in time; a busy key then needs about one command per call.
  */
 export function coalesceMs(rules: readonly Rule[]): number {
-  return Math.min(20, Math.min(...rules.map((rule) => rule.windowMs)) / 10);
+  let shortest = Infinity;
+  for (const rule of rules) shortest = Math.min(shortest, rule.windowMs);
+  return Math.min(20, shortest / 10);
 }
 
 /** Keys whose unsent completions are kept at most; past it the oldest are forgotten. */
@@ -27,7 +29,9 @@ export class Completions {
   readonly #store: Store;
   readonly #onWritten: (key: string) => void;
   readonly #onFailure: (error: unknown) => void;
-  readonly #background = new Set<Promise<void>>();
+  /** Writes under way, and who waits for them to end (close). */
+  #writing = 0;
+  #written: Array<() => void> = [];
   readonly #unsent = new Map<string, { readonly store: Store; readonly until: number; readonly settle: Settlement[] }>();
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
@@ -44,22 +48,28 @@ export class Completions {
    * `coalesceMs`: how long the store may hold it back to batch it with others.
    */
   write(store: Store, key: string, settle: readonly Settlement[], keepMs: number, coalesceMs: number): void {
-    const done = store
-      .settle(this.#namespace, key, settle, coalesceMs)
-      .then(
-        () => this.#onWritten(key),
-        (error: unknown) => {
-          this.#onFailure(error);
-          if (store === this.#store && !this.#closed) this.#keep(key, settle, performance.now() + keepMs);
-        },
-      )
-      .finally(() => this.#background.delete(done));
-    this.#background.add(done);
+    this.#writing += 1;
+    store.settle(this.#namespace, key, settle, coalesceMs).then(
+      () => {
+        this.#ended();
+        this.#onWritten(key);
+      },
+      (error: unknown) => {
+        this.#ended();
+        this.#onFailure(error);
+        if (store === this.#store && !this.#closed) this.#keep(key, settle, performance.now() + keepMs);
+      },
+    );
+  }
+
+  #ended(): void {
+    this.#writing -= 1;
+    if (this.#writing === 0) for (const resolve of this.#written.splice(0)) resolve();
   }
 
   /** Waits for the writes under way, then tries the unsent ones once more; no timer is left. */
   async close(): Promise<void> {
-    while (this.#background.size > 0) await Promise.allSettled([...this.#background]);
+    while (this.#writing > 0) await new Promise<void>((resolve) => this.#written.push(resolve));
     this.#closed = true;
     clearTimeout(this.#timer);
     await this.#resend();

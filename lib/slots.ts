@@ -77,8 +77,10 @@ export class Slots {
 
   /** Writes the call's release (its completion, or null: it never started) in every key it counts in. */
   #write(call: Call, grant: Grant, releaseAt: number | null): void {
-    const settle = grant.result.members.map((member) => ({ member, releaseAt }));
-    for (const part of [call, ...call.also]) {
+    const { members } = grant.result;
+    const settle = members.length === 1 ? [{ member: members[0]!, releaseAt }] : members.map((member) => ({ member, releaseAt }));
+    this.#completions.write(grant.store, call.encoded, settle, call.retainMs + this.#maxHoldMs, coalesceMs(call.rules));
+    for (const part of call.also) {
       this.#completions.write(grant.store, part.encoded, settle, part.retainMs + this.#maxHoldMs, coalesceMs(part.rules));
     }
   }

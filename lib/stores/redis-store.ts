@@ -106,9 +106,9 @@ export class RedisStore implements Store {
       throw new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }");
     }
     const [status, waitMs, startAt, ruleIndex, now, retryMs] = (await this.#enqueue('d', namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, NONE, 0, also, request.stay === true))!;
-    const members: string[] = [];
+    let members: readonly string[] = NONE;
     if (status === 1) {
-      for (let i = 0; i < cost; i++) members.push(this.#member(first + i));
+      members = cost === 1 ? [this.#member(first)] : Array.from({ length: cost }, (_, i) => this.#member(first + i));
       this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now);
       for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now);
       this.#recovery?.startHeartbeat();
@@ -122,7 +122,7 @@ export class RedisStore implements Store {
    */
   async settle(namespace: string, key: string, settle: readonly Settlement[], coalesceMs = 0): Promise<void> {
     if (settle.length === 0) return;
-    this.#recovery?.journal.settle(namespace, key, settle, (member) => Number.parseInt(member, 10));
+    this.#recovery?.journal.settle(namespace, key, settle, numberOf);
     const pairs: Array<string | number> = [];
     for (const { member, releaseAt } of settle) {
       // Members of another store (or none) are in no log of this one: nothing to change.
@@ -374,4 +374,9 @@ export class RedisStore implements Store {
 }
 
 const NONE: readonly never[] = [];
+
+/** The slot number of one of this store's members, `<number><tag>`. */
+function numberOf(member: string): number {
+  return Number.parseInt(member, 10);
+}
 const NO_RULES: readonly Rule[] = [];
