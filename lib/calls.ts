@@ -98,9 +98,29 @@ function callOf(defaults: CallDefaults, userKeys: readonly string[], keyRules: R
   // for one call at a time beyond the head, so that the lines that wait on a shared key take turns.
   const room = also.length === 0 ? Math.floor(smallest / cost) : 1;
   // One line per set of keys, whatever their order.
-  const line = also.length === 0 ? first.encoded : parts.map((part) => part.encoded).sort().join(' ');
+  const line =
+    also.length === 0
+      ? first.encoded
+      : parts
+          .map((part) => part.encoded)
+          .sort()
+          .join(' ');
   // Written out, not spread: one object shape for every call keeps property reads fast downstream.
-  return { key: first.key, encoded: first.encoded, rules: first.rules, retainMs: first.retainMs, also, line, cost, room, maxDelayMs, deadline, priority, timeoutMs, signal };
+  return {
+    key: first.key,
+    encoded: first.encoded,
+    rules: first.rules,
+    retainMs: first.retainMs,
+    also,
+    line,
+    cost,
+    room,
+    maxDelayMs,
+    deadline,
+    priority,
+    timeoutMs,
+    signal,
+  };
 }
 
 const NO_PARTS: readonly CallKey[] = [];

@@ -14,11 +14,37 @@ export type {
 export type { AxiosRequestThrottleOptions } from './adapters/axios-types.js';
 export { headerValue, parseHttpDate, parseRateLimitHeaders, parseRateLimitReset, parseRetryAfter, readVendorSignal } from './vendor-signals.js';
 export type { HeaderSource, ProblemReporter, RateLimitHeaderOptions, VendorResponseInfo, VendorSignal } from './vendor-signals.js';
-export type { KeyUsage, LimitOptions, LimitResult, RulesOption, ScheduleOptions, StoreErrorPolicy, ThrottleMode, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
+export type {
+  KeyUsage,
+  LimitOptions,
+  LimitResult,
+  RulesOption,
+  ScheduleOptions,
+  StoreErrorPolicy,
+  ThrottleMode,
+  ThrottleEvents,
+  ThrottleOptions,
+  ThrottleStats,
+} from './options.js';
 export { formatRule, parseRule, parseRules } from './rules.js';
 export type { Rule, RuleInput, RuleString, RuleUnit } from './rules.js';
 export type { KeyInput, KeysInput } from './keys.js';
-export { DEFAULT_WAIT_BUCKETS, loadPromClient, throttleMetrics, type MetricsSource, type PromClientLike, type PromCounterLike, type PromGaugeLike, type PromHistogramLike, type PromLabels, type PromMetricConfig, type PromRegistryLike, type ThrottleMetricNames, type ThrottleMetrics, type ThrottleMetricsOptions } from './metrics.js';
+export {
+  DEFAULT_WAIT_BUCKETS,
+  loadPromClient,
+  throttleMetrics,
+  type MetricsSource,
+  type PromClientLike,
+  type PromCounterLike,
+  type PromGaugeLike,
+  type PromHistogramLike,
+  type PromLabels,
+  type PromMetricConfig,
+  type PromRegistryLike,
+  type ThrottleMetricNames,
+  type ThrottleMetrics,
+  type ThrottleMetricsOptions,
+} from './metrics.js';
 export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
 export { RedisStore } from './stores/redis-store.js';

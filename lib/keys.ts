@@ -64,9 +64,7 @@ const NAME = /^[A-Za-z0-9._\-/]{1,100}$/;
 /** Checks a namespace or prefix part: printable, no hash-tag braces, no separators that could forge keys. */
 export function checkNamespace(what: string, value: unknown): string {
   if (typeof value !== 'string' || !NAME.test(value)) {
-    throw new ThrottleConfigError(
-      `Expected ${what} to be 1-100 characters of letters, digits, '.', '_', '-' or '/', got ${describe(value)}`,
-    );
+    throw new ThrottleConfigError(`Expected ${what} to be 1-100 characters of letters, digits, '.', '_', '-' or '/', got ${describe(value)}`);
   }
   return value;
 }

@@ -124,9 +124,7 @@ export interface ThrottleMetrics {
 }
 
 /** `wait_seconds` buckets: 1 ms to 10 minutes. */
-export const DEFAULT_WAIT_BUCKETS: readonly number[] = [
-  0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
-];
+export const DEFAULT_WAIT_BUCKETS: readonly number[] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 
 const METRIC_PREFIX = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 
@@ -174,13 +172,17 @@ export function throttleMetrics(throttle: MetricsSource, options: ThrottleMetric
   }
   checkKnown('throttleMetrics', options, ['client', 'registry', 'prefix', 'buckets']);
   const { client } = options;
-  if (client === null || typeof client !== 'object' || typeof client.Counter !== 'function' ||
-    typeof client.Histogram !== 'function' || typeof client.Gauge !== 'function') {
+  if (
+    client === null ||
+    typeof client !== 'object' ||
+    typeof client.Counter !== 'function' ||
+    typeof client.Histogram !== 'function' ||
+    typeof client.Gauge !== 'function'
+  ) {
     throw new TypeError("Expected options.client to be the prom-client module (import * as client from 'prom-client')");
   }
   const registry = options.registry ?? client.register;
-  if (registry === null || typeof registry !== 'object' || typeof registry.getSingleMetric !== 'function' ||
-    typeof registry.registerMetric !== 'function') {
+  if (registry === null || typeof registry !== 'object' || typeof registry.getSingleMetric !== 'function' || typeof registry.registerMetric !== 'function') {
     throw new TypeError('Expected options.registry to be a prom-client Registry');
   }
   const prefix = options.prefix ?? 'vendor_throttle_';
@@ -252,7 +254,7 @@ export async function loadPromClient(): Promise<PromClientLike> {
   try {
     loaded = await import('prom-client');
   } catch (error) {
-    throw new Error("Prometheus metrics need the prom-client package: npm install prom-client", { cause: error });
+    throw new Error('Prometheus metrics need the prom-client package: npm install prom-client', { cause: error });
   }
   // A CommonJS module: its exports are the named exports, and `default` too.
   const module = loaded as PromClientLike & { default?: PromClientLike };
@@ -312,11 +314,19 @@ function sharedMetrics(client: PromClientLike, registry: PromRegistryLike, prefi
     grantedCost: new client.Counter(config(names.grantedCost, 'Slots taken by calls that started (the sum of their cost).', ['throttle'])),
     delayed: new client.Counter(config(names.delayed, 'Calls that booked a later slot and slept until it, by what set the start.', byReason)),
     refused: new client.Counter(config(names.refused, 'Calls turned away without running (RateLimitedError, QueueFullError), by reason.', byReason)),
-    pauses: new client.Counter(config(names.pauses, 'Keys paused for every process sharing the store (vendor 429s, pause()), by source.', ['throttle', 'source'])),
+    pauses: new client.Counter(
+      config(names.pauses, 'Keys paused for every process sharing the store (vendor 429s, pause()), by source.', ['throttle', 'source']),
+    ),
     storeErrors: new client.Counter(config(names.storeErrors, 'Store failures seen by calls, by the onStoreError policy applied.', ['throttle', 'policy'])),
-    completed: new client.Counter(config(names.completed, "Calls whose fn resolved.", ['throttle'])),
+    completed: new client.Counter(config(names.completed, 'Calls whose fn resolved.', ['throttle'])),
     failed: new client.Counter(config(names.failed, 'Calls whose fn threw, rejected or outlasted timeoutMs.', ['throttle'])),
-    retried: new client.Counter(config(names.retried, 'Requests an HTTP adapter sent again after the vendor refused them, by client and refused status.', ['throttle', 'client', 'status'])),
+    retried: new client.Counter(
+      config(names.retried, 'Requests an HTTP adapter sent again after the vendor refused them, by client and refused status.', [
+        'throttle',
+        'client',
+        'status',
+      ]),
+    ),
     wait: new client.Histogram({
       ...config(names.wait, 'Time from schedule() to the start of the call (queued, booking and sleeping), in seconds.', ['throttle']),
       buckets: [...buckets],

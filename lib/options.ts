@@ -27,9 +27,7 @@ export type StoreErrorPolicy = 'fail' | 'wait' | 'local';
 
 /** Rules for a key: fixed, or chosen per key (plan tiers). A function may be async. */
 export type RulesOption =
-  | RuleInput
-  | readonly RuleInput[]
-  | ((key: string) => RuleInput | readonly RuleInput[] | PromiseLike<RuleInput | readonly RuleInput[]>);
+  RuleInput | readonly RuleInput[] | ((key: string) => RuleInput | readonly RuleInput[] | PromiseLike<RuleInput | readonly RuleInput[]>);
 
 export interface ThrottleOptions {
   /**
@@ -112,7 +110,19 @@ export interface ScheduleOptions {
 
 /** The names `new Throttle()` takes; any other is a `ThrottleConfigError`. */
 export const THROTTLE_OPTIONS = [
-  'name', 'rules', 'store', 'mode', 'maxDelayMs', 'timeoutMs', 'maxHoldMs', 'retainMs', 'maxQueued', 'bucketAbove', 'buckets', 'onStoreError', 'localShare',
+  'name',
+  'rules',
+  'store',
+  'mode',
+  'maxDelayMs',
+  'timeoutMs',
+  'maxHoldMs',
+  'retainMs',
+  'maxQueued',
+  'bucketAbove',
+  'buckets',
+  'onStoreError',
+  'localShare',
 ] as const satisfies ReadonlyArray<keyof ThrottleOptions>;
 
 /** Options of `limit(key, options)`. */

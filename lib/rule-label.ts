@@ -5,7 +5,12 @@
  */
 export function formatRule(rule: { readonly limit: number; readonly windowMs: number }): string {
   if (rule.windowMs === 0) return `${rule.limit} concurrent`;
-  for (const [unit, ms] of [['day', 86_400_000], ['h', 3_600_000], ['min', 60_000], ['s', 1_000]] as const) {
+  for (const [unit, ms] of [
+    ['day', 86_400_000],
+    ['h', 3_600_000],
+    ['min', 60_000],
+    ['s', 1_000],
+  ] as const) {
     if (rule.windowMs === ms) return `${rule.limit}/${unit}`;
     if (rule.windowMs % ms === 0) return `${rule.limit}/${rule.windowMs / ms}${unit}`;
   }

@@ -119,9 +119,7 @@ function parseShorthand(text: string): Rule {
 
 function checkLimit(limit: unknown, input: unknown): asserts limit is number {
   if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
-    throw new ThrottleConfigError(
-      `Expected rule limit to be a whole number from 1 to ${MAX_LIMIT}, got ${describe(limit)} in ${describe(input)}`,
-    );
+    throw new ThrottleConfigError(`Expected rule limit to be a whole number from 1 to ${MAX_LIMIT}, got ${describe(limit)} in ${describe(input)}`);
   }
 }
 

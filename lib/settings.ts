@@ -82,6 +82,9 @@ export function throttleSettings(options: ThrottleOptions): ThrottleSettings {
 
 function isStore(value: unknown): value is Store {
   const store = value as Partial<Store> | null;
-  return typeof store === 'object' && store !== null &&
-    (['reserve', 'settle', 'inspect', 'pause', 'restore', 'close'] as const).every((method) => typeof store[method] === 'function');
+  return (
+    typeof store === 'object' &&
+    store !== null &&
+    (['reserve', 'settle', 'inspect', 'pause', 'restore', 'close'] as const).every((method) => typeof store[method] === 'function')
+  );
 }

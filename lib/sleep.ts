@@ -24,16 +24,19 @@ export function sleep(ms: number, signals: ReadonlyArray<AbortSignal | undefined
     };
     const until = performance.now() + ms;
     const arm = (left: number): NodeJS.Timeout =>
-      setTimeout(() => {
-        // Timers may fire up to a millisecond early: never resolve before `ms` has passed.
-        const rest = until - performance.now();
-        if (rest > 0) {
-          timer = arm(rest);
-          return;
-        }
-        finish();
-        resolve();
-      }, Math.min(left, MAX_TIMER_MS));
+      setTimeout(
+        () => {
+          // Timers may fire up to a millisecond early: never resolve before `ms` has passed.
+          const rest = until - performance.now();
+          if (rest > 0) {
+            timer = arm(rest);
+            return;
+          }
+          finish();
+          resolve();
+        },
+        Math.min(left, MAX_TIMER_MS),
+      );
     let timer = arm(ms);
     for (const signal of active) signal.addEventListener('abort', onAbort, { once: true });
   });

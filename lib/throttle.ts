@@ -61,7 +61,13 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     const settings = throttleSettings(options);
     this.name = settings.name;
     this.mode = settings.mode;
-    this.#callDefaults = { mode: settings.mode, maxDelayMs: settings.maxDelayMs, timeoutMs: settings.timeoutMs, retainMs: settings.retainMs, rules: settings.rules };
+    this.#callDefaults = {
+      mode: settings.mode,
+      maxDelayMs: settings.maxDelayMs,
+      timeoutMs: settings.timeoutMs,
+      retainMs: settings.retainMs,
+      rules: settings.rules,
+    };
     this.#maxHoldMs = settings.maxHoldMs;
     this.#maxQueued = settings.maxQueued;
     const policy = settings.onStoreError;
@@ -85,7 +91,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       this.name,
       this.store,
       (key) => this.#refusals.forget(key),
-      (error) => this.notify('debug', { message: 'a completion or release did not reach the store; it is sent again (until then the slot counts to its bound)', error }),
+      (error) =>
+        this.notify('debug', { message: 'a completion or release did not reach the store; it is sent again (until then the slot counts to its bound)', error }),
     );
     this.#slots = new Slots(this.#completions, this.#maxHoldMs, this.#fallback, (message, key) => this.notify('debug', { message, key }));
     this.#keyOps = new KeyOps({
@@ -133,7 +140,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     this.#activity.entered();
     try {
       const call = await prepareCall(this.#callDefaults, key, options);
-      if (call.also.length > 0 && !this.store.multiKey) throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
+      if (call.also.length > 0 && !this.store.multiKey)
+        throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
       const life = this.#listened() ? new CallLife(this, call) : undefined;
       let grant: Grant;
       try {

@@ -26,7 +26,12 @@ export interface WaiterHooks {
  * its signal's reason when aborted. Nothing is left booked for a call that rejects. `first`: the
  * call asked before every call in line (it was deferred when asked alone), so it goes ahead of them.
  */
-export function waitInLine(line: KeyLine<Call>, call: Call, hooks: WaiterHooks, first = false): Promise<{ readonly result: ReserveResult; readonly booking: Booking }> {
+export function waitInLine(
+  line: KeyLine<Call>,
+  call: Call,
+  hooks: WaiterHooks,
+  first = false,
+): Promise<{ readonly result: ReserveResult; readonly booking: Booking }> {
   return new Promise((resolve, reject) => {
     let last: { readonly result: ReserveResult; readonly at: number } | undefined;
     let timer: NodeJS.Timeout | undefined;
@@ -69,18 +74,21 @@ export function waitInLine(line: KeyLine<Call>, call: Call, hooks: WaiterHooks, 
     };
     if (call.deadline - performance.now() <= MAX_TIMER_MS && call.maxDelayMs > 0) {
       // maxDelayMs bounds the whole wait: a call still in line when it runs out leaves it.
-      timer = setTimeout(() => {
-        if (!line.remove(waiter)) return;
-        finish();
-        const failure = hooks.failure();
-        if (failure && !last) return reject(failure);
-        // No slot before the store's answer, nor (a call it waits for may still be in flight)
-        // before one window of the rule it named.
-        const window = last ? hooks.windowOf(last.result) : 1;
-        const leftMs = last ? Math.max(last.result.waitMs - (performance.now() - last.at), last.result.status === 'deferred' ? window : 1) : 0;
-        const retryAfterMs = Math.max(1, Math.ceil(leftMs));
-        reject(last ? hooks.limited(last.result, retryAfterMs) : new RateLimitedError(call.key, 'booked', retryAfterMs));
-      }, Math.max(0, call.deadline - performance.now()));
+      timer = setTimeout(
+        () => {
+          if (!line.remove(waiter)) return;
+          finish();
+          const failure = hooks.failure();
+          if (failure && !last) return reject(failure);
+          // No slot before the store's answer, nor (a call it waits for may still be in flight)
+          // before one window of the rule it named.
+          const window = last ? hooks.windowOf(last.result) : 1;
+          const leftMs = last ? Math.max(last.result.waitMs - (performance.now() - last.at), last.result.status === 'deferred' ? window : 1) : 0;
+          const retryAfterMs = Math.max(1, Math.ceil(leftMs));
+          reject(last ? hooks.limited(last.result, retryAfterMs) : new RateLimitedError(call.key, 'booked', retryAfterMs));
+        },
+        Math.max(0, call.deadline - performance.now()),
+      );
     }
     // close() clears every line itself: only the call's own signal is listened to here (a listener
     // per waiting call on the throttle's signal would make each removal scan all of them).

@@ -161,7 +161,14 @@ export class KeyLine<C> {
         if (waiter.cost !== cost || batch.length >= most) break;
         batch.push(waiter);
       }
-      const outcomes = await Promise.all(batch.map((waiter) => this.#decide(waiter.call).then((answer): Outcome => answer, (error: unknown): Outcome => ({ error }))));
+      const outcomes = await Promise.all(
+        batch.map((waiter) =>
+          this.#decide(waiter.call).then(
+            (answer): Outcome => answer,
+            (error: unknown): Outcome => ({ error }),
+          ),
+        ),
+      );
       let deferred: ReserveResult | undefined;
       for (let i = 0; i < batch.length; i++) {
         const waiter = batch[i]!;

@@ -20,14 +20,7 @@ import { MemoryStore, RateLimitedError, RedisStore, Throttle, type ThrottleMode 
 import { startRedis, type RedisServer } from './support/redis-server.js';
 import { Latencies, median, runLoad } from './bench/load.js';
 import { machineInfo, type MachineInfo } from './bench/machine.js';
-import {
-  CommandCounter,
-  diffClient,
-  diffServer,
-  serverSnapshot,
-  type ClientCounts,
-  type ServerDelta,
-} from './bench/redis-stats.js';
+import { CommandCounter, diffClient, diffServer, serverSnapshot, type ClientCounts, type ServerDelta } from './bench/redis-stats.js';
 import { formatNumber, renderTable, type Cell, type Column } from './bench/table.js';
 import { cleanUpOnSignal, readFlags, settingsOrUsage, UsageError } from './support/usage.js';
 import type { RuleString } from '../lib/rules.js';
@@ -214,14 +207,7 @@ function latencySummary(latencies: Latencies): ThroughputResult['latencyMs'] {
   return { p50, p90, p99, max: latencies.max() };
 }
 
-function redisCost(
-  decisions: number,
-  seconds: number,
-  client: ClientCounts,
-  server: ServerDelta,
-  onClose: ClientCounts,
-  closeMs: number,
-): RedisCost {
+function redisCost(decisions: number, seconds: number, client: ClientCounts, server: ServerDelta, onClose: ClientCounts, closeMs: number): RedisCost {
   return {
     clientPerDecision: perDecision(client.total, decisions),
     client,
@@ -390,7 +376,9 @@ async function saturatedThrow(ctx: Context, id: string, autoPipelining: boolean)
 async function saturatedDelay(ctx: Context, id: string, autoPipelining: boolean): Promise<DelayResult> {
   const { settings, control } = ctx;
   const calls = settings.delayCalls;
-  log(`${id} saturated key, default mode, ${calls} concurrent calls, rule ${settings.delayRule}, autopipelining=${autoPipelining ? 'on' : 'off'}, ${settings.delayRounds} rounds`);
+  log(
+    `${id} saturated key, default mode, ${calls} concurrent calls, rule ${settings.delayRule}, autopipelining=${autoPipelining ? 'on' : 'off'}, ${settings.delayRounds} rounds`,
+  );
   await control.flushall();
   // A FLUSHALL on purpose, no process running: RESETSTAT clears the count of it, which lib/lua/epoch.lua reads as a sign of a loss.
   await control.config('RESETSTAT');
@@ -487,12 +475,22 @@ function addCounts(a: ClientCounts, b: ClientCounts): ClientCounts {
 function aims(throughput: readonly ThroughputResult[], delay: readonly DelayResult[]): AimCheck[] {
   const checks: AimCheck[] = [];
   for (const result of throughput.filter((r) => r.scenario === 1)) {
-    checks.push({ id: result.id, aim: '≥ 50,000 decisions/s from one process, unconstrained keys', value: result.decisionsPerSec, met: result.decisionsPerSec >= 50_000 });
+    checks.push({
+      id: result.id,
+      aim: '≥ 50,000 decisions/s from one process, unconstrained keys',
+      value: result.decisionsPerSec,
+      met: result.decisionsPerSec >= 50_000,
+    });
   }
   for (const result of delay) {
     // Every EVALSHA or EVAL the client sent (batches of decisions and completions), per call.
     const commands = result.evalshaPerCall + result.evalPerCall;
-    checks.push({ id: result.id, aim: `< 0.2 Redis commands per call with ${result.calls.toLocaleString('en-US')} calls waiting on one key`, value: commands, met: commands < 0.2 });
+    checks.push({
+      id: result.id,
+      aim: `< 0.2 Redis commands per call with ${result.calls.toLocaleString('en-US')} calls waiting on one key`,
+      value: commands,
+      met: commands < 0.2,
+    });
   }
   return checks;
 }
@@ -508,7 +506,9 @@ function renderReport(report: Report): string {
   const { machine, throughput, delay } = report;
   const out: string[] = [];
   out.push('vendor-throttle benchmark');
-  out.push(`  CPU     ${machine.cpuModel} (${machine.cores} logical cores${machine.physicalCores ? `, ${machine.physicalCores} physical` : ''}), ${machine.totalMemoryGiB} GiB`);
+  out.push(
+    `  CPU     ${machine.cpuModel} (${machine.cores} logical cores${machine.physicalCores ? `, ${machine.physicalCores} physical` : ''}), ${machine.totalMemoryGiB} GiB`,
+  );
   out.push(`  Node    ${machine.node}    redis-server ${machine.redis} (private, 127.0.0.1)    ${machine.platform}`);
   out.push(
     `  Runs    warm-up ${report.settings.warmMs} ms + ${report.settings.measureMs} ms measured per variant; ${report.settings.keys.toLocaleString('en-US')} keys round-robin in 1/4${report.settings.quick ? '  (--quick)' : ''}`,

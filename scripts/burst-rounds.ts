@@ -30,7 +30,9 @@ try {
     await Promise.all(calls);
     const cpu = process.cpuUsage(cpuBefore);
     const seconds = (performance.now() - startedAt) / 1000;
-    console.log(`round ${round + 1}: ${calls.length} calls in ${seconds.toFixed(2)} s, worker CPU ${Math.round((cpu.user + cpu.system) / calls.length)} µs per call`);
+    console.log(
+      `round ${round + 1}: ${calls.length} calls in ${seconds.toFixed(2)} s, worker CPU ${Math.round((cpu.user + cpu.system) / calls.length)} µs per call`,
+    );
   }
 } finally {
   await throttle.close();

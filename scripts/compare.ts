@@ -67,7 +67,8 @@ function parseSettings(argv: readonly string[]): Settings {
   };
   const workersText = flags.get('workers') ?? '4';
   const workers = Number(workersText);
-  if (!Number.isInteger(workers) || workers < 1 || workers > 32) throw new UsageError(`Expected --workers to be a whole number from 1 to 32, got '${workersText}'`);
+  if (!Number.isInteger(workers) || workers < 1 || workers > 32)
+    throw new UsageError(`Expected --workers to be a whole number from 1 to 32, got '${workersText}'`);
   const svg = flags.has('no-svg') ? undefined : resolve(ROOT, flags.get('svg') ?? 'docs/img/compare.svg');
   const json = flags.get('json');
   return {

@@ -174,9 +174,8 @@ function report(throttled: Row, plain: Row, run: Settings, setup: string, chart:
   ];
   const format = (r: Row, extra: string): string =>
     `  ${r.label.padEnd(20)}${String(r.sent).padStart(4)}${String(r.accepted).padStart(10)}${String(r.dropped).padStart(18)}  ${seconds(r.batchMs)}${extra}`;
-  const utilization = idealMs > 0
-    ? `, ideal ${seconds(idealMs)}: quota utilization ${((idealMs / throttled.batchMs) * 100).toFixed(0)}%`
-    : ' (fits in one window)';
+  const utilization =
+    idealMs > 0 ? `, ideal ${seconds(idealMs)}: quota utilization ${((idealMs / throttled.batchMs) * 100).toFixed(0)}%` : ' (fits in one window)';
   lines.push(format(throttled, utilization));
   lines.push(format(plain, ''));
   lines.push('');
@@ -218,8 +217,7 @@ async function main(): Promise<void> {
     ? `Throttle: RedisStore at ${withoutPassword(redisUrl)}, ${Math.min(run.workers, run.callsPerUser)} worker processes, default mode.`
     : `Throttle: MemoryStore, one process, default mode (set REDIS_URL to use Redis and ${run.workers} processes).`;
 
-  const throttledStats = await measure('throttled', run, (vendor) =>
-    redisUrl ? throttledInWorkers(vendor, run, redisUrl) : throttledInProcess(vendor, run));
+  const throttledStats = await measure('throttled', run, (vendor) => (redisUrl ? throttledInWorkers(vendor, run, redisUrl) : throttledInProcess(vendor, run)));
   const throttled = row('throttled', throttledStats);
   const plain = row('naive Promise.all', await measure('naive', run, (vendor) => naive(vendor, run)));
 

@@ -28,7 +28,11 @@ async function fill(key: string, rule: Rule, calls: number, releaseAt: (i: numbe
   for (let done = 0; done < calls; done += chunk) {
     const result = await store.reserve({ ...base, cost: Math.min(chunk, calls - done) });
     if (result.status !== 'booked') throw new Error(`expected a booking, got ${result.status}`);
-    await store.settle('acme', key, result.members.map((member, i) => ({ member, releaseAt: releaseAt(done + i) })));
+    await store.settle(
+      'acme',
+      key,
+      result.members.map((member, i) => ({ member, releaseAt: releaseAt(done + i) })),
+    );
   }
 }
 

@@ -102,8 +102,12 @@ try {
 
 console.log(`## Several keys: ${USERS.length} users × ${CALLS} calls in each of 4 processes, released at once, vendor latency 1–3 ms`);
 console.log(`Per user ${USER_RULE.limit}/${USER_RULE.windowMs}ms; app-wide ${APP_RULE.limit}/${APP_RULE.windowMs}ms (it binds). ${runs} runs, alternating.\n`);
-console.log('| run | keys per call | calls | over a user limit | over the app limit | quota of the binding limit | EVALSHA per call | commands inside Redis per call | fairness (Jain) |');
+console.log(
+  '| run | keys per call | calls | over a user limit | over the app limit | quota of the binding limit | EVALSHA per call | commands inside Redis per call | fairness (Jain) |',
+);
 console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
 rows.forEach((row, i) => {
-  console.log(`| ${Math.floor(i / 2) + 1} | ${row.shape} | ${row.calls} | ${row.overUser} | ${row.shape === 'user key alone' ? '–' : row.overApp} | ${row.quota.toFixed(3)} | ${row.sentPerCall.toFixed(2)} | ${row.insidePerCall.toFixed(1)} | ${row.fairness.toFixed(3)} |`);
+  console.log(
+    `| ${Math.floor(i / 2) + 1} | ${row.shape} | ${row.calls} | ${row.overUser} | ${row.shape === 'user key alone' ? '–' : row.overApp} | ${row.quota.toFixed(3)} | ${row.sentPerCall.toFixed(2)} | ${row.insidePerCall.toFixed(1)} | ${row.fairness.toFixed(3)} |`,
+  );
 });

@@ -235,8 +235,7 @@ export async function startVendor(options: VendorOptions): Promise<Vendor> {
   });
   const { port } = server.address() as AddressInfo;
 
-  const sortedPerUser = (): Map<string, number[]> =>
-    new Map([...arrivals].map(([user, list]) => [user, [...list].sort((a, b) => a - b)]));
+  const sortedPerUser = (): Map<string, number[]> => new Map([...arrivals].map(([user, list]) => [user, [...list].sort((a, b) => a - b)]));
 
   let closed: Promise<void> | undefined;
   return {
@@ -283,7 +282,10 @@ export async function startVendor(options: VendorOptions): Promise<Vendor> {
 
 /** Most of `spans` ([from, to), ms) that hold at one moment: an end at t comes before a start at t. */
 export function maxOverlap(spans: ReadonlyArray<readonly [number, number]>): number {
-  const edges = spans.flatMap(([from, to]): Array<[number, number]> => [[from, 1], [to, -1]]);
+  const edges = spans.flatMap(([from, to]): Array<[number, number]> => [
+    [from, 1],
+    [to, -1],
+  ]);
   edges.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
   let open = 0;
   let most = 0;

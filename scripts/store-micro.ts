@@ -39,7 +39,12 @@ async function loop(): Promise<void> {
   while (!stop) {
     const key = `u${next++ % KEYS}`;
     const result = await store.reserve({ namespace: 'n', key, rules, cost: 1, maxDelayMs: Infinity, maxHoldMs: 10_000, retainMs: 1000 });
-    if (result.status === 'booked') await store.settle('n', key, result.members.map((member) => ({ member, releaseAt: result.now + 1 })));
+    if (result.status === 'booked')
+      await store.settle(
+        'n',
+        key,
+        result.members.map((member) => ({ member, releaseAt: result.now + 1 })),
+      );
     pairs++;
   }
 }
@@ -66,7 +71,9 @@ try {
   const stats = await admin.info('commandstats');
   stop = true;
   await Promise.all(loops);
-  console.log(`${Math.round(n / seconds)} decisions/s; per decision and completion: Redis CPU ${((redisCpu * 1e6) / n).toFixed(1)} µs, worker CPU ${((worker.user + worker.system) / n).toFixed(1)} µs`);
+  console.log(
+    `${Math.round(n / seconds)} decisions/s; per decision and completion: Redis CPU ${((redisCpu * 1e6) / n).toFixed(1)} µs, worker CPU ${((worker.user + worker.system) / n).toFixed(1)} µs`,
+  );
   for (const line of stats.split('\n')) {
     const match = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line);
     if (match && !['info', 'config|resetstat'].includes(match[1]!)) {

@@ -3,7 +3,14 @@ import { expect } from 'chai';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
-import type { AxiosConfigType, AxiosGetAdapterLike, AxiosGetAdapterType, AxiosInstanceLike, AxiosInstanceType, AxiosResponseType } from '../lib/adapters/axios-types.js';
+import type {
+  AxiosConfigType,
+  AxiosGetAdapterLike,
+  AxiosGetAdapterType,
+  AxiosInstanceLike,
+  AxiosInstanceType,
+  AxiosResponseType,
+} from '../lib/adapters/axios-types.js';
 import { Throttle as ThrottleClass, type AxiosThrottleHandle, type RuleString, type Throttle } from '../lib/index.js';
 
 /** `true` when A and B are the same type (not merely assignable). */
@@ -135,7 +142,9 @@ describe('adapter types', () => {
     const { options } = ts.parseJsonConfigFileContent(config.config, ts.sys, root);
     const program = ts.createProgram([file], { ...options, noEmit: true });
     const diagnostics = ts.getPreEmitDiagnostics(program).map((diagnostic) => {
-      const where = diagnostic.file ? `${path.relative(root, diagnostic.file.fileName)}:${diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start ?? 0).line + 1}` : '';
+      const where = diagnostic.file
+        ? `${path.relative(root, diagnostic.file.fileName)}:${diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start ?? 0).line + 1}`
+        : '';
       return `${where} TS${diagnostic.code} ${ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n')}`;
     });
     expect(diagnostics).to.deep.equal([]);

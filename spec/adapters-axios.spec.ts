@@ -65,7 +65,12 @@ describe('throttle.axios()', function () {
       expect(times[5]! - times[0]!).to.be.at.least(400); // (ceil(6/2) - 1) * 200
       // Each request starts a window after the response it waits for, not later (100 ms for timers and the network).
       const arrivedAt = (i: number) => vendor!.arrivals.find((arrival) => arrival.path === `/v1/orders/${i}`)!.at;
-      expectNoIdleWait(doneAt.map((done, i) => ({ arrivedAt: arrivedAt(i), doneAt: done })), 2, 200, 100);
+      expectNoIdleWait(
+        doneAt.map((done, i) => ({ arrivedAt: arrivedAt(i), doneAt: done })),
+        2,
+        200,
+        100,
+      );
       expect(Math.abs(vendor.times('u2', t0)[0]! - times[0]!)).to.be.below(100); // another user does not wait a window
     });
 
@@ -91,7 +96,10 @@ describe('throttle.axios()', function () {
       await acme.post('/v1/orders', { n: 2 });
       // One slot per request, none booked while the interceptors ran (the first's counts during the second's).
       expect(usedDuringInterceptors).to.deep.equal([0, 0, 1, 1]);
-      expect(vendor.arrivals.map((arrival) => [arrival.user, arrival.body])).to.deep.equal([['u1', '{"n":1}'], ['u1', '{"n":2}']]);
+      expect(vendor.arrivals.map((arrival) => [arrival.user, arrival.body])).to.deep.equal([
+        ['u1', '{"n":1}'],
+        ['u1', '{"n":2}'],
+      ]);
       // The 100 ms in the interceptors counted towards the 200 ms the second request had to wait.
       const gap = vendor.arrivals[1]!.at - firstDone;
       timings('1/200ms, second arrival after the first response (ms)', [gap]);
@@ -157,7 +165,9 @@ describe('throttle.axios()', function () {
       const waitingToo = acme.get('/b2', { ...as('u1'), cancelToken: source.token });
       await delay(50);
       // /a answered; /b is booked a window after its answer and sleeps; /b2 waits in line for /b's completion.
-      expect(await throttle.inspect('u1')).to.deep.include({ bookedAhead: 1 }).and.to.have.nested.property('rules[0].used', 1);
+      expect(await throttle.inspect('u1'))
+        .to.deep.include({ bookedAhead: 1 })
+        .and.to.have.nested.property('rules[0].used', 1);
       expect(throttle.stats).to.deep.equal({ queues: 1, queued: 1, sleeping: 1 });
       controller.abort();
       source.cancel('no longer needed');
@@ -315,7 +325,7 @@ describe('throttle.axios()', function () {
       expect(vendor.times('u2', t0)).to.have.length(2);
     });
 
-    it("isThrottled flags a 200 with an error body (data as the caller sees it); it is paused and retried", async () => {
+    it('isThrottled flags a 200 with an error body (data as the caller sees it); it is paused and retried', async () => {
       const throttle = make();
       vendor = nockVendor(ORIGIN, (_arrival, index) => ({ status: 200, body: index === 0 ? { error: 'rate_limited' } : { ok: true } }));
       const acme = acmeFor(throttle, {

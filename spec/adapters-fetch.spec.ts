@@ -39,11 +39,9 @@ describe('throttle.fetch()', function () {
   }
 
   it('counts a request in several keys when key() returns a list: per user and app-wide', async () => {
-    const { fetchAcme, url, vendor } = await setUp(
-      { rules: (key) => (key === 'app' ? ['3/200ms'] : ['2/200ms']) },
-      ok,
-      { key: (input) => [userFromUrl(input), 'app'] },
-    );
+    const { fetchAcme, url, vendor } = await setUp({ rules: (key) => (key === 'app' ? ['3/200ms'] : ['2/200ms']) }, ok, {
+      key: (input) => [userFromUrl(input), 'app'],
+    });
     const t0 = performance.now();
     const responses = await Promise.all(['u1', 'u1', 'u1', 'u2', 'u2', 'u3'].map((user, i) => fetchAcme(url(`/v1/orders/${i}`, user))));
     expect(responses.map((response) => response.status)).to.deep.equal([200, 200, 200, 200, 200, 200]);
@@ -69,7 +67,12 @@ describe('throttle.fetch()', function () {
     expect(times[5]! - times[0]!).to.be.at.least(400); // (ceil(6/2) - 1) * 200
     // Each request starts a window after the response it waits for, not later (100 ms for timers and the network).
     const arrivedAt = (i: number) => vendor.arrivals.find((arrival) => arrival.path === `/v1/orders/${i}?user=u1`)!.at;
-    expectNoIdleWait(doneAt.map((done, i) => ({ arrivedAt: arrivedAt(i), doneAt: done })), 2, 200, 100);
+    expectNoIdleWait(
+      doneAt.map((done, i) => ({ arrivedAt: arrivedAt(i), doneAt: done })),
+      2,
+      200,
+      100,
+    );
     expect(Math.abs(vendor.times('u2', t0)[0]! - times[0]!)).to.be.below(100); // another user does not wait a window
   });
 
@@ -78,7 +81,10 @@ describe('throttle.fetch()', function () {
     const request = new Request(url('/v1/orders', 'u1'), { method: 'POST', body: JSON.stringify({ n: 1 }), headers: { 'content-type': 'application/json' } });
     expect((await fetchAcme(request)).status).to.equal(200);
     expect((await fetchAcme(new URL(url('/v1/orders', 'u2')))).status).to.equal(200);
-    expect(vendor.arrivals.map((arrival) => [arrival.method, arrival.user, arrival.body])).to.deep.equal([['POST', 'u1', '{"n":1}'], ['GET', 'u2', '']]);
+    expect(vendor.arrivals.map((arrival) => [arrival.method, arrival.user, arrival.body])).to.deep.equal([
+      ['POST', 'u1', '{"n":1}'],
+      ['GET', 'u2', ''],
+    ]);
   });
 
   it('refused requests reject with the throttle error and never reach the server; cost above a limit is a config error', async () => {
@@ -109,7 +115,9 @@ describe('throttle.fetch()', function () {
     const waiting = fetchAcme(url('/b', 'u1'), { signal: controller.signal });
     await delay(50);
     // /a counts; /b is booked a window after its answer.
-    expect(await throttle.inspect('u1')).to.deep.include({ bookedAhead: 1 }).and.to.have.nested.property('rules[0].used', 1);
+    expect(await throttle.inspect('u1'))
+      .to.deep.include({ bookedAhead: 1 })
+      .and.to.have.nested.property('rules[0].used', 1);
     controller.abort();
     expect(await waiting.catch((error: unknown) => error)).to.equal(controller.signal.reason);
     await delay(30);
@@ -144,9 +152,8 @@ describe('throttle.fetch()', function () {
   describe('vendors that speak', () => {
     it('429 + Retry-After pauses the key for a second Throttle on the same Redis, and the retry waits for it', async () => {
       const prefix = uniquePrefix();
-      const { throttle, fetchAcme, url, vendor } = await setUp(
-        { name: 'acme', store: redisStore(redisClient(), { prefix }) },
-        (_arrival, index) => (index === 0 ? { status: 429, headers: { 'Retry-After': '1' } } : { status: 200, body: { ok: true } }),
+      const { throttle, fetchAcme, url, vendor } = await setUp({ name: 'acme', store: redisStore(redisClient(), { prefix }) }, (_arrival, index) =>
+        index === 0 ? { status: 429, headers: { 'Retry-After': '1' } } : { status: 200, body: { ok: true } },
       );
       const elsewhere = make({ name: 'acme', store: redisStore(redisClient(), { prefix }) });
       let pausedAt = 0;
@@ -218,10 +225,14 @@ describe('throttle.fetch()', function () {
     });
 
     it('isThrottled gets a clone: it may read the body, and the caller still can', async () => {
-      const { throttle, fetchAcme, url } = await setUp({}, (_arrival, index) => ({ status: 200, body: index === 0 ? { error: 'rate_limited' } : { ok: true } }), {
-        isThrottled: async (response) => ((await response.json()) as { error?: string }).error === 'rate_limited',
-        fallbackPauseMs: 80,
-      });
+      const { throttle, fetchAcme, url } = await setUp(
+        {},
+        (_arrival, index) => ({ status: 200, body: index === 0 ? { error: 'rate_limited' } : { ok: true } }),
+        {
+          isThrottled: async (response) => ((await response.json()) as { error?: string }).error === 'rate_limited',
+          fallbackPauseMs: 80,
+        },
+      );
       const paused: unknown[] = [];
       throttle.on('paused', (event) => paused.push(event));
       const response = await fetchAcme(url('/v1/orders', 'u1'));

@@ -29,7 +29,11 @@ describe('throttle.wrap()', () => {
       'https://api.acme.example/users/u1/orders/1',
       'https://api.acme.example/users/u2/orders/7',
     ]);
-    expect(starts).to.deep.equal([['u1', 0], ['u2', 0], ['u1', 1_000]]);
+    expect(starts).to.deep.equal([
+      ['u1', 0],
+      ['u2', 0],
+      ['u1', 1_000],
+    ]);
     await throttle.close();
   });
 

@@ -28,7 +28,9 @@ describe('bucketed log', function () {
       }));
       const results = await spawnWorkers(configs, { timeoutMs: 50_000 });
       const stats = vendor.stats();
-      console.log(`    [bucketed] ${stats.received} calls, dropped ${stats.dropped}, violations ${vendor.violations()}, max in window ${vendor.maxInWindow()}/10`);
+      console.log(
+        `    [bucketed] ${stats.received} calls, dropped ${stats.dropped}, violations ${vendor.violations()}, max in window ${vendor.maxInWindow()}/10`,
+      );
       expect(results.flatMap((result) => result.errors)).to.deep.equal([]);
       expect(stats.received).to.equal(80);
       expect(vendor.violations()).to.equal(0);
@@ -57,7 +59,10 @@ describe('bucketed log', function () {
     ]);
     const tuned = new Throttle({ rules: ['5/s', '1000/h'], store, bucketAbove: 4, buckets: 60 });
     await tuned.schedule('v', () => {});
-    expect(seen[1]).to.deep.equal([{ limit: 5, windowMs: 1_000, bucketMs: 17 }, { limit: 1_000, windowMs: 3_600_000, bucketMs: 60_000 }]);
+    expect(seen[1]).to.deep.equal([
+      { limit: 5, windowMs: 1_000, bucketMs: 17 },
+      { limit: 1_000, windowMs: 3_600_000, bucketMs: 60_000 },
+    ]);
     await Promise.all([byDefault.close(), tuned.close()]);
     expect(() => new Throttle({ rules: ['5/s'], buckets: 1 })).to.throw(ThrottleConfigError, /buckets/);
     expect(() => new Throttle({ rules: ['5/s'], bucketAbove: -1 })).to.throw(ThrottleConfigError, /bucketAbove/);

@@ -157,13 +157,32 @@ describe('vendor-throttle command line', function () {
     const server = await useVendor();
     const prefix = uniquePrefix();
     const list = rows(['c1', 'c2'], 6);
-    const csv = ['id,method,url,headers,customer', ...list.map((row) => `${row.id},GET,/items?user=${row.user}&id=${row.id},"{""accept"":""application/json""}",${row.user}`)];
+    const csv = [
+      'id,method,url,headers,customer',
+      ...list.map((row) => `${row.id},GET,/items?user=${row.user}&id=${row.id},"{""accept"":""application/json""}",${row.user}`),
+    ];
     writeFileSync(join(dir, 'requests.csv'), csv.join('\n') + '\n');
     const out = join(dir, 'results.ndjson');
     const redis = ['--redis', redisServer().url, '--prefix', prefix, '--name', 'acme'];
 
     // 100/min as well: the keys keep a minute of history after the run (its longest window), for inspect.
-    const run = await cli('run', '--rule', '3/300ms', '--rule', '100/min', '--key', '{customer}', '--base-url', server.url, ...redis, '--no-body', '-q', '--out', out, join(dir, 'requests.csv'));
+    const run = await cli(
+      'run',
+      '--rule',
+      '3/300ms',
+      '--rule',
+      '100/min',
+      '--key',
+      '{customer}',
+      '--base-url',
+      server.url,
+      ...redis,
+      '--no-body',
+      '-q',
+      '--out',
+      out,
+      join(dir, 'requests.csv'),
+    );
     expect(run.code, run.stderr).to.equal(0);
     expect(run.stderr).to.equal('');
     const results = readResults(out);
@@ -178,14 +197,22 @@ describe('vendor-throttle command line', function () {
       cli('inspect', ...redis, '--rule', '100/min', '--top', '5'),
     ]);
     expect(one.code, one.stderr).to.equal(0);
-    expect(one.stdout).to.include('"c1"').and.to.match(/100\/min\s+6\/100/).and.to.include('next free slot');
+    expect(one.stdout)
+      .to.include('"c1"')
+      .and.to.match(/100\/min\s+6\/100/)
+      .and.to.include('next free slot');
     const report = JSON.parse(json.stdout) as { key: string; rules: Array<{ limit: number; used: number }>; pausedForMs: number };
     expect(report.key).to.equal('c2');
     expect(report.rules[0]).to.include({ limit: 100, used: 6 });
     expect(report.pausedForMs).to.equal(0);
     expect(busiest.code, busiest.stderr).to.equal(0);
-    expect(busiest.stdout).to.match(/^c1\s+6\/100/m).and.to.match(/^c2\s+6\/100/m).and.to.include('of 2 keys');
-    expect(one.stdout).to.match(/100\/min\s+6\/100\s+94\s/).and.to.include('booked to start later (all processes): 0');
+    expect(busiest.stdout)
+      .to.match(/^c1\s+6\/100/m)
+      .and.to.match(/^c2\s+6\/100/m)
+      .and.to.include('of 2 keys');
+    expect(one.stdout)
+      .to.match(/100\/min\s+6\/100\s+94\s/)
+      .and.to.include('booked to start later (all processes): 0');
     expect(one.stdout).not.to.include('nothing stored');
     expect(report).to.include({ bookedAhead: 0, stored: true });
 
@@ -202,14 +229,42 @@ describe('vendor-throttle command line', function () {
     const list = rows(['c1', 'c2', 'c3'], 4);
     writeFileSync(join(dir, 'requests.ndjson'), ndjson(server, list));
     const redis = ['--redis', redisServer().url, '--prefix', prefix, '--name', 'acme'];
-    const run = await cli('run', '--key', '{key}', '--key', 'app', '--rule', '2/300ms', '--rule', '100/min', '--rule', 'app=4/300ms', '--rule', 'app=200/min', ...redis, '-q', '--no-body', '--out', join(dir, 'results.ndjson'), join(dir, 'requests.ndjson'));
+    const run = await cli(
+      'run',
+      '--key',
+      '{key}',
+      '--key',
+      'app',
+      '--rule',
+      '2/300ms',
+      '--rule',
+      '100/min',
+      '--rule',
+      'app=4/300ms',
+      '--rule',
+      'app=200/min',
+      ...redis,
+      '-q',
+      '--no-body',
+      '--out',
+      join(dir, 'results.ndjson'),
+      join(dir, 'requests.ndjson'),
+    );
     expect(run.code, run.stderr).to.equal(0);
     expect(readResults(join(dir, 'results.ndjson'))).to.have.length(12);
     expect(worstWindow(server, 300)).to.be.at.most(2);
-    expect(mostInWindow(server.arrivals.map((arrival) => arrival.at).sort((a, b) => a - b), 300), 'app-wide').to.equal(4);
+    expect(
+      mostInWindow(
+        server.arrivals.map((arrival) => arrival.at).sort((a, b) => a - b),
+        300,
+      ),
+      'app-wide',
+    ).to.equal(4);
     const busiest = await cli('inspect', ...redis, '--rule', '100/min', '--rule', 'app=200/min');
     expect(busiest.code, busiest.stderr).to.equal(0);
-    expect(busiest.stdout).to.match(/^app\s+200\/min 12\/200/m).and.to.match(/^c1\s+100\/min 4\/100/m);
+    expect(busiest.stdout)
+      .to.match(/^app\s+200\/min 12\/200/m)
+      .and.to.match(/^c1\s+100\/min 4\/100/m);
     const bad = await cli('run', '--key', '{user}', '--key', 'app', '--rule', 'app=4/300ms', join(dir, 'requests.ndjson'));
     expect(bad.code).to.equal(2);
     expect(bad.stderr).to.include('at least one --rule is required, for every key');
@@ -263,8 +318,16 @@ describe('vendor-throttle command line', function () {
     ]);
     expect(runA.code, runA.stderr).to.equal(0);
     expect(runB.code, runB.stderr).to.equal(0);
-    expect(readResults(join(dir, 'a.out')).map((result) => result.id).sort()).to.deep.equal(a.map((row) => row.id).sort());
-    expect(readResults(join(dir, 'b.out')).map((result) => result.id).sort()).to.deep.equal(b.map((row) => row.id).sort());
+    expect(
+      readResults(join(dir, 'a.out'))
+        .map((result) => result.id)
+        .sort(),
+    ).to.deep.equal(a.map((row) => row.id).sort());
+    expect(
+      readResults(join(dir, 'b.out'))
+        .map((result) => result.id)
+        .sort(),
+    ).to.deep.equal(b.map((row) => row.id).sort());
     expect(server.arrivals).to.have.length(a.length + b.length);
     expect(worstWindow(server, 400)).to.be.at.most(4);
   });
@@ -280,17 +343,27 @@ describe('vendor-throttle command line', function () {
     expect(results.every((result) => result.status === 200 && result.attempts === 1)).to.equal(true);
     expect(server.arrivals).to.have.length(list.length);
     expect(worstWindow(server, 200)).to.be.at.most(2);
-    expect(stderr).to.include('2 workers').and.to.match(/12 sent in .*12 ok, 0 failed/);
+    expect(stderr)
+      .to.include('2 workers')
+      .and.to.match(/12 sent in .*12 ok, 0 failed/);
   });
 
-  it("checks every line of standard input before sending anything: a bad one names stdin:LINE, exit 2, nothing sent", async () => {
+  it('checks every line of standard input before sending anything: a bad one names stdin:LINE, exit 2, nothing sent', async () => {
     const server = await useVendor();
     const good = (id: string): string => JSON.stringify({ id, url: `${server.url}/?user=ann&id=${id}`, key: 'ann' });
     const out = join(dir, 'results.ndjson');
     const url = `${server.url}/?user=ann`;
     const cases: Array<[input: string, args: string[], message: RegExp]> = [
-      [`${good('a')}\n{"url": "${url}" "key": 1}\n${good('b')}\n${JSON.stringify({ id: 'c', key: 'ann' })}\n`, [], /2 bad requests in stdin, nothing was sent:\nstdin:2: not valid JSON.*\nstdin:4: 'url' is missing/],
-      [`id,url,key\n1,${url},ann\n2,${url},\n3,${url},ann\n4,${url}\n`, ['--format', 'csv'], /2 bad requests in stdin.*\nstdin:3: no key.*\nstdin:5: not valid CSV/],
+      [
+        `${good('a')}\n{"url": "${url}" "key": 1}\n${good('b')}\n${JSON.stringify({ id: 'c', key: 'ann' })}\n`,
+        [],
+        /2 bad requests in stdin, nothing was sent:\nstdin:2: not valid JSON.*\nstdin:4: 'url' is missing/,
+      ],
+      [
+        `id,url,key\n1,${url},ann\n2,${url},\n3,${url},ann\n4,${url}\n`,
+        ['--format', 'csv'],
+        /2 bad requests in stdin.*\nstdin:3: no key.*\nstdin:5: not valid CSV/,
+      ],
       [`${good('a')}\n${good('a')}\n`, [], /stdin:2: duplicate id "a" \(first on line 1\)/],
       ['', [], /stdin: no requests found/],
     ];
@@ -344,8 +417,14 @@ describe('vendor-throttle command line', function () {
 
     const resumed = await piped(input, ...args, '--resume');
     expect(resumed.code, resumed.stderr).to.equal(0);
-    expect(resumed.stderr).to.include(`${list.length - before} requests for`).and.to.include(`${before} done earlier`);
-    expect(readResults(out).map((result) => result.id as string).sort()).to.deep.equal(list.map((row) => row.id).sort());
+    expect(resumed.stderr)
+      .to.include(`${list.length - before} requests for`)
+      .and.to.include(`${before} done earlier`);
+    expect(
+      readResults(out)
+        .map((result) => result.id as string)
+        .sort(),
+    ).to.deep.equal(list.map((row) => row.id).sort());
     const sent = count(server.arrivals.map(idOf));
     expect(sent.size).to.equal(list.length);
     expect([...sent.values()].every((n) => n === 1)).to.equal(true);
@@ -471,13 +550,17 @@ describe('vendor-throttle command line', function () {
     fails(['--rule', '5/s', '--key', 'a', '--key', 'b', '--redis', 'redis://127.0.0.1:7000', '--cluster', '-'], /needs --hash-tag name/);
     fails(['--rule', '5/s', '--hash-tag', 'slot', '-'], /--hash-tag: expected 'key' or 'name'/);
     fails(['--rule', '5/s', '--hash-tag', 'name', '-'], /--hash-tag needs --redis/);
-    expect(parseRunArgs(['-r', '5/s', '-r', 'app=20/s', '-k', '{user}', '-k', 'app', '--redis', 'redis://127.0.0.1:7000', '--cluster', '--hash-tag', 'name', '-']))
+    expect(
+      parseRunArgs(['-r', '5/s', '-r', 'app=20/s', '-k', '{user}', '-k', 'app', '--redis', 'redis://127.0.0.1:7000', '--cluster', '--hash-tag', 'name', '-']),
+    )
       .to.deep.include({ keys: ['{user}', 'app'] })
       .and.to.have.nested.property('throttle.hashTag', 'name');
     const stdin = parseRunArgs(['-r', '5/s', '--max-wait', '2m', '-']);
     expect(stdin).to.deep.include({ file: '-', format: 'ndjson' });
     expect(stdin).to.have.nested.property('send.maxWaitMs', 120_000);
-    expect(parseRunArgs(['-r', '5/s', '--format', 'csv', '--max-wait', '1500', '-'])).to.deep.include({ format: 'csv' }).and.to.have.nested.property('send.maxWaitMs', 1500);
+    expect(parseRunArgs(['-r', '5/s', '--format', 'csv', '--max-wait', '1500', '-']))
+      .to.deep.include({ format: 'csv' })
+      .and.to.have.nested.property('send.maxWaitMs', 1500);
     expect(parseRunArgs(['-r', '5/s', '--max-wait', '0', 'in.ndjson'])).to.have.nested.property('send.maxWaitMs', 0);
     expect(parseRunArgs(['-r', '5/s', 'in.ndjson'])).to.have.nested.property('send.maxWaitMs', undefined);
     const options = parseRunArgs(['-r', '30/min', '-r', '10000/day', '--timeout', '2m', '-H', 'Authorization: Bearer x', 'in.CSV']);
@@ -507,7 +590,9 @@ describe('vendor-throttle command line', function () {
     expect(await load('get.ndjson', `${JSON.stringify({ url, key: 'a', method: 'GET', body: 'x' })}\n`)).to.match(/a GET request cannot have a body/);
     expect(await load('empty.ndjson', '\n')).to.match(/no requests found/);
     const many = Array.from({ length: 12 }, () => '{').join('\n');
-    expect(await load('many.ndjson', many)).to.match(/12 bad requests/).and.to.match(/… and 2 more/);
+    expect(await load('many.ndjson', many))
+      .to.match(/12 bad requests/)
+      .and.to.match(/… and 2 more/);
   });
 
   it('prints help and version; the help and docs/cli.md name every flag', async () => {
@@ -517,7 +602,10 @@ describe('vendor-throttle command line', function () {
     expect(runHelp.code).to.equal(0);
     expect(inspectHelp.code).to.equal(0);
     const docs = readFileSync(join(ROOT, 'docs/cli.md'), 'utf8');
-    for (const [flags, text] of [[RUN_FLAGS, runHelp.stdout], [INSPECT_FLAGS, inspectHelp.stdout]] as const) {
+    for (const [flags, text] of [
+      [RUN_FLAGS, runHelp.stdout],
+      [INSPECT_FLAGS, inspectHelp.stdout],
+    ] as const) {
       for (const name of Object.keys(flags)) {
         expect(text, `--help of ${name}`).to.include(`--${name}`);
         expect(docs, `docs/cli.md of ${name}`).to.include(`--${name}`);

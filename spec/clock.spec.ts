@@ -40,7 +40,10 @@ describe('StoreClock: where the store clock stands, from round trips', () => {
     fc.assert(
       fc.property(
         fc.integer({ min: -1_000_000, max: 1_000_000 }),
-        fc.array(fc.record({ gap: fc.nat(5_000), to: fc.nat(50), back: fc.nat(50), frac: fc.double({ min: 0, max: 1, noNaN: true }) }), { minLength: 1, maxLength: 20 }),
+        fc.array(fc.record({ gap: fc.nat(5_000), to: fc.nat(50), back: fc.nat(50), frac: fc.double({ min: 0, max: 1, noNaN: true }) }), {
+          minLength: 1,
+          maxLength: 20,
+        }),
         fc.nat(100_000),
         (offset, trips, ahead) => {
           const clock = new StoreClock();

@@ -164,7 +164,9 @@ describe('RedisStore on a Redis Cluster (3 masters)', function () {
     expect(errors.map(String), 'errors that reached callers').to.deep.equal([]);
     expectKeptAtVendor(user, calls);
     expectKeptAtVendor(newcomer, 1);
-    expect((await cluster.ownerOf(log)).port).to.equal(migration.to.port).and.not.equal(ownerBefore.port);
+    expect((await cluster.ownerOf(log)).port)
+      .to.equal(migration.to.port)
+      .and.not.equal(ownerBefore.port);
     // The busy key's log (and its meta, if any) and the 20 fillers.
     expect(migration.keys, 'keys moved').to.be.at.least(21);
     expect(redirections.ASK ?? 0, 'ASK replies while the slot was moving').to.be.above(0);
@@ -211,7 +213,10 @@ describe('RedisStore on a Redis Cluster (3 masters)', function () {
     // Each user key in a slot of its own: a call of several keys cannot be decided by one script.
     const spread = throttleOn(prefix, 'wait', [RULE]);
     const error = await spread.schedule(['u1', 'u2'], () => 'never').catch((reason: unknown) => reason);
-    expect(error).to.be.instanceOf(ThrottleConfigError).with.property('message').match(/hashTag: 'name'/);
+    expect(error)
+      .to.be.instanceOf(ThrottleConfigError)
+      .with.property('message')
+      .match(/hashTag: 'name'/);
   });
 
   it('shares a vendor pause and inspect() between clients through the cluster', async () => {

@@ -42,11 +42,21 @@ describe('CommonJS: require("vendor-throttle")', function () {
     const staging = path.join(work, 'staging');
     mkdirSync(staging);
     copyFileSync(path.join(root, 'package.json'), path.join(staging, 'package.json'));
-    const build = ts.getParsedCommandLineOfConfigFile(path.join(root, 'tsconfig.build.json'), {}, { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => undefined })!;
+    const build = ts.getParsedCommandLineOfConfigFile(
+      path.join(root, 'tsconfig.build.json'),
+      {},
+      { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => undefined },
+    )!;
     const emitted = ts.createProgram(build.fileNames, { ...build.options, outDir: path.join(staging, 'dist') }).emit();
     expect(emitted.emitSkipped).to.equal(false);
     cpSync(path.join(root, 'lib/lua'), path.join(staging, 'dist/lua'), { recursive: true });
-    const [info] = JSON.parse(execFileSync('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', work], { cwd: staging, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })) as Array<{ filename: string }>;
+    const [info] = JSON.parse(
+      execFileSync('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', work], {
+        cwd: staging,
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'ignore'],
+      }),
+    ) as Array<{ filename: string }>;
     const consumer = path.join(work, 'consumer');
     mkdirSync(path.join(consumer, 'node_modules'), { recursive: true });
     execFileSync('tar', ['-xzf', path.join(work, info!.filename), '-C', path.join(consumer, 'node_modules')]);

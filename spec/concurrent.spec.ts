@@ -69,7 +69,9 @@ describe('caps on calls in flight: 4 processes share one Redis', function () {
         { timeoutMs: 50_000 },
       );
       const stats = vendor.stats();
-      console.log(`    [concurrent + rate] ${stats.received} calls, dropped ${stats.dropped}, most in one window ${vendor.maxInWindow()}/10, most in service ${vendor.maxConcurrent()}`);
+      console.log(
+        `    [concurrent + rate] ${stats.received} calls, dropped ${stats.dropped}, most in one window ${vendor.maxInWindow()}/10, most in service ${vendor.maxConcurrent()}`,
+      );
       expect(results.flatMap((result) => result.errors)).to.deep.equal([]);
       expect(stats.received).to.equal(30);
       expect(stats.dropped).to.equal(0);

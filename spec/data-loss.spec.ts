@@ -165,7 +165,9 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
     const started: Record<string, number> = { k1: 0, k2: 0, k3: 0 };
     const run = async (throttle: Throttle, key: string, n: number) => {
       const outcomes = await Promise.allSettled(Array.from({ length: n }, () => throttle.schedule(key, () => void started[key]!++)));
-      return outcomes.map((outcome) => (outcome.status === 'fulfilled' ? 'ok' : outcome.reason instanceof RateLimitedError ? 'refused' : (outcome.reason as Error).name));
+      return outcomes.map((outcome) =>
+        outcome.status === 'fulfilled' ? 'ok' : outcome.reason instanceof RateLimitedError ? 'refused' : (outcome.reason as Error).name,
+      );
     };
     try {
       for (const key of ['k1', 'k2', 'k3']) expect(await run(A, key, 3)).to.deep.equal(['ok', 'ok', 'ok']);

@@ -113,7 +113,10 @@ describe("events of a call's life", () => {
     await throttle.schedule('u', () => 'ok');
     await throttle.schedule('u', () => Promise.reject(new Error('no'))).catch(() => undefined);
     let sent = 0;
-    const fetchAcme = throttle.fetch({ key: () => 'v', fetch: async (_input: string) => new Response('', { status: ++sent === 1 ? 429 : 200, headers: { 'Retry-After': '0' } }) });
+    const fetchAcme = throttle.fetch({
+      key: () => 'v',
+      fetch: async (_input: string) => new Response('', { status: ++sent === 1 ? 429 : 200, headers: { 'Retry-After': '0' } }),
+    });
     const response = fetchAcme('https://api.acme.example/a');
     await fake.clock.tickAsync(1_100);
     await response;

@@ -165,13 +165,13 @@ describe('faults: a worker killed with kill -9 while it holds booked slots and q
         expect(left, 'survivors kept going after the kill').to.be.at.least(1);
       });
 
-      it('lets no window over the limit reach the vendor, the dead worker\'s calls included', () => {
+      it("lets no window over the limit reach the vendor, the dead worker's calls included", () => {
         expectNothingOverTheLimit(outcome.vendor);
         const received = outcome.vendor.stats().received;
         expect(received).to.be.within(3 * survivorCalls, 3 * survivorCalls + outcome.victimAtDeath.started);
       });
 
-      it('loses no more capacity than the dead worker\'s own reservations, each counting until its start + maxHoldMs, then a window', () => {
+      it("loses no more capacity than the dead worker's own reservations, each counting until its start + maxHoldMs, then a window", () => {
         expect(finishedAfterKillMs, `last survivor start after the kill (bound ${boundMs} ms)`).to.be.below(boundMs);
       });
     });
@@ -189,7 +189,12 @@ describe('faults: SCRIPT FLUSH in the middle of a run', function () {
     // One client pipelines automatically, one does not. (Each has its own keys: how processes
     // share a key is the multi-process specs' business.)
     const throttles = [
-      new Throttle({ name: 'vendor', rules: [`${limit}/${windowMs}ms`], mode: 'wait', store: redisStore(redisClient({ enableAutoPipelining: true }), { prefix }) }),
+      new Throttle({
+        name: 'vendor',
+        rules: [`${limit}/${windowMs}ms`],
+        mode: 'wait',
+        store: redisStore(redisClient({ enableAutoPipelining: true }), { prefix }),
+      }),
       new Throttle({ name: 'vendor', rules: [`${limit}/${windowMs}ms`], mode: 'wait', store: redisStore(redisClient(), { prefix }) }),
     ];
     const problems: unknown[] = [];
@@ -211,15 +216,17 @@ describe('faults: SCRIPT FLUSH in the middle of a run', function () {
       const url = (key: string): string => `${vendor.url}?user=${key}`;
       await Promise.all(
         throttles.flatMap((throttle, t) =>
-          ['alice', 'bob', 'carol'].map((user) => `t${t}-${user}`).flatMap((key) =>
-            Array.from({ length: 12 }, () =>
-              throttle
-                .schedule(key, async () => (await fetch(url(key))).text())
-                .catch((error: unknown) => {
-                  errors.push(String(error));
-                }),
+          ['alice', 'bob', 'carol']
+            .map((user) => `t${t}-${user}`)
+            .flatMap((key) =>
+              Array.from({ length: 12 }, () =>
+                throttle
+                  .schedule(key, async () => (await fetch(url(key))).text())
+                  .catch((error: unknown) => {
+                    errors.push(String(error));
+                  }),
+              ),
             ),
-          ),
         ),
       );
     } finally {
@@ -261,11 +268,14 @@ describe('faults: a completion that reaches Redis after its window (a stalled wo
     const keys = await client.keys(`${store.prefix}:late:{*`);
     const lifetimes = await Promise.all(keys.map(async (key) => [key, await client.pttl(key)] as const));
     await store.close();
-    expect(lifetimes.filter(([, pttl]) => pttl === -1), 'keys that would never expire').to.deep.equal([]);
+    expect(
+      lifetimes.filter(([, pttl]) => pttl === -1),
+      'keys that would never expire',
+    ).to.deep.equal([]);
   });
 });
 
-describe('faults: a Redis ACL user that may only touch the throttle\'s prefix and run its scripts', function () {
+describe("faults: a Redis ACL user that may only touch the throttle's prefix and run its scripts", function () {
   this.timeout(30_000);
 
   /**
@@ -336,7 +346,8 @@ describe('faults: a Redis ACL user that may only touch the throttle\'s prefix an
         Array.from({ length: 8 }, (_, i) => throttle.schedule(`user:${i % 2}`, () => new Promise((resolve) => setTimeout(() => resolve(ran.push(mode)), 20)))),
       );
       const refused = outcomes.filter((outcome) => outcome.status === 'rejected');
-      if (mode === 'throw') expect(refused.map((outcome) => (outcome as PromiseRejectedResult).reason.name)).to.deep.equal(['RateLimitedError', 'RateLimitedError']);
+      if (mode === 'throw')
+        expect(refused.map((outcome) => (outcome as PromiseRejectedResult).reason.name)).to.deep.equal(['RateLimitedError', 'RateLimitedError']);
       else expect(refused.map((outcome) => String((outcome as PromiseRejectedResult).reason))).to.deep.equal([]);
       const usage = await throttle.inspect('user:0');
       expect(usage.rules[0]!.used).to.be.at.least(1);

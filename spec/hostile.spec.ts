@@ -39,7 +39,27 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 // Arbitraries
 
 /** Numbers that break naive validation: signs, fractions, 32-bit and 53-bit edges, huge, non-finite. */
-const oddNumber = fc.constantFrom(0, -0, -1, 0.5, 1, 2, 3, 1e-9, 99.99, 2 ** 31 - 1, 2 ** 31, 2 ** 53, 2 ** 53 + 2, 1e21, 1e300, Number.MAX_VALUE, Infinity, -Infinity, NaN);
+const oddNumber = fc.constantFrom(
+  0,
+  -0,
+  -1,
+  0.5,
+  1,
+  2,
+  3,
+  1e-9,
+  99.99,
+  2 ** 31 - 1,
+  2 ** 31,
+  2 ** 53,
+  2 ** 53 + 2,
+  1e21,
+  1e300,
+  Number.MAX_VALUE,
+  Infinity,
+  -Infinity,
+  NaN,
+);
 
 /** Any JSON value, or one of the values JSON cannot hold. */
 const jsonish: fc.Arbitrary<unknown> = fc.oneof(
@@ -73,8 +93,15 @@ const validOptions = fc.record(
     name: fc.stringMatching(/^[A-Za-z0-9._\-/]{1,12}$/),
     rules: fc.oneof(
       validRule.map(([limit, ms]) => `${limit}/${ms}ms`),
-      fc.array(validRule.map(([limit, windowMs]) => ({ limit, windowMs })), { minLength: 1, maxLength: 2 }),
-      validRule.map(([limit, ms]) => (key: string) => (key.length % 2 === 0 ? `${limit}/${ms}ms` : [`${limit}/${ms}ms`, `${limit + 1}/${2 * ms}ms`])),
+      fc.array(
+        validRule.map(([limit, windowMs]) => ({ limit, windowMs })),
+        { minLength: 1, maxLength: 2 },
+      ),
+      validRule.map(
+        ([limit, ms]) =>
+          (key: string) =>
+            key.length % 2 === 0 ? `${limit}/${ms}ms` : [`${limit}/${ms}ms`, `${limit + 1}/${2 * ms}ms`],
+      ),
     ),
     mode: fc.constantFrom('wait', 'throw', 'delay', 'queue'),
     maxDelayMs: fc.oneof(fc.integer({ min: 0, max: 100 }), fc.constant(Infinity)),
@@ -113,8 +140,23 @@ const hostileOptions = fc.record(hostileFields);
 
 /** Names no throttle or call takes: options of version 0.1, near misses, Object.prototype's own. */
 const unknownOption = fc.constantFrom(
-  'safetyMarginMs', 'adaptiveMargin', 'concurrency', 'holdMs', 'maxDelay', 'maxdelayms', 'timeout', 'priority', 'signal', 'cost',
-  'constructor', 'toString', 'hasOwnProperty', 'valueOf', '', ' ', 'rules ',
+  'safetyMarginMs',
+  'adaptiveMargin',
+  'concurrency',
+  'holdMs',
+  'maxDelay',
+  'maxdelayms',
+  'timeout',
+  'priority',
+  'signal',
+  'cost',
+  'constructor',
+  'toString',
+  'hasOwnProperty',
+  'valueOf',
+  '',
+  ' ',
+  'rules ',
 );
 
 /**
@@ -125,7 +167,12 @@ const throttleOptions: fc.Arbitrary<unknown> = fc.oneof(
   {
     weight: 9,
     arbitrary: fc
-      .tuple(validOptions, hostileOptions, fc.subarray(OPTION_NAMES, { maxLength: 2 }), fc.oneof({ weight: 19, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.tuple(unknownOption, jsonish) }))
+      .tuple(
+        validOptions,
+        hostileOptions,
+        fc.subarray(OPTION_NAMES, { maxLength: 2 }),
+        fc.oneof({ weight: 19, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.tuple(unknownOption, jsonish) }),
+      )
       .map(([valid, hostile, fields, unknown]) => {
         const options: Record<string, unknown> = { ...valid };
         for (const field of fields) options[field] = hostile[field];
@@ -138,20 +185,72 @@ const throttleOptions: fc.Arbitrary<unknown> = fc.oneof(
 
 /** Pieces that keys are made of: separators, hash-tag braces, glob characters, escapes, unicode traps. */
 const keyPiece = fc.constantFrom(
-  '{', '}', '{}', ':', '*', '?', '[', ']', '\n', '\r\n', '\t', ' ', '%', '%7B', '%3A', '%%', '+', '/', '\\', '"', "'", '\0',
-  '\uD800', '\uDBFF', '\uDC00', '\uDFFF', '\uFFFD', '\uFEFF', '😀', 'é', 'e\u0301', 'İ', 'ı', 'ß', 'SS', 'ﬃ', 'Ω', 'Ω',
-  'u:', 'h:', 'A', 'a', '0', '-', '.', 'vt', 'log', 'meta',
+  '{',
+  '}',
+  '{}',
+  ':',
+  '*',
+  '?',
+  '[',
+  ']',
+  '\n',
+  '\r\n',
+  '\t',
+  ' ',
+  '%',
+  '%7B',
+  '%3A',
+  '%%',
+  '+',
+  '/',
+  '\\',
+  '"',
+  "'",
+  '\0',
+  '\uD800',
+  '\uDBFF',
+  '\uDC00',
+  '\uDFFF',
+  '\uFFFD',
+  '\uFEFF',
+  '😀',
+  'é',
+  'e\u0301',
+  'İ',
+  'ı',
+  'ß',
+  'SS',
+  'ﬃ',
+  'Ω',
+  'Ω',
+  'u:',
+  'h:',
+  'A',
+  'a',
+  '0',
+  '-',
+  '.',
+  'vt',
+  'log',
+  'meta',
 );
-const keyUnit = fc.oneof(keyPiece, fc.string({ unit: 'binary', maxLength: 3 }), fc.integer({ min: 0, max: 0xffff }).map((code) => String.fromCharCode(code)));
+const keyUnit = fc.oneof(
+  keyPiece,
+  fc.string({ unit: 'binary', maxLength: 3 }),
+  fc.integer({ min: 0, max: 0xffff }).map((code) => String.fromCharCode(code)),
+);
 
 /** Any string, with a bias for the characters that could forge or merge storage keys; now and then very long. */
 const hostileKey: fc.Arbitrary<string> = fc.oneof(
   { weight: 6, arbitrary: fc.array(keyUnit, { maxLength: 12 }).map((units) => units.join('')) },
   {
     weight: 1,
-    arbitrary: fc
-      .tuple(fc.array(keyUnit, { minLength: 1, maxLength: 4 }), fc.integer({ min: 150, max: 20_000 }))
-      .map(([units, length]) => units.join('').repeat(Math.ceil(length / Math.max(1, units.join('').length))).slice(0, length)),
+    arbitrary: fc.tuple(fc.array(keyUnit, { minLength: 1, maxLength: 4 }), fc.integer({ min: 150, max: 20_000 })).map(([units, length]) =>
+      units
+        .join('')
+        .repeat(Math.ceil(length / Math.max(1, units.join('').length)))
+        .slice(0, length),
+    ),
   },
 );
 
@@ -216,7 +315,12 @@ const scheduleOptions: fc.Arbitrary<unknown> = fc.oneof(
   {
     weight: 1,
     // A name schedule() does not take (a throttle option, a removed one, a misspelt one).
-    arbitrary: fc.tuple(unknownOption.filter((name) => !(SCHEDULE_OPTIONS as readonly string[]).includes(name)), jsonish).map(([name, value]) => ({ [name]: value })),
+    arbitrary: fc
+      .tuple(
+        unknownOption.filter((name) => !(SCHEDULE_OPTIONS as readonly string[]).includes(name)),
+        jsonish,
+      )
+      .map(([name, value]) => ({ [name]: value })),
   },
   { weight: 2, arbitrary: jsonish },
 );
@@ -335,7 +439,10 @@ describe('hostile input (fast-check)', function () {
               }
               seen.built += 1;
               const names = Object.keys(options as object);
-              expect(names.filter((name) => !(THROTTLE_OPTIONS as readonly string[]).includes(name)), 'option names a throttle does not take').to.deep.equal([]);
+              expect(
+                names.filter((name) => !(THROTTLE_OPTIONS as readonly string[]).includes(name)),
+                'option names a throttle does not take',
+              ).to.deep.equal([]);
               const ran: unknown[] = [];
               const abortReasons: unknown[] = [];
               const pending = calls.map(([key, callOptions], i) => {
@@ -364,9 +471,15 @@ describe('hostile input (fast-check)', function () {
                 if (outcome.status === 'fulfilled') {
                   const given = calls[i]![1];
                   const names = given !== null && typeof given === 'object' ? Object.keys(given) : [];
-                  expect(names.filter((name) => !(SCHEDULE_OPTIONS as readonly string[]).includes(name)), 'option names schedule() does not take').to.deep.equal([]);
+                  expect(
+                    names.filter((name) => !(SCHEDULE_OPTIONS as readonly string[]).includes(name)),
+                    'option names schedule() does not take',
+                  ).to.deep.equal([]);
                   expect(outcome.value, 'resolves with what fn returned').to.equal(i);
-                  expect(ran.filter((call) => call === i), `fn of call ${i} ran once`).to.have.length(1);
+                  expect(
+                    ran.filter((call) => call === i),
+                    `fn of call ${i} ran once`,
+                  ).to.have.length(1);
                 } else {
                   expectTypedFailure(outcome.reason, reasons());
                   expect(ran, `fn of rejected call ${i} never ran`).not.to.include(i);
@@ -378,7 +491,9 @@ describe('hostile input (fast-check)', function () {
           {
             numRuns: 300,
             // Whole numbers as large as validation accepts, always tried first (the fuzz finds them only now and then).
-            examples: (['maxDelayMs', 'timeoutMs', 'maxHoldMs', 'retainMs', 'maxQueued', 'bucketAbove', 'buckets'] as const).map((field): [unknown, Array<[unknown, unknown]>] => [{ rules: '5/s', [field]: 1e21 }, [['k', {}]]]),
+            examples: (['maxDelayMs', 'timeoutMs', 'maxHoldMs', 'retainMs', 'maxQueued', 'bucketAbove', 'buckets'] as const).map(
+              (field): [unknown, Array<[unknown, unknown]>] => [{ rules: '5/s', [field]: 1e21 }, [['k', {}]]],
+            ),
           },
         );
         console.log(`      ${JSON.stringify(seen)}`);
@@ -482,7 +597,10 @@ describe('hostile input (fast-check)', function () {
               await Promise.race([Promise.allSettled(calls.map((call) => call.promise)), sleep(100)]);
               await closing;
               await closeAll(throttle, store);
-              const outcomes = await settleWithin(calls.map((call) => call.promise), 2_000);
+              const outcomes = await settleWithin(
+                calls.map((call) => call.promise),
+                2_000,
+              );
               const smallest = Math.min(...rules.map((rule) => rule.limit));
               outcomes.forEach((outcome, i) => {
                 const call = calls[i]!;
@@ -500,7 +618,9 @@ describe('hostile input (fast-check)', function () {
               // Starts are read on this process's clock, a slot's start on the store's: allow 2 ms (timers fire up to 1 ms early).
               for (const [key, list] of starts) {
                 for (const rule of rules) {
-                  expect(mostInWindow(list, rule.windowMs, 2), `starts of ${JSON.stringify(key).slice(0, 40)} in a ${rule.windowMs} ms window`).to.be.at.most(rule.limit);
+                  expect(mostInWindow(list, rule.windowMs, 2), `starts of ${JSON.stringify(key).slice(0, 40)} in a ${rule.windowMs} ms window`).to.be.at.most(
+                    rule.limit,
+                  );
                 }
               }
               expect(throttle.stats).to.deep.equal({ queues: 0, queued: 0, sleeping: 0 });
@@ -533,7 +653,7 @@ describe('hostile input (fast-check)', function () {
       await closeAll(throttle, store);
       expect(await client.keys(`${store.prefix}:empty-id:*`), 'keys of the empty id').to.deep.equal([]);
       const keys: string[] = [];
-      for (let cursor = '0'; ; ) {
+      for (let cursor = '0'; ;) {
         const [next, batch] = await client.scan(cursor, 'COUNT', 1000);
         keys.push(...batch);
         cursor = next;

@@ -14,10 +14,15 @@ describe('recovery journal', () => {
   it('lists calls in flight by their bound and completed calls by their completion; a released call is gone', () => {
     const journal = new Journal(member);
     journal.book('ns', 'k', 1, 3, 100 + MAX_HOLD, RETAIN, 100);
-    journal.settle('ns', 'k', [
-      { member: '1.tag', releaseAt: 140 },
-      { member: '2.tag', releaseAt: null },
-    ], numberOf);
+    journal.settle(
+      'ns',
+      'k',
+      [
+        { member: '1.tag', releaseAt: 140 },
+        { member: '2.tag', releaseAt: null },
+      ],
+      numberOf,
+    );
     // A completion sent again (a retried write) changes nothing.
     journal.settle('ns', 'k', [{ member: '1.tag', releaseAt: 145 }], numberOf);
     const [key] = journal.entriesOf('ns', 150);
@@ -84,7 +89,12 @@ describe('recovery journal', () => {
   it('keeps every call of a long window, and forgets them as they leave it (thousands per key)', () => {
     const journal = new Journal(member);
     journal.book('ns', 'k', 1, 5_000, 10_000, RETAIN, 0);
-    journal.settle('ns', 'k', Array.from({ length: 5_000 }, (_, i) => ({ member: member(i + 1), releaseAt: i })), numberOf);
+    journal.settle(
+      'ns',
+      'k',
+      Array.from({ length: 5_000 }, (_, i) => ({ member: member(i + 1), releaseAt: i })),
+      numberOf,
+    );
     expect(journal.prune(0)).to.equal(5_000);
     // 3,000 have left their window (the arrays are compacted): the rest is listed exactly, in full.
     expect(journal.prune(2_999 + RETAIN)).to.equal(2_000);

@@ -32,7 +32,11 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
     for (let i = 0; i < count; i++) {
       const result = await store.reserve(request(key));
       expect(result.status).to.equal('booked');
-      await store.settle(NAMESPACE, key, result.members.map((member) => ({ member, releaseAt: result.now })));
+      await store.settle(
+        NAMESPACE,
+        key,
+        result.members.map((member) => ({ member, releaseAt: result.now })),
+      );
     }
   }
 
@@ -79,12 +83,20 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
     const fresh = await a!.reserve(request('new', 0));
     expect(fresh.status).to.equal('booked');
     expect(fresh.waitMs).to.equal(0);
-    await a!.settle(NAMESPACE, 'new', fresh.members.map((member) => ({ member, releaseAt: fresh.now })));
+    await a!.settle(
+      NAMESPACE,
+      'new',
+      fresh.members.map((member) => ({ member, releaseAt: fresh.now })),
+    );
     // Expired as idle (its time to live ran out, here cut short): its calls no longer count, so the
     // journal holds nothing that would call it lost.
     const idle = keyNames(prefix, NAMESPACE, 'idle');
     const old = await a!.reserve({ ...request('idle', 0), rules: [parseRule('5/100ms')], retainMs: 100, maxHoldMs: 100 });
-    await a!.settle(NAMESPACE, 'idle', old.members.map((member) => ({ member, releaseAt: old.now })));
+    await a!.settle(
+      NAMESPACE,
+      'idle',
+      old.members.map((member) => ({ member, releaseAt: old.now })),
+    );
     await new Promise((resolve) => setTimeout(resolve, 1_300));
     expect(await admin.exists(idle.log)).to.equal(0);
     const again = await a!.reserve({ ...request('idle', 0), rules: [parseRule('5/100ms')], retainMs: 100, maxHoldMs: 100 });
@@ -97,7 +109,11 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
     const [a] = stores(prefix, 1);
     const booked = await a!.reserve(request('u'));
     // Given back: the member leaves the log, and the journal.
-    await a!.settle(NAMESPACE, 'u', booked.members.map((member) => ({ member, releaseAt: null })));
+    await a!.settle(
+      NAMESPACE,
+      'u',
+      booked.members.map((member) => ({ member, releaseAt: null })),
+    );
     const next = await a!.reserve(request('u', 0));
     expect(next.status).to.equal('booked');
     expect(a!.keysRestored).to.equal(0);
@@ -137,7 +153,11 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
     for (const store of all) {
       for (let i = 0; i < 3; i++) {
         const booked = await store.reserve(long());
-        await store.settle(NAMESPACE, 'k', booked.members.map((member) => ({ member, releaseAt: booked.now })));
+        await store.settle(
+          NAMESPACE,
+          'k',
+          booked.members.map((member) => ({ member, releaseAt: booked.now })),
+        );
       }
     }
     await redisClient().del(keyNames(prefix, NAMESPACE, 'k').log);
@@ -165,7 +185,11 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
     const bucketed = (maxDelayMs = 10_000): ReserveRequest => ({ ...request('b', maxDelayMs), rules, retainMs: 60_000 });
     for (let i = 0; i < 9; i++) {
       const booked = await a!.reserve(bucketed());
-      await a!.settle(NAMESPACE, 'b', booked.members.map((member) => ({ member, releaseAt: booked.now })));
+      await a!.settle(
+        NAMESPACE,
+        'b',
+        booked.members.map((member) => ({ member, releaseAt: booked.now })),
+      );
     }
     const { log } = keyNames(prefix, NAMESPACE, 'b');
     await new Promise((resolve) => setTimeout(resolve, 1_100));
@@ -176,4 +200,3 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
     expect(await redisClient().zcard(log)).to.equal(9);
   });
 });
-

@@ -11,15 +11,21 @@ import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const stores: Array<[string, () => { one: Store; other: Store }]> = [
-  ['MemoryStore', () => {
-    const store = new MemoryStore();
-    return { one: store, other: store };
-  }],
-  ['RedisStore', () => {
-    const prefix = uniquePrefix();
-    // Two clients: two processes.
-    return { one: redisStore(redisClient(), { prefix }), other: redisStore(redisClient(), { prefix }) };
-  }],
+  [
+    'MemoryStore',
+    () => {
+      const store = new MemoryStore();
+      return { one: store, other: store };
+    },
+  ],
+  [
+    'RedisStore',
+    () => {
+      const prefix = uniquePrefix();
+      // Two clients: two processes.
+      return { one: redisStore(redisClient(), { prefix }), other: redisStore(redisClient(), { prefix }) };
+    },
+  ],
 ];
 
 for (const [name, make] of stores) {

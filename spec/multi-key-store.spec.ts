@@ -30,11 +30,17 @@ const subjects: Array<{ name: string; make: () => Subject }> = [
   },
   {
     name: 'RedisStore',
-    make: () => ({ store: redisStore(redisClient(), { prefix: uniquePrefix() }), advance: (ms) => new Promise((resolve) => setTimeout(resolve, Math.ceil(ms) + 1)) }),
+    make: () => ({
+      store: redisStore(redisClient(), { prefix: uniquePrefix() }),
+      advance: (ms) => new Promise((resolve) => setTimeout(resolve, Math.ceil(ms) + 1)),
+    }),
   },
   {
     name: "RedisStore, hashTag 'name'",
-    make: () => ({ store: redisStore(redisClient(), { prefix: uniquePrefix(), hashTag: 'name' }), advance: (ms) => new Promise((resolve) => setTimeout(resolve, Math.ceil(ms) + 1)) }),
+    make: () => ({
+      store: redisStore(redisClient(), { prefix: uniquePrefix(), hashTag: 'name' }),
+      advance: (ms) => new Promise((resolve) => setTimeout(resolve, Math.ceil(ms) + 1)),
+    }),
   },
 ];
 
@@ -81,7 +87,12 @@ for (const { name, make } of subjects) {
       const second = await store.reserve(request([part('u2', USER), app], { maxHoldMs: 500 }));
       expect(second).to.deep.include({ status: 'deferred', members: [] });
       await advance(3);
-      for (const key of ['u1', 'app']) await store.settle('ns', key, first.members.map((member) => ({ member, releaseAt: first.startAt + 2 })));
+      for (const key of ['u1', 'app'])
+        await store.settle(
+          'ns',
+          key,
+          first.members.map((member) => ({ member, releaseAt: first.startAt + 2 })),
+        );
       await advance(1);
       expect((await store.reserve(request([part('u2', USER), app], { maxHoldMs: 500 }))).status).to.equal('booked');
     });
@@ -90,16 +101,34 @@ for (const { name, make } of subjects) {
       this.timeout(90_000);
       const exactClock = make().clock !== undefined;
       // u2 also caps its calls in flight (window 0).
-      const rulesOf: Record<string, readonly Rule[]> = { u1: USER, u2: [{ limit: 3, windowMs: 30 }, { limit: 2, windowMs: 0 }], app: APP };
+      const rulesOf: Record<string, readonly Rule[]> = {
+        u1: USER,
+        u2: [
+          { limit: 3, windowMs: 30 },
+          { limit: 2, windowMs: 0 },
+        ],
+        app: APP,
+      };
       const keySets = [['u1'], ['u2'], ['app'], ['u1', 'app'], ['app', 'u2'], ['u1', 'u2', 'app']] as const;
       const maxHoldMs = 8;
       const delays = [0, 15, Infinity];
       const op = fc.oneof(
-        { weight: 4, arbitrary: fc.record({ kind: fc.constant('reserve' as const), keys: fc.nat(keySets.length - 1), cost: fc.integer({ min: 1, max: 2 }), delay: fc.nat(delays.length - 1) }) },
+        {
+          weight: 4,
+          arbitrary: fc.record({
+            kind: fc.constant('reserve' as const),
+            keys: fc.nat(keySets.length - 1),
+            cost: fc.integer({ min: 1, max: 2 }),
+            delay: fc.nat(delays.length - 1),
+          }),
+        },
         { weight: 2, arbitrary: fc.record({ kind: fc.constant('complete' as const), pick: fc.nat(), after: fc.nat(maxHoldMs + 4) }) },
         { weight: 1, arbitrary: fc.record({ kind: fc.constant('release' as const), pick: fc.nat() }) },
         { weight: 3, arbitrary: fc.record({ kind: fc.constant('wait' as const), ms: fc.integer({ min: 1, max: 12 }), half: fc.boolean() }) },
-        { weight: 1, arbitrary: fc.record({ kind: fc.constant('pause' as const), key: fc.constantFrom('u1', 'u2', 'app'), ms: fc.integer({ min: 1, max: 20 }) }) },
+        {
+          weight: 1,
+          arbitrary: fc.record({ kind: fc.constant('pause' as const), key: fc.constantFrom('u1', 'u2', 'app'), ms: fc.integer({ min: 1, max: 20 }) }),
+        },
       );
       const counts = { booked: 0, deferred: 0, refused: 0, several: 0 };
       await fc.assert(
@@ -120,7 +149,13 @@ for (const { name, make } of subjects) {
               const modelRequest = { cost: step.cost, maxDelayMs: delays[step.delay]!, maxHoldMs };
               const exact = subject.clock?.();
               const result = await store.reserve(request(parts, modelRequest));
-              const got: ModelDecision = { status: result.status, startAt: result.startAt, waitMs: result.waitMs, retryMs: result.retryMs, ruleIndex: result.ruleIndex };
+              const got: ModelDecision = {
+                status: result.status,
+                startAt: result.startAt,
+                waitMs: result.waitMs,
+                retryMs: result.retryMs,
+                ruleIndex: result.ruleIndex,
+              };
               // Redis reads a fractional clock the answer does not show: its rounding may go either way.
               const nows = exact !== undefined ? [exact] : [result.now, result.now - 0.5];
               const candidates = nows.map((now) => model.decideKeys(parts, now, modelRequest));
@@ -129,7 +164,8 @@ for (const { name, make } of subjects) {
               for (const key of keys) model.apply(key, expected, modelRequest, result.members);
               counts[result.status] += 1;
               if (keys.length > 1 && result.status === 'booked') counts.several += 1;
-              if (result.status === 'booked') booked.push({ keys, members: result.members, start: result.startAt, release: result.startAt + maxHoldMs, cost: step.cost, open: true });
+              if (result.status === 'booked')
+                booked.push({ keys, members: result.members, start: result.startAt, release: result.startAt + maxHoldMs, cost: step.cost, open: true });
             } else {
               const now = (await store.inspect('ns', 'probe', USER)).now;
               const open = booked.filter((b) => b.open && (step.kind === 'release' || b.start <= now));
@@ -138,7 +174,11 @@ for (const { name, make } of subjects) {
               target.open = false;
               const releaseAt = step.kind === 'release' ? null : Math.min(target.start + step.after, now);
               for (const key of target.keys) {
-                await store.settle('ns', key, target.members.map((member) => ({ member, releaseAt })));
+                await store.settle(
+                  'ns',
+                  key,
+                  target.members.map((member) => ({ member, releaseAt })),
+                );
                 for (const member of target.members) model.settle(key, member, releaseAt);
               }
               if (releaseAt === null) booked.splice(booked.indexOf(target), 1);
@@ -149,17 +189,21 @@ for (const { name, make } of subjects) {
             const calls = booked.filter((b) => b.keys.includes(key));
             calls.forEach((call, index) => {
               for (const rule of rulesOf[key]!) {
-                const counting = calls.slice(0, index).filter((b) => b.release + rule.windowMs > call.start).reduce((sum, b) => sum + b.cost, 0);
+                const counting = calls
+                  .slice(0, index)
+                  .filter((b) => b.release + rule.windowMs > call.start)
+                  .reduce((sum, b) => sum + b.cost, 0);
                 expect(counting, `${key}: call ${index} under ${rule.limit}/${rule.windowMs}`).to.be.at.most(rule.limit - call.cost);
               }
             });
             const starts = calls.flatMap((call) => Array.from({ length: call.cost }, () => call.start));
             for (const rule of rulesOf[key]!) {
               if (rule.windowMs > 0) expect(maxInWindow(starts, rule.windowMs), `${key}: ${rule.limit}/${rule.windowMs}`).to.be.at.most(rule.limit);
-              else for (const call of calls) {
-                const inFlight = calls.filter((b) => b.start <= call.start && b.release > call.start).reduce((sum, b) => sum + b.cost, 0);
-                expect(inFlight, `${key}: ${rule.limit} concurrent at ${call.start}`).to.be.at.most(rule.limit);
-              }
+              else
+                for (const call of calls) {
+                  const inFlight = calls.filter((b) => b.start <= call.start && b.release > call.start).reduce((sum, b) => sum + b.cost, 0);
+                  expect(inFlight, `${key}: ${rule.limit} concurrent at ${call.start}`).to.be.at.most(rule.limit);
+                }
             }
           }
           await store.close();

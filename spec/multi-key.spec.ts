@@ -69,7 +69,11 @@ describe('calls of several keys: schedule([user, app], fn)', () => {
     await throttle.schedule(['u1', 'app', 'u1'], () => undefined);
     await throttle.schedule(['app', 'u1'], () => undefined);
     await throttle.schedule('u2', () => undefined);
-    expect(granted).to.deep.equal([{ key: 'u1', also: ['app'] }, { key: 'app', also: ['u1'] }, { key: 'u2', also: undefined }]);
+    expect(granted).to.deep.equal([
+      { key: 'u1', also: ['app'] },
+      { key: 'app', also: ['u1'] },
+      { key: 'u2', also: undefined },
+    ]);
     expect((await throttle.inspect('u1')).rules[0]!.used).to.equal(2);
     expect((await throttle.inspect('app')).rules[0]!.used).to.equal(2);
     await throttle.close();
@@ -93,12 +97,27 @@ describe('calls of several keys: schedule([user, app], fn)', () => {
 
   it('refuses an empty list, a list given to inspect() or pause(), and a store that takes one key per call', async () => {
     const throttle = new Throttle({ rules });
-    expect(await rejection(throttle.schedule([], () => undefined))).to.be.instanceOf(TypeError).with.property('message').match(/at least one key/);
-    expect(await rejection(throttle.schedule(['u1', ''], () => undefined))).to.be.instanceOf(TypeError).with.property('message').match(/non-empty/);
-    expect(await rejection(throttle.inspect(['u1'] as never))).to.be.instanceOf(TypeError).with.property('message').match(/one key/);
-    expect(await rejection(throttle.pause(['u1'] as never, 10))).to.be.instanceOf(TypeError).with.property('message').match(/one key/);
+    expect(await rejection(throttle.schedule([], () => undefined)))
+      .to.be.instanceOf(TypeError)
+      .with.property('message')
+      .match(/at least one key/);
+    expect(await rejection(throttle.schedule(['u1', ''], () => undefined)))
+      .to.be.instanceOf(TypeError)
+      .with.property('message')
+      .match(/non-empty/);
+    expect(await rejection(throttle.inspect(['u1'] as never)))
+      .to.be.instanceOf(TypeError)
+      .with.property('message')
+      .match(/one key/);
+    expect(await rejection(throttle.pause(['u1'] as never, 10)))
+      .to.be.instanceOf(TypeError)
+      .with.property('message')
+      .match(/one key/);
     const plain = new Throttle({ rules, store: delegatingStore(new MemoryStore(), { multiKey: undefined }) });
-    expect(await rejection(plain.schedule(['u1', 'app'], () => undefined))).to.be.instanceOf(ThrottleConfigError).with.property('message').match(/several keys/);
+    expect(await rejection(plain.schedule(['u1', 'app'], () => undefined)))
+      .to.be.instanceOf(ThrottleConfigError)
+      .with.property('message')
+      .match(/several keys/);
     expect(await plain.schedule('u1', () => 'one key')).to.equal('one key');
     await Promise.all([throttle.close(), plain.close()]);
   });
@@ -114,7 +133,16 @@ describe('calls of several keys: 4 processes share one Redis, a silent per-user 
       const prefix = uniquePrefix();
       const users = Array.from({ length: 10 }, (_, i) => `user-${i}`);
       const results = await spawnWorkers(
-        [0, 1, 2, 3].map(() => ({ redisUrl: redisServer().url, vendorUrl: vendor.url, prefix, rules: ['5/500ms'], appKey: 'app', appRules: ['20/500ms'], keys: users, calls: 3 })),
+        [0, 1, 2, 3].map(() => ({
+          redisUrl: redisServer().url,
+          vendorUrl: vendor.url,
+          prefix,
+          rules: ['5/500ms'],
+          appKey: 'app',
+          appRules: ['20/500ms'],
+          keys: users,
+          calls: 3,
+        })),
         { timeoutMs: 50_000 },
       );
       const stats = vendor.stats();

@@ -17,13 +17,33 @@ describe('unknown option names are refused everywhere, with the closest known on
   after(() => throttle.close());
 
   const cases: Array<[string, () => unknown, RegExp]> = [
-    ['throttle.axios({ maxRetries })', () => throttle.axios(axios.create(), { key: () => 'u', maxRetries: 0 } as never), /Unknown axios option 'maxRetries' \(did you mean 'retries'\?\)/],
+    [
+      'throttle.axios({ maxRetries })',
+      () => throttle.axios(axios.create(), { key: () => 'u', maxRetries: 0 } as never),
+      /Unknown axios option 'maxRetries' \(did you mean 'retries'\?\)/,
+    ],
     ['throttle.fetch({ retry })', () => throttle.fetch({ key: () => 'u', retry: 5 } as never), /Unknown fetch option 'retry' \(did you mean 'retries'\?\)/],
-    ['throttle.wrap(fn, { maxDelay })', () => throttle.wrap(async () => 1, { key: () => 'u', maxDelay: 5 } as never), /Unknown wrap option 'maxDelay' \(did you mean 'maxDelayMs'\?\)/],
+    [
+      'throttle.wrap(fn, { maxDelay })',
+      () => throttle.wrap(async () => 1, { key: () => 'u', maxDelay: 5 } as never),
+      /Unknown wrap option 'maxDelay' \(did you mean 'maxDelayMs'\?\)/,
+    ],
     ['new MemoryStore({ nowFn })', () => new MemoryStore({ nowFn: () => 0 } as never), /Unknown MemoryStore option 'nowFn' \(did you mean 'now'\?\)/],
-    ['new RedisStore(client, { commandTimeout })', () => new RedisStore(redisClient(), { commandTimeout: 100 } as never), /Unknown RedisStore option 'commandTimeout' \(did you mean 'commandTimeoutMs'\?\)/],
-    ['new RedisStore(client, { recovery: { grace } })', () => new RedisStore(redisClient(), { recovery: { grace: 100 } } as never), /Unknown RedisStore recovery option 'grace' \(did you mean 'graceMs'\?\)/],
-    ['throttleMetrics({ registery })', () => throttleMetrics(throttle, { client: promClient, registery: new promClient.Registry() } as never), /Unknown throttleMetrics option 'registery' \(did you mean 'registry'\?\)/],
+    [
+      'new RedisStore(client, { commandTimeout })',
+      () => new RedisStore(redisClient(), { commandTimeout: 100 } as never),
+      /Unknown RedisStore option 'commandTimeout' \(did you mean 'commandTimeoutMs'\?\)/,
+    ],
+    [
+      'new RedisStore(client, { recovery: { grace } })',
+      () => new RedisStore(redisClient(), { recovery: { grace: 100 } } as never),
+      /Unknown RedisStore recovery option 'grace' \(did you mean 'graceMs'\?\)/,
+    ],
+    [
+      'throttleMetrics({ registery })',
+      () => throttleMetrics(throttle, { client: promClient, registery: new promClient.Registry() } as never),
+      /Unknown throttleMetrics option 'registery' \(did you mean 'registry'\?\)/,
+    ],
   ];
   for (const [what, make, message] of cases) {
     it(what, () => {

@@ -71,16 +71,33 @@ function pack(work: string): string {
   const staging = path.join(work, 'staging');
   mkdirSync(staging);
   copyFileSync(path.join(root, 'package.json'), path.join(staging, 'package.json'));
-  const build = ts.getParsedCommandLineOfConfigFile(path.join(root, 'tsconfig.build.json'), {}, {
-    ...ts.sys,
-    onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
-      throw new Error(ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'));
+  const build = ts.getParsedCommandLineOfConfigFile(
+    path.join(root, 'tsconfig.build.json'),
+    {},
+    {
+      ...ts.sys,
+      onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
+        throw new Error(ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'));
+      },
     },
-  })!;
-  const options = { ...build.options, outDir: path.join(staging, 'dist'), declaration: true, emitDeclarationOnly: true, declarationMap: false, sourceMap: false };
+  )!;
+  const options = {
+    ...build.options,
+    outDir: path.join(staging, 'dist'),
+    declaration: true,
+    emitDeclarationOnly: true,
+    declarationMap: false,
+    sourceMap: false,
+  };
   const emitted = ts.createProgram(build.fileNames, options).emit();
   expect(emitted.emitSkipped, 'declarations emitted').to.equal(false);
-  const [info] = JSON.parse(execFileSync('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', work], { cwd: staging, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })) as Array<{ filename: string }>;
+  const [info] = JSON.parse(
+    execFileSync('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', work], {
+      cwd: staging,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }),
+  ) as Array<{ filename: string }>;
   const unpacked = path.join(work, 'unpacked');
   mkdirSync(unpacked);
   execFileSync('tar', ['-xzf', path.join(work, info!.filename), '-C', unpacked]);
@@ -101,15 +118,21 @@ function consumer(dir: string, pkg: string, links: readonly string[], files: Rea
 
 /** Type-checks the project in `dir` as `tsc -p dir` would; messages as `file:line TScode message`, paths relative to `dir`. */
 function compile(dir: string): { program: ts.Program; diagnostics: string[] } {
-  const parsed = ts.getParsedCommandLineOfConfigFile(path.join(dir, 'tsconfig.json'), {}, {
-    ...ts.sys,
-    onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
-      throw new Error(ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'));
+  const parsed = ts.getParsedCommandLineOfConfigFile(
+    path.join(dir, 'tsconfig.json'),
+    {},
+    {
+      ...ts.sys,
+      onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
+        throw new Error(ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'));
+      },
     },
-  })!;
+  )!;
   const program = ts.createProgram(parsed.fileNames, parsed.options);
   const diagnostics = ts.getPreEmitDiagnostics(program).map((diagnostic) => {
-    const where = diagnostic.file ? `${path.relative(dir, diagnostic.file.fileName)}:${diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start ?? 0).line + 1}` : '';
+    const where = diagnostic.file
+      ? `${path.relative(dir, diagnostic.file.fileName)}:${diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start ?? 0).line + 1}`
+      : '';
     return `${where} TS${diagnostic.code} ${ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n')}`;
   });
   return { program, diagnostics };
@@ -135,7 +158,9 @@ describe('published types: the packed package compiles with skipLibCheck false',
     const axiosTypes = path.join(dir, 'node_modules/vendor-throttle/dist/adapters/axios-types.d.ts');
     const { program, diagnostics } = compile(dir);
     // Else axios was found after all (a node_modules above the temporary folder) and nothing is proved.
-    expect(ts.resolveModuleName('axios', axiosTypes, program.getCompilerOptions(), ts.sys).resolvedModule, 'axios resolves from the package').to.equal(undefined);
+    expect(ts.resolveModuleName('axios', axiosTypes, program.getCompilerOptions(), ts.sys).resolvedModule, 'axios resolves from the package').to.equal(
+      undefined,
+    );
     expect(program.getSourceFile(axiosTypes), 'the declarations naming axios are compiled').to.not.equal(undefined);
     expect(diagnostics).to.deep.equal([]);
   });

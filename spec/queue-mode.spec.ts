@@ -66,10 +66,16 @@ describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 
     const throttle = new Throttle({ rules: ['5/s'], store });
     const t0 = Date.now();
     const starts: number[] = [];
-    const calls = Array.from({ length: 20 }, () => throttle.schedule('u', () => new Promise((resolve) => {
-      starts.push(Date.now() - t0);
-      setTimeout(resolve, 30);
-    })));
+    const calls = Array.from({ length: 20 }, () =>
+      throttle.schedule(
+        'u',
+        () =>
+          new Promise((resolve) => {
+            starts.push(Date.now() - t0);
+            setTimeout(resolve, 30);
+          }),
+      ),
+    );
     await fake.clock.tickAsync(4_100);
     await Promise.all(calls);
     expect(store.most).to.equal(6);
@@ -145,8 +151,8 @@ describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 
     expect(refusals.map((refusal) => refusal.at)).to.deep.equal([510]);
     expect(await b).to.be.instanceOf(RateLimitedError);
     expect(refusals[0]!.error).to.equal(await b);
-    expect((await b as RateLimitedError).rule).to.deep.equal({ limit: 1, windowMs: 100 });
-    expect((await b as RateLimitedError).retryAfterMs).to.be.at.least(1);
+    expect(((await b) as RateLimitedError).rule).to.deep.equal({ limit: 1, windowMs: 100 });
+    expect(((await b) as RateLimitedError).retryAfterMs).to.be.at.least(1);
     expect(throttle.stats).to.deep.equal({ queues: 1, queued: 2, sleeping: 0 });
     // a completes at 1.2 s: c books the next slot (1.3 s), and d, which could start only after c's
     // window (1.4 s, past its 1.36 s), is refused at once instead of waiting for nothing.
@@ -272,11 +278,17 @@ describe('Throttle: processes waiting on one key take turns (RedisStore)', () =>
     let opened!: () => void;
     const openingWindow = new Promise<void>((resolve) => (opened = resolve));
     const run = (throttle: Throttle, who: string) =>
-      Array.from({ length: 8 }, () => throttle.schedule('u', () => new Promise<void>((resolve) => {
-        order.push(who);
-        if (order.length === 2) opened();
-        setTimeout(resolve, 20);
-      })));
+      Array.from({ length: 8 }, () =>
+        throttle.schedule(
+          'u',
+          () =>
+            new Promise<void>((resolve) => {
+              order.push(who);
+              if (order.length === 2) opened();
+              setTimeout(resolve, 20);
+            }),
+        ),
+      );
     const calls = run(a, 'a');
     // B asks once A's first ask has taken the opening window (a fixed pause is too short on a busy machine).
     await openingWindow;

@@ -32,7 +32,10 @@ describe('a quiet process', function () {
           const outcome = await throttle.schedule('user', () => 'ran').catch((error: unknown) => error);
           if (outcome instanceof RateLimitedError) expect.fail(`refused after ${silence} ms of silence: ${outcome.message}`);
           expect(outcome, `after ${silence} ms of silence`).to.equal('ran');
-          expect(answers.map(({ status, waitMs }) => ({ status, waitMs })), `after ${silence} ms of silence`).to.deep.equal([{ status: 'booked', waitMs: 0 }]);
+          expect(
+            answers.map(({ status, waitMs }) => ({ status, waitMs })),
+            `after ${silence} ms of silence`,
+          ).to.deep.equal([{ status: 'booked', waitMs: 0 }]);
         }
       } finally {
         await throttle.close();

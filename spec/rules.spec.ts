@@ -19,7 +19,10 @@ describe('rules', () => {
     expect(parseRule('4 concurrent')).to.deep.equal({ limit: 4, windowMs: 0 });
     expect(parseRule(' 1  Concurrent ' as RuleString)).to.deep.equal({ limit: 1, windowMs: 0 });
     expect(parseRule({ concurrent: 4 })).to.deep.equal({ limit: 4, windowMs: 0 });
-    expect(parseRules(['30/min', '4 concurrent'])).to.deep.equal([{ limit: 30, windowMs: 60_000 }, { limit: 4, windowMs: 0 }]);
+    expect(parseRules(['30/min', '4 concurrent'])).to.deep.equal([
+      { limit: 30, windowMs: 60_000 },
+      { limit: 4, windowMs: 0 },
+    ]);
     expect(() => parseRule('0 concurrent')).to.throw(ThrottleConfigError, /limit/);
     expect(() => parseRule('4concurrent' as RuleString)).to.throw(ThrottleConfigError, /'4 concurrent'/);
     expect(() => parseRule({ concurrent: 1.5 })).to.throw(ThrottleConfigError, /limit/);

@@ -47,9 +47,28 @@ describe('simulated vendor', () => {
     it('counts the most spans open at one moment; one that ends as another starts does not overlap it', () => {
       expect(maxOverlap([])).to.equal(0);
       expect(maxOverlap([[0, 10]])).to.equal(1);
-      expect(maxOverlap([[0, 10], [10, 20], [20, 30]])).to.equal(1);
-      expect(maxOverlap([[0, 10], [5, 20], [9, 12], [11, 30]])).to.equal(3);
-      expect(maxOverlap([[20, 30], [0, 25], [24, 26]])).to.equal(3);
+      expect(
+        maxOverlap([
+          [0, 10],
+          [10, 20],
+          [20, 30],
+        ]),
+      ).to.equal(1);
+      expect(
+        maxOverlap([
+          [0, 10],
+          [5, 20],
+          [9, 12],
+          [11, 30],
+        ]),
+      ).to.equal(3);
+      expect(
+        maxOverlap([
+          [20, 30],
+          [0, 25],
+          [24, 26],
+        ]),
+      ).to.equal(3);
     });
   });
 

@@ -108,13 +108,21 @@ for (const { name, make } of subjects) {
       expect((await store.reserve(request({ rules, maxHoldMs: 300, maxDelayMs: 0 }))).status).to.equal('refused');
       // One completes: its slot is free at once.
       await advance(5);
-      await store.settle(namespace, 'k', first.members.map((member) => ({ member, releaseAt: first.startAt + 5 })));
+      await store.settle(
+        namespace,
+        'k',
+        first.members.map((member) => ({ member, releaseAt: first.startAt + 5 })),
+      );
       await advance(1);
       const third = await store.reserve(request({ rules, maxHoldMs: 300 }));
       expect(third).to.deep.include({ status: 'booked', waitMs: 0 });
       // The second never completes (its process died): it counts until its bound, start + maxHoldMs.
       expect((await store.reserve(request({ rules, maxHoldMs: 300 }))).status).to.equal('deferred');
-      await store.settle(namespace, 'k', third.members.map((member) => ({ member, releaseAt: third.startAt + 7 })));
+      await store.settle(
+        namespace,
+        'k',
+        third.members.map((member) => ({ member, releaseAt: third.startAt + 7 })),
+      );
       await advance(300);
       const fourth = await store.reserve(request({ rules, maxHoldMs: 300 }));
       expect(fourth).to.deep.include({ status: 'booked', waitMs: 0 });
@@ -192,7 +200,10 @@ for (const { name, make } of subjects) {
 
     it('applies the rule that binds last, across several rules', async () => {
       const { store } = make();
-      const rules = [{ limit: 2, windowMs: 1_000 }, { limit: 3, windowMs: 60_000 }];
+      const rules = [
+        { limit: 2, windowMs: 1_000 },
+        { limit: 3, windowMs: 60_000 },
+      ];
       const starts = [];
       for (let i = 0; i < 4; i++) starts.push(await store.reserve(request({ rules })));
       expect(starts.map((s) => s.status)).to.deep.equal(['booked', 'booked', 'booked', 'booked']);
@@ -259,7 +270,10 @@ for (const { name, make } of subjects) {
       const next = await store.reserve(request({ rules, maxDelayMs: 0 }));
       expect(next.status).to.equal('booked');
       // Members unknown to the store (another key's, or given back already) change nothing.
-      await store.settle('ns', 'k', [{ member: first.members[0]!, releaseAt: null }, { member: 'nobody', releaseAt: null }]);
+      await store.settle('ns', 'k', [
+        { member: first.members[0]!, releaseAt: null },
+        { member: 'nobody', releaseAt: null },
+      ]);
       expect((await store.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('refused');
     });
 
@@ -304,7 +318,10 @@ for (const { name, make } of subjects) {
 
     it('reports usage, reset and the next free slot without booking', async () => {
       const { store, advance } = make();
-      const rules = [{ limit: 2, windowMs: 200 }, { limit: 10, windowMs: 60_000 }];
+      const rules = [
+        { limit: 2, windowMs: 200 },
+        { limit: 10, windowMs: 60_000 },
+      ];
       expect(await store.inspect('ns', 'k', rules)).to.deep.include({ nextFreeInMs: 0 });
       await store.reserve(request({ rules }));
       await advance(20);
@@ -409,8 +426,17 @@ for (const { name, make } of subjects) {
       const rules = [{ limit: 1, windowMs: 1_000 }];
       // Slot numbers 1 to 8 taken and given back: the pairs below are 9 and 10 ('10' sorts before '9'), then 11 and 12.
       const gone = await store.reserve(request({ rules: [{ limit: 8, windowMs: 1_000 }], key: 'gone', cost: 8 }));
-      await store.settle('ns', 'gone', gone.members.map((member) => ({ member, releaseAt: null })));
-      for (const [key, kept] of [['ten', 0], ['nine', 1], ['eleven', 0], ['twelve', 1]] as const) {
+      await store.settle(
+        'ns',
+        'gone',
+        gone.members.map((member) => ({ member, releaseAt: null })),
+      );
+      for (const [key, kept] of [
+        ['ten', 0],
+        ['nine', 1],
+        ['eleven', 0],
+        ['twelve', 1],
+      ] as const) {
         const pair = await store.reserve(request({ rules: [{ limit: 2, windowMs: 1_000 }], key, cost: 2, maxHoldMs: 100 }));
         if (key === 'ten') expect(pair.members.map((member) => Number.parseInt(member, 10))).to.deep.equal([9, 10]);
         // Equal scores: one slot completes early, the other is given back. The store must change
@@ -461,7 +487,9 @@ for (const { name, make } of subjects) {
           const booked = await store.reserve(request({ rules, key, maxHoldMs: 50 }));
           const releaseAt = booked.startAt + extra;
           if (rules === exact) releases.push(releaseAt);
-          await store.settle('ns', key, [{ member: booked.members[0]!, releaseAt: rules === exact ? releaseAt : releases[releases.length - 3 + [7, 23, 41].indexOf(extra)]! }]);
+          await store.settle('ns', key, [
+            { member: booked.members[0]!, releaseAt: rules === exact ? releaseAt : releases[releases.length - 3 + [7, 23, 41].indexOf(extra)]! },
+          ]);
         }
       }
       await advance(60);
@@ -490,11 +518,17 @@ for (const { name, make } of subjects) {
 
     it('a bucketed rule combines with an exact short rule, which stays exact', async () => {
       const { store, advance } = make();
-      const rules = [{ limit: 2, windowMs: 200 }, { limit: 4, windowMs: 5_000, bucketMs: 500 }];
+      const rules = [
+        { limit: 2, windowMs: 200 },
+        { limit: 4, windowMs: 5_000, bucketMs: 500 },
+      ];
       const first = await store.reserve(request({ rules, maxHoldMs: 10 }));
       const second = await store.reserve(request({ rules, maxHoldMs: 10 }));
       await advance(10);
-      await store.settle('ns', 'k', [{ member: first.members[0]!, releaseAt: first.startAt + 3 }, { member: second.members[0]!, releaseAt: second.startAt + 4 }]);
+      await store.settle('ns', 'k', [
+        { member: first.members[0]!, releaseAt: first.startAt + 3 },
+        { member: second.members[0]!, releaseAt: second.startAt + 4 },
+      ]);
       // The short rule: exactly 200 ms after the first completion.
       const third = await store.reserve(request({ rules, maxHoldMs: 10 }));
       expect(third.status).to.equal('booked');
@@ -517,7 +551,11 @@ for (const { name, make } of subjects) {
       const refusedAt: number[] = [];
       for (const key of ['paused', 'restored']) {
         const booked = await store.reserve(request({ rules, key, cost: 3, maxHoldMs: 10 }));
-        await store.settle('ns', key, booked.members.map((member) => ({ member, releaseAt: booked.startAt + 1 })));
+        await store.settle(
+          'ns',
+          key,
+          booked.members.map((member) => ({ member, releaseAt: booked.startAt + 1 })),
+        );
         await advance(5);
         // The next decision folds the three calls into their bucket: the log is empty, meta holds the window.
         const refused = await store.reserve(request({ rules, key, maxDelayMs: 0 }));
@@ -543,7 +581,11 @@ for (const { name, make } of subjects) {
       // 100 buckets of 10 ms; the three calls fold into one, then no decision for 70 bucket widths.
       const rules = [{ limit: 3, windowMs: 1_000, bucketMs: 10 }];
       const booked = await store.reserve(request({ rules, cost: 3, maxHoldMs: 10 }));
-      await store.settle('ns', 'k', booked.members.map((member) => ({ member, releaseAt: booked.startAt + 1 })));
+      await store.settle(
+        'ns',
+        'k',
+        booked.members.map((member) => ({ member, releaseAt: booked.startAt + 1 })),
+      );
       await advance(5);
       const folded = await store.reserve(request({ rules, maxDelayMs: 0 }));
       expect(folded.status).to.equal('refused');
@@ -557,9 +599,17 @@ for (const { name, make } of subjects) {
     it('bucketed rules with the same window and bucket width count each call once', async () => {
       const { store, advance } = make();
       // A duplicate, and a second limit over the same window ('1500/day' with '3000/day').
-      const rules = [{ limit: 3, windowMs: 1_000, bucketMs: 100 }, { limit: 3, windowMs: 1_000, bucketMs: 100 }, { limit: 6, windowMs: 1_000, bucketMs: 100 }];
+      const rules = [
+        { limit: 3, windowMs: 1_000, bucketMs: 100 },
+        { limit: 3, windowMs: 1_000, bucketMs: 100 },
+        { limit: 6, windowMs: 1_000, bucketMs: 100 },
+      ];
       const booked = await store.reserve(request({ rules, cost: 2, maxHoldMs: 10 }));
-      await store.settle('ns', 'k', booked.members.map((member) => ({ member, releaseAt: booked.startAt + 1 })));
+      await store.settle(
+        'ns',
+        'k',
+        booked.members.map((member) => ({ member, releaseAt: booked.startAt + 1 })),
+      );
       await advance(5);
       // Folded once, the two calls leave room for a third under 3 per window.
       const third = await store.reserve(request({ rules, maxDelayMs: 0, maxHoldMs: 10 }));
@@ -598,17 +648,32 @@ for (const { name, make } of subjects) {
       const subjectClock = make().clock !== undefined;
       const ruleSets: Rule[][] = [
         [{ limit: 3, windowMs: 40 }],
-        [{ limit: 2, windowMs: 15 }, { limit: 5, windowMs: 60 }],
+        [
+          { limit: 2, windowMs: 15 },
+          { limit: 5, windowMs: 60 },
+        ],
         [{ limit: 4, windowMs: 30 }],
         // Caps on calls in flight (window 0), alone and beside a rate rule.
         [{ limit: 2, windowMs: 0 }],
-        [{ limit: 2, windowMs: 0 }, { limit: 4, windowMs: 30 }],
+        [
+          { limit: 2, windowMs: 0 },
+          { limit: 4, windowMs: 30 },
+        ],
       ];
       const maxHoldMs = 8;
       const retainMs = 60;
       const delays = [0, 15, Infinity];
       const op = fc.oneof(
-        { weight: 4, arbitrary: fc.record({ kind: fc.constant('reserve' as const), key: fc.constantFrom('a', 'b'), cost: fc.integer({ min: 1, max: 2 }), delay: fc.nat(delays.length - 1), rules: fc.nat(ruleSets.length - 1) }) },
+        {
+          weight: 4,
+          arbitrary: fc.record({
+            kind: fc.constant('reserve' as const),
+            key: fc.constantFrom('a', 'b'),
+            cost: fc.integer({ min: 1, max: 2 }),
+            delay: fc.nat(delays.length - 1),
+            rules: fc.nat(ruleSets.length - 1),
+          }),
+        },
         // A completion may come after the bound (a call slower than maxHoldMs): the store keeps the bound.
         { weight: 2, arbitrary: fc.record({ kind: fc.constant('complete' as const), pick: fc.nat(), after: fc.nat(maxHoldMs + 4) }) },
         { weight: 1, arbitrary: fc.record({ kind: fc.constant('release' as const), pick: fc.nat() }) },
@@ -616,7 +681,10 @@ for (const { name, make } of subjects) {
         { weight: 1, arbitrary: fc.record({ kind: fc.constant('pause' as const), key: fc.constantFrom('a', 'b'), ms: fc.integer({ min: 1, max: 20 }) }) },
       );
       // Half the runs keep one rule set per key, so that the window check below applies to every key.
-      const plan = fc.record({ ops: fc.array(op, { minLength: 5, maxLength: 40 }), fixed: fc.option(fc.record({ a: fc.nat(ruleSets.length - 1), b: fc.nat(ruleSets.length - 1) }), { nil: undefined }) });
+      const plan = fc.record({
+        ops: fc.array(op, { minLength: 5, maxLength: 40 }),
+        fixed: fc.option(fc.record({ a: fc.nat(ruleSets.length - 1), b: fc.nat(ruleSets.length - 1) }), { nil: undefined }),
+      });
       const counts = { booked: 0, deferred: 0, refused: 0 };
       await fc.assert(
         fc.asyncProperty(plan, async ({ ops, fixed }) => {
@@ -637,7 +705,13 @@ for (const { name, make } of subjects) {
               const modelRequest: ModelRequest = { rules, cost: step.cost, maxDelayMs: delays[step.delay]!, maxHoldMs };
               const exact = subject.clock?.();
               const result = await store.reserve(request({ key: step.key, ...modelRequest, retainMs }));
-              const got: ModelDecision = { status: result.status, startAt: result.startAt, waitMs: result.waitMs, retryMs: result.retryMs, ruleIndex: result.ruleIndex };
+              const got: ModelDecision = {
+                status: result.status,
+                startAt: result.startAt,
+                waitMs: result.waitMs,
+                retryMs: result.retryMs,
+                ruleIndex: result.ruleIndex,
+              };
               // Redis reads a fractional clock the answer does not show: its rounding may go either way.
               const nows = exact !== undefined ? [exact] : [result.now, result.now - 0.5];
               if (exact !== undefined) expect(result.now, 'now').to.equal(Math.ceil(exact));
@@ -652,7 +726,15 @@ for (const { name, make } of subjects) {
                 seenMembers.add(member);
               }
               if (result.status === 'booked') {
-                booked.push({ key: step.key, members: result.members, start: result.startAt, release: result.startAt + maxHoldMs, cost: step.cost, open: true, ruleSet });
+                booked.push({
+                  key: step.key,
+                  members: result.members,
+                  start: result.startAt,
+                  release: result.startAt + maxHoldMs,
+                  cost: step.cost,
+                  open: true,
+                  ruleSet,
+                });
               }
             } else {
               // Completions come from calls that started; releases from calls that never will.
@@ -662,7 +744,11 @@ for (const { name, make } of subjects) {
               if (!target) continue;
               target.open = false;
               const releaseAt = step.kind === 'release' ? null : Math.min(target.start + step.after, now);
-              await store.settle(namespace, target.key, target.members.map((member) => ({ member, releaseAt })));
+              await store.settle(
+                namespace,
+                target.key,
+                target.members.map((member) => ({ member, releaseAt })),
+              );
               for (const member of target.members) model.settle(target.key, member, releaseAt);
               if (releaseAt === null) booked.splice(booked.indexOf(target), 1);
               else target.release = Math.min(target.release, releaseAt);
@@ -674,7 +760,10 @@ for (const { name, make } of subjects) {
             // at its start (with their final, lowest releases) left room for it.
             calls.forEach((call, index) => {
               for (const rule of ruleSets[call.ruleSet]!) {
-                const counting = calls.slice(0, index).filter((b) => b.release + rule.windowMs > call.start).reduce((sum, b) => sum + b.cost, 0);
+                const counting = calls
+                  .slice(0, index)
+                  .filter((b) => b.release + rule.windowMs > call.start)
+                  .reduce((sum, b) => sum + b.cost, 0);
                 expect(counting, `call ${index} under ${rule.limit}/${rule.windowMs}`).to.be.at.most(rule.limit - call.cost);
               }
             });
@@ -791,7 +880,10 @@ describe('RedisStore specifics', () => {
     const prefix = uniquePrefix();
     const store = redisStore(client, { prefix });
     // 10 buckets of 20 ms per 200 ms window; the 2 s rule keeps meta alive through the idle spell below.
-    const rules = [{ limit: 1_000, windowMs: 200, bucketMs: 20 }, { limit: 5_000, windowMs: 2_000, bucketMs: 1_000 }];
+    const rules = [
+      { limit: 1_000, windowMs: 200, bucketMs: 20 },
+      { limit: 5_000, windowMs: 2_000, bucketMs: 1_000 },
+    ];
     const { meta } = keyNames(prefix, 'ns', 'k');
     const bucketsOf = async (group: string) => {
       const all = await client.hgetall(meta);
@@ -890,7 +982,11 @@ describe('MemoryStore: a clock read between two milliseconds', () => {
     };
   }
   const settleNow = async (subject: MemoryStore, result: ReserveResult, releaseAt: number): Promise<void> => {
-    await subject.settle('ns', 'k', result.members.map((member) => ({ member, releaseAt })));
+    await subject.settle(
+      'ns',
+      'k',
+      result.members.map((member) => ({ member, releaseAt })),
+    );
   };
 
   it('a trim leaves a slot that still counts at the reading', async () => {

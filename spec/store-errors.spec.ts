@@ -243,9 +243,14 @@ describe('a Redis that cannot be reached: StoreUnavailableError says why, within
     const admin = new Redis(server.url);
     await admin.config('SET', 'requirepass', 'secret');
     admin.disconnect();
-    for (const [options, reply] of [[server.url, /NOAUTH/], [{ port: server.port, password: 'wrong' }, /WRONGPASS/]] as const) {
+    for (const [options, reply] of [
+      [server.url, /NOAUTH/],
+      [{ port: server.port, password: 'wrong' }, /WRONGPASS/],
+    ] as const) {
       const startedAt = performance.now();
-      const error = await onClient(options).schedule('u', () => 'ran').catch((reason: unknown) => reason);
+      const error = await onClient(options)
+        .schedule('u', () => 'ran')
+        .catch((reason: unknown) => reason);
       expect(performance.now() - startedAt).to.be.below(300);
       expect(error).to.be.instanceOf(StoreUnavailableError);
       expect((error as Error).message).to.match(reply);

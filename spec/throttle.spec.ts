@@ -73,7 +73,11 @@ describe('Throttle: delay mode', () => {
     const async = new Error('async');
     expect(await throttle.schedule('u', () => 'value')).to.equal('value');
     expect(await throttle.schedule('u', async () => ({ n: 1 }))).to.deep.equal({ n: 1 });
-    const caught = await throttle.schedule('u', () => { throw sync; }).catch((error: unknown) => error);
+    const caught = await throttle
+      .schedule('u', () => {
+        throw sync;
+      })
+      .catch((error: unknown) => error);
     expect(caught).to.equal(sync);
     await fake.clock.tickAsync(1_000);
     const caughtAsync = await throttle.schedule('u', () => Promise.reject(async)).catch((error: unknown) => error);
@@ -83,7 +87,11 @@ describe('Throttle: delay mode', () => {
 
   it('spends the slot when fn starts, whether fn succeeds or fails', async () => {
     const throttle = make({ rules: ['2/s'] });
-    await throttle.schedule('u', () => { throw new Error('x'); }).catch(() => {});
+    await throttle
+      .schedule('u', () => {
+        throw new Error('x');
+      })
+      .catch(() => {});
     await throttle.schedule('u', () => Promise.reject(new Error('y'))).catch(() => {});
     const usage = await throttle.inspect('u');
     expect(usage.rules[0]!.used).to.equal(2);
@@ -95,7 +103,11 @@ describe('Throttle: delay mode', () => {
     const throttle = make({ maxDelayMs: 500 });
     await Promise.all([1, 2, 3].map(() => throttle.schedule('u', () => {})));
     let called = false;
-    const error = await throttle.schedule('u', () => { called = true; }).catch((e: unknown) => e);
+    const error = await throttle
+      .schedule('u', () => {
+        called = true;
+      })
+      .catch((e: unknown) => e);
     expect(error).to.be.instanceOf(RateLimitedError);
     const limited = error as RateLimitedError;
     expect(limited.retryAfterMs).to.be.within(999, 1_000);
@@ -188,12 +200,16 @@ describe('Throttle: delay mode', () => {
   });
 
   it('maxHoldMs: 10 s by default, or timeoutMs when that is longer', async () => {
-    const throttles = [new Throttle({ rules: ['1/s'] }), new Throttle({ rules: ['1/s'], timeoutMs: 30_000.5 }), new Throttle({ rules: ['1/s'], timeoutMs: 30_000, maxHoldMs: 500 })];
+    const throttles = [
+      new Throttle({ rules: ['1/s'] }),
+      new Throttle({ rules: ['1/s'], timeoutMs: 30_000.5 }),
+      new Throttle({ rules: ['1/s'], timeoutMs: 30_000, maxHoldMs: 500 }),
+    ];
     expect(throttles.map((throttle) => throttle.maxHoldMs)).to.deep.equal([10_000, 30_001, 500]);
     await Promise.all(throttles.map((throttle) => throttle.close()));
   });
 
-  it("timeoutMs: a fn that does not settle in time rejects with CallTimeoutError; its slot keeps counting until it completes", async () => {
+  it('timeoutMs: a fn that does not settle in time rejects with CallTimeoutError; its slot keeps counting until it completes', async () => {
     const throttle = new Throttle({ rules: ['1/s'], timeoutMs: 200 });
     const t0 = Date.now();
     let finish: (value: string) => void = () => {};
@@ -321,7 +337,9 @@ describe('Throttle: delay mode', () => {
     const throttle = make({ rules: ['1/min'] });
     await throttle.schedule('u', () => {});
     let called = false;
-    const waiting = throttle.schedule('u', () => { called = true; });
+    const waiting = throttle.schedule('u', () => {
+      called = true;
+    });
     await fake.clock.tickAsync(10);
     expect(fake.clock.countTimers()).to.equal(1);
     await throttle.close();
@@ -384,20 +402,30 @@ describe('Throttle: cancellation', () => {
     await throttle.schedule('u', () => {});
     const controller = new AbortController();
     let called = false;
-    const cancelled = throttle.schedule('u', () => { called = true; }, { signal: controller.signal });
+    const cancelled = throttle.schedule(
+      'u',
+      () => {
+        called = true;
+      },
+      { signal: controller.signal },
+    );
     const starts: number[] = [];
     const third = throttle.schedule('u', () => starts.push(Date.now() - t0));
     await fake.clock.tickAsync(100);
     // The second call is booked at 1 s and sleeps; the third waits in line for the second's completion.
     expect(throttle.stats).to.deep.equal({ queues: 1, queued: 1, sleeping: 1 });
-    expect(await throttle.inspect('u')).to.deep.include({ bookedAhead: 1 }).and.to.have.nested.property('rules[0].used', 1);
+    expect(await throttle.inspect('u'))
+      .to.deep.include({ bookedAhead: 1 })
+      .and.to.have.nested.property('rules[0].used', 1);
     const reason = new Error('user went away');
     controller.abort(reason);
     expect(await cancelled.catch((e: unknown) => e)).to.equal(reason);
     await fake.clock.tickAsync(0);
     // The second's slot was given back, and the release woke the third, which booked that slot.
     expect(throttle.stats).to.deep.equal({ queues: 0, queued: 0, sleeping: 1 });
-    expect(await throttle.inspect('u')).to.deep.include({ bookedAhead: 1 }).and.to.have.nested.property('rules[0].used', 1);
+    expect(await throttle.inspect('u'))
+      .to.deep.include({ bookedAhead: 1 })
+      .and.to.have.nested.property('rules[0].used', 1);
     await fake.clock.tickAsync(3_000);
     await third;
     expect(called).to.equal(false);
@@ -491,7 +519,7 @@ describe('Throttle: when the store comes and goes', () => {
     await throttle.close();
   });
 
-  it("sends a completion the store failed to take again, so that its slot stops counting a window after the response, not after the bound", async () => {
+  it('sends a completion the store failed to take again, so that its slot stops counting a window after the response, not after the bound', async () => {
     const memory = new MemoryStore();
     let failures = 1;
     const store = delegatingStore(memory, {
@@ -571,12 +599,20 @@ describe('Throttle: bad input', () => {
     ['options not an object', () => throttle.schedule('u', () => {}, 5 as never), TypeError, /schedule options to be an object/],
     ['negative timeoutMs', () => throttle.schedule('u', () => {}, { timeoutMs: -1 }), ThrottleConfigError, /timeoutMs .* got -1/],
     ['priority not finite', () => throttle.schedule('u', () => {}, { priority: Infinity }), ThrottleConfigError, /priority/],
-    ['misspelt option maxDelay', () => throttle.schedule('u', () => {}, { maxDelay: 5 } as never), ThrottleConfigError, /Unknown schedule option 'maxDelay' \(did you mean 'maxDelayMs'\?\)/],
+    [
+      'misspelt option maxDelay',
+      () => throttle.schedule('u', () => {}, { maxDelay: 5 } as never),
+      ThrottleConfigError,
+      /Unknown schedule option 'maxDelay' \(did you mean 'maxDelayMs'\?\)/,
+    ],
     ['an option of the throttle', () => throttle.schedule('u', () => {}, { mode: 'throw' } as never), ThrottleConfigError, /Unknown schedule option 'mode'/],
   ];
   for (const [what, run, type, message] of cases) {
     it(`${what}: typed error, nothing booked`, async () => {
-      const error = await run().then(() => undefined, (e: unknown) => e);
+      const error = await run().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
       expect(error).to.be.instanceOf(type);
       expect((error as Error).message).to.match(message);
       expect((await throttle.inspect('u')).rules[0]!.used).to.equal(0);

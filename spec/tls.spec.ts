@@ -31,11 +31,16 @@ describe('RedisStore over TLS', function () {
     tlsPort = await freePort();
     server = await startRedis({
       args: [
-        '--tls-port', String(tlsPort),
-        '--tls-cert-file', certificate('redis.crt'),
-        '--tls-key-file', certificate('redis.key'),
-        '--tls-ca-cert-file', certificate('ca.crt'),
-        '--tls-auth-clients', 'no',
+        '--tls-port',
+        String(tlsPort),
+        '--tls-cert-file',
+        certificate('redis.crt'),
+        '--tls-key-file',
+        certificate('redis.key'),
+        '--tls-ca-cert-file',
+        certificate('ca.crt'),
+        '--tls-auth-clients',
+        'no',
       ],
     });
   });
@@ -98,9 +103,7 @@ describe('RedisStore over TLS', function () {
       try {
         const startedAt = performance.now();
         const starts: number[] = [];
-        const outcomes = await Promise.allSettled(
-          Array.from({ length: 6 }, () => throttle.schedule('u', () => starts.push(performance.now() - startedAt))),
-        );
+        const outcomes = await Promise.allSettled(Array.from({ length: 6 }, () => throttle.schedule('u', () => starts.push(performance.now() - startedAt))));
         if (mode === 'throw') {
           expect(outcomes.filter((outcome) => outcome.status === 'fulfilled')).to.have.length(3);
           const refused = outcomes.find((outcome) => outcome.status === 'rejected') as PromiseRejectedResult;

@@ -1,14 +1,7 @@
 import { AxiosHeaders } from 'axios';
 import { expect } from 'chai';
 import fc from 'fast-check';
-import {
-  headerValue,
-  parseHttpDate,
-  parseRateLimitHeaders,
-  parseRateLimitReset,
-  parseRetryAfter,
-  readVendorSignal,
-} from '../lib/vendor-signals.js';
+import { headerValue, parseHttpDate, parseRateLimitHeaders, parseRateLimitReset, parseRetryAfter, readVendorSignal } from '../lib/vendor-signals.js';
 
 /** 2015-10-21 07:28:00 UTC, in ms. */
 const T = Date.UTC(2015, 9, 21, 7, 28, 0);
@@ -36,9 +29,24 @@ describe('vendor signals: parseRetryAfter', () => {
     expect(parseRetryAfter('Wed, 21 Oct 2015 07:28:00 GMT', T + 5_000)).to.equal(0);
   });
 
-  for (const malformed of ['', 'soon', '-5', '5s', '1e3', '0x10', 'Infinity', 'NaN', '9'.repeat(400), '1,5',
-    'Wed, 32 Oct 2015 07:28:00 GMT', 'Wed, 21 Foo 2015 07:28:00 GMT', 'Wed, 21 Oct 2015 25:28:00 GMT',
-    'Wed, 21 Oct 2015 07:28:00 PST', '2015-10-21T07:28:00Z', 'Sat, 29 Feb 2015 00:00:00 GMT']) {
+  for (const malformed of [
+    '',
+    'soon',
+    '-5',
+    '5s',
+    '1e3',
+    '0x10',
+    'Infinity',
+    'NaN',
+    '9'.repeat(400),
+    '1,5',
+    'Wed, 32 Oct 2015 07:28:00 GMT',
+    'Wed, 21 Foo 2015 07:28:00 GMT',
+    'Wed, 21 Oct 2015 25:28:00 GMT',
+    'Wed, 21 Oct 2015 07:28:00 PST',
+    '2015-10-21T07:28:00Z',
+    'Sat, 29 Feb 2015 00:00:00 GMT',
+  ]) {
     it(`ignores ${JSON.stringify(malformed.slice(0, 40))}`, () => {
       expect(parseRetryAfter(malformed, T)).to.equal(undefined);
     });
@@ -164,8 +172,16 @@ describe('vendor signals: parseRateLimitHeaders', () => {
     }
 
     it('any text in any of the headers: no exception, and a whole number of ms from 0 up or undefined', () => {
-      const names = ['retry-after', 'date', 'ratelimit', 'ratelimit-policy', 'ratelimit-remaining', 'ratelimit-reset',
-        'x-ratelimit-remaining', 'x-ratelimit-reset'];
+      const names = [
+        'retry-after',
+        'date',
+        'ratelimit',
+        'ratelimit-policy',
+        'ratelimit-remaining',
+        'ratelimit-reset',
+        'x-ratelimit-remaining',
+        'x-ratelimit-reset',
+      ];
       const text = fc.oneof(fc.string(), fc.constantFrom('0', '30', '"x";r=0;t=', 'r=0', ';', ',', '"', '\\', 'remaining=0, reset='));
       fc.assert(
         fc.property(fc.dictionary(fc.constantFrom(...names), text), fc.integer({ min: 100, max: 599 }), (headers, status) => {
@@ -183,8 +199,7 @@ describe('vendor signals: parseRateLimitHeaders', () => {
 
 describe('vendor signals: readVendorSignal (the policy)', () => {
   const now = T;
-  const read = (status: number, headers: Record<string, string> = {}, flagged = false) =>
-    readVendorSignal({ status, headers, flagged, now, report: () => {} });
+  const read = (status: number, headers: Record<string, string> = {}, flagged = false) => readVendorSignal({ status, headers, flagged, now, report: () => {} });
 
   it('429 is a refusal, with or without a pause', () => {
     expect(read(429)).to.deep.equal({ refused: true, pauseMs: undefined });
@@ -228,9 +243,6 @@ describe('vendor signals: readVendorSignal (the policy)', () => {
     const { problems, report } = reporter();
     const signal = readVendorSignal({ status: 429, headers: { date: 'yesterday', 'retry-after': 'later', 'x-ratelimit-reset': '3' }, now, report });
     expect(signal).to.deep.equal({ refused: true, pauseMs: 3_000 });
-    expect(problems).to.deep.equal([
-      'ignored malformed Date header "yesterday"; using the local clock',
-      'ignored malformed Retry-After header "later"',
-    ]);
+    expect(problems).to.deep.equal(['ignored malformed Date header "yesterday"; using the local clock', 'ignored malformed Retry-After header "later"']);
   });
 });

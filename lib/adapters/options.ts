@@ -111,6 +111,7 @@ export interface WrapOptions<A extends readonly unknown[]> extends CallOptions<A
 
 /** `fn` throttled: the same parameters (and `this`), its result as a promise. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any function
-export type Throttled<F extends (...args: any[]) => unknown> = unknown extends ThisParameterType<F>
-  ? (...args: Parameters<F>) => Promise<Awaited<ReturnType<F>>>
-  : (this: ThisParameterType<F>, ...args: Parameters<F>) => Promise<Awaited<ReturnType<F>>>;
+export type Throttled<F extends (...args: any[]) => unknown> =
+  unknown extends ThisParameterType<F>
+    ? (...args: Parameters<F>) => Promise<Awaited<ReturnType<F>>>
+    : (this: ThisParameterType<F>, ...args: Parameters<F>) => Promise<Awaited<ReturnType<F>>>;

@@ -86,7 +86,10 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
   const first = Array.isArray(request.key) ? (request.key as readonly unknown[])[0] : request.key;
   const key = String(first);
   const debug = (message: string, error?: unknown): void =>
-    throttle.notify('debug', error === undefined ? { message: `${request.client}: ${message}`, key } : { message: `${request.client}: ${message}`, key, error });
+    throttle.notify(
+      'debug',
+      error === undefined ? { message: `${request.client}: ${message}`, key } : { message: `${request.client}: ${message}`, key, error },
+    );
   let last: Outcome<R> | undefined;
   for (let attempt = 0; ; attempt++) {
     let outcome: Outcome<R>;

@@ -136,7 +136,8 @@ export function parseRunArgs(args: readonly string[]): RunOptions | typeof HELP 
   if (format !== 'ndjson' && format !== 'csv') throw new CliError(`--format: expected 'ndjson' or 'csv', got '${format}'`);
   // One waiting discipline; 'queue' and 'delay' name it as version 0.1 did.
   const mode = values.mode ?? 'wait';
-  if (mode !== 'wait' && mode !== 'delay' && mode !== 'queue') throw new CliError(`--mode: expected 'wait' (the only waiting mode; 'queue' and 'delay' are read as it), got '${mode}'`);
+  if (mode !== 'wait' && mode !== 'delay' && mode !== 'queue')
+    throw new CliError(`--mode: expected 'wait' (the only waiting mode; 'queue' and 'delay' are read as it), got '${mode}'`);
   if (values.resume && values.overwrite) throw new CliError('--resume and --overwrite exclude each other');
   if ((values.resume || values.overwrite) && values.out === undefined) {
     throw new CliError(`--${values.resume ? 'resume' : 'overwrite'} needs --out <results file>`);
@@ -145,12 +146,17 @@ export function parseRunArgs(args: readonly string[]): RunOptions | typeof HELP 
   const keys = values.key ?? [];
   if (keys.some((key) => key.trim() === '')) throw new CliError('--key: expected a template such as {user_id}, header:x-user, query:user or path:2');
   const tag = hashTag(values['hash-tag']);
-  if (values['hash-tag'] !== undefined && values.redis === undefined) throw new CliError('--hash-tag needs --redis <url> (it names the layout of the keys in Redis)');
+  if (values['hash-tag'] !== undefined && values.redis === undefined)
+    throw new CliError('--hash-tag needs --redis <url> (it names the layout of the keys in Redis)');
   if (keys.length > 1 && values.cluster && tag !== 'name') {
-    throw new CliError("--key given more than once on a Redis Cluster needs --hash-tag name (every key of the throttle in one slot; the services that share it must use RedisStore { hashTag: 'name' } too)");
+    throw new CliError(
+      "--key given more than once on a Redis Cluster needs --hash-tag name (every key of the throttle in one slot; the services that share it must use RedisStore { hashTag: 'name' } too)",
+    );
   }
   if (keys.length > 1 && values.redis === undefined && (values.workers ?? '1') !== '1') {
-    throw new CliError('--key given more than once with --workers: keys shared by requests of every worker (an app-wide key) need --redis to share their limits');
+    throw new CliError(
+      '--key given more than once with --workers: keys shared by requests of every worker (an app-wide key) need --redis to share their limits',
+    );
   }
   return {
     file,
@@ -209,7 +215,13 @@ function parse<T extends NonNullable<ParseArgsConfig['options']>>(args: readonly
     const message = error instanceof Error ? error.message.split('. To specify a positional')[0]! : String(error);
     // An unknown flag: name the closest known one (`--rules` for `--rule`).
     const unknown = /^Unknown option '(--?[^']+)'/.exec(message)?.[1];
-    const hint = unknown === undefined ? undefined : closestName(unknown, Object.keys(options).map((name) => `--${name}`));
+    const hint =
+      unknown === undefined
+        ? undefined
+        : closestName(
+            unknown,
+            Object.keys(options).map((name) => `--${name}`),
+          );
     throw new CliError(`${command}: ${message}${hint === undefined ? '' : ` (did you mean '${hint}'?)`} (see vendor-throttle ${command} --help)`);
   }
 }

@@ -89,7 +89,10 @@ export async function loadRequests(options: InputOptions): Promise<BatchRequest[
     const more = problemCount > problems.length ? `\n… and ${problemCount - problems.length} more` : '';
     throw new CliError(`${problemCount} bad request${problemCount === 1 ? '' : 's'} in ${name}, nothing was sent:\n${problems.join('\n')}${more}`);
   }
-  if (requests.length === 0) throw new CliError(`${name}: no requests found (expected ${options.format === 'csv' ? 'a header row and one row per request' : 'one JSON object per line'})`);
+  if (requests.length === 0)
+    throw new CliError(
+      `${name}: no requests found (expected ${options.format === 'csv' ? 'a header row and one row per request' : 'one JSON object per line'})`,
+    );
   return requests;
 }
 

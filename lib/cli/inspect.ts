@@ -14,7 +14,14 @@ export interface KeyReport {
   readonly key: string;
   /** False when the key is stored as a digest and cannot be shown. */
   readonly decoded: boolean;
-  readonly rules?: ReadonlyArray<{ readonly rule: string; readonly limit: number; readonly windowMs: number; readonly used: number; readonly remaining: number; readonly resetInMs: number }>;
+  readonly rules?: ReadonlyArray<{
+    readonly rule: string;
+    readonly limit: number;
+    readonly windowMs: number;
+    readonly used: number;
+    readonly remaining: number;
+    readonly resetInMs: number;
+  }>;
   /** Calls booked to start later, apart from `used` (with `--rule`). */
   readonly bookedAhead?: number;
   readonly nextFreeInMs?: number;
@@ -57,7 +64,16 @@ export async function inspect(options: InspectOptions): Promise<ExitCode> {
           const usage = await throttle.inspect(options.key);
           const counts = await countsOf(client, options, encodeKey(options.key));
           const { rules: used, bookedAhead, nextFreeInMs, pausedForMs, stored } = usage;
-          report = { key: usage.key, decoded: true, rules: used.map((rule) => ({ rule: formatRule(rule), ...rule })), bookedAhead, nextFreeInMs, pausedForMs, stored, ...counts };
+          report = {
+            key: usage.key,
+            decoded: true,
+            rules: used.map((rule) => ({ rule: formatRule(rule), ...rule })),
+            bookedAhead,
+            nextFreeInMs,
+            pausedForMs,
+            stored,
+            ...counts,
+          };
         } finally {
           await throttle.close();
         }
@@ -75,7 +91,15 @@ export async function inspect(options: InspectOptions): Promise<ExitCode> {
     const top = reports.slice(0, options.top);
     const namespace = `${options.prefix}:${options.name}`;
     if (options.json) process.stdout.write(`${JSON.stringify({ namespace, found: reports.length, keys: top }, null, 2)}\n`);
-    else process.stdout.write(describeBusiest(top, reports.length, namespace, source === undefined ? undefined : typeof source === 'function' ? 'per key' : parseRules(source as RuleString[])));
+    else
+      process.stdout.write(
+        describeBusiest(
+          top,
+          reports.length,
+          namespace,
+          source === undefined ? undefined : typeof source === 'function' ? 'per key' : parseRules(source as RuleString[]),
+        ),
+      );
     return EXIT.ok;
   } finally {
     await closeRedis(client);
@@ -101,7 +125,13 @@ async function scanKeys(client: RedisClient, options: InspectOptions): Promise<s
   return [...found];
 }
 
-async function keyReport(client: RedisClient, store: RedisStore, options: InspectOptions, encoded: string, rules: readonly Rule[] | undefined): Promise<KeyReport> {
+async function keyReport(
+  client: RedisClient,
+  store: RedisStore,
+  options: InspectOptions,
+  encoded: string,
+  rules: readonly Rule[] | undefined,
+): Promise<KeyReport> {
   const { key, decoded } = decodeKey(encoded);
   if (rules === undefined) return rawReport(client, options, encoded, key, decoded);
   // The throttle's default maxHoldMs: a slot released later than that from now was booked ahead.
@@ -130,7 +160,12 @@ async function countsOf(client: RedisClient, options: InspectOptions, encoded: s
 /** Without rules: what the log holds, and the pause, read with plain commands on the Redis clock. */
 async function rawReport(client: RedisClient, options: InspectOptions, encoded: string, key: string, decoded = true): Promise<KeyReport> {
   const names = keyNames(options.prefix, options.name, encoded, options.hashTag);
-  const [counts, pause, time, stored] = await Promise.all([countsOf(client, options, encoded), client.hget(names.meta, 'pause'), client.time(), client.exists(names.log, names.meta)]);
+  const [counts, pause, time, stored] = await Promise.all([
+    countsOf(client, options, encoded),
+    client.hget(names.meta, 'pause'),
+    client.time(),
+    client.exists(names.log, names.meta),
+  ]);
   const now = Number(time[0]) * 1000 + Number(time[1]) / 1000;
   return { key, decoded, pausedForMs: Math.max(0, Math.ceil(Number(pause ?? 0) - now)), stored: stored > 0, ...counts };
 }
@@ -163,7 +198,12 @@ function describeKey(report: KeyReport, options: InspectOptions): string {
     lines.push(`  nothing stored for this key: a new key, one idle past its windows, or another --name or --prefix`);
   }
   if (report.rules !== undefined) {
-    const rows = report.rules.map((rule) => [rule.rule, `${rule.used}/${rule.limit}`, String(rule.remaining), rule.used === 0 ? '-' : duration(rule.resetInMs)]);
+    const rows = report.rules.map((rule) => [
+      rule.rule,
+      `${rule.used}/${rule.limit}`,
+      String(rule.remaining),
+      rule.used === 0 ? '-' : duration(rule.resetInMs),
+    ]);
     lines.push(...table(['rule', 'used', 'remaining', 'oldest stops counting in'], rows).map((line) => `  ${line}`));
     lines.push(`  booked to start later (all processes): ${report.bookedAhead ?? 0}`);
     lines.push(`  next free slot: ${report.nextFreeInMs === 0 ? 'now' : `in ${duration(report.nextFreeInMs!)}`}`);
@@ -178,11 +218,21 @@ function describeKey(report: KeyReport, options: InspectOptions): string {
 /** `rules`: the same for every key (a column each), `'per key'` (one column), or none given. */
 function describeBusiest(top: readonly KeyReport[], found: number, namespace: string, rules: readonly Rule[] | 'per key' | undefined): string {
   if (found === 0) return `no keys with a log in ${namespace}: nothing used within its windows, or another --name or --prefix\n`;
-  const header = ['key', ...(rules === 'per key' ? ['usage'] : (rules ?? []).map(formatRule)), ...(rules ? ['next free'] : ['logged']), 'paused', 'not completed'];
+  const header = [
+    'key',
+    ...(rules === 'per key' ? ['usage'] : (rules ?? []).map(formatRule)),
+    ...(rules ? ['next free'] : ['logged']),
+    'paused',
+    'not completed',
+  ];
   const rows = top.map((report) => [
     report.decoded ? report.key : `${report.key} (hashed id)`,
-    ...(rules === 'per key' ? [(report.rules ?? []).map((rule) => `${rule.rule} ${rule.used}/${rule.limit}`).join(', ')] : (report.rules ?? []).map((rule) => `${rule.used}/${rule.limit}`)),
-    ...(rules ? [report.nextFreeInMs === undefined ? '-' : report.nextFreeInMs === 0 ? 'now' : `in ${duration(report.nextFreeInMs)}`] : [String(report.logged)]),
+    ...(rules === 'per key'
+      ? [(report.rules ?? []).map((rule) => `${rule.rule} ${rule.used}/${rule.limit}`).join(', ')]
+      : (report.rules ?? []).map((rule) => `${rule.used}/${rule.limit}`)),
+    ...(rules
+      ? [report.nextFreeInMs === undefined ? '-' : report.nextFreeInMs === 0 ? 'now' : `in ${duration(report.nextFreeInMs)}`]
+      : [String(report.logged)]),
     report.pausedForMs === 0 ? '-' : duration(report.pausedForMs),
     String(report.unfinished),
   ]);
@@ -191,7 +241,11 @@ function describeBusiest(top: readonly KeyReport[], found: number, namespace: st
 
 function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>): string[] {
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)));
-  const line = (cells: readonly string[]): string => cells.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd();
+  const line = (cells: readonly string[]): string =>
+    cells
+      .map((cell, column) => cell.padEnd(widths[column]!))
+      .join('  ')
+      .trimEnd();
   return [line(header), ...rows.map(line)];
 }
 

@@ -29,7 +29,11 @@ export function compileKey(template: string | undefined): KeyReader {
       const key = fields.key;
       if (typeof key === 'number' && Number.isFinite(key)) return String(key);
       if (typeof key === 'string' && key !== '') return key;
-      throw new Error(key === undefined || key === '' ? "no key: give each request a 'key' field, or pass --key" : `'key' must be a string or a number, got ${JSON.stringify(key)}`);
+      throw new Error(
+        key === undefined || key === ''
+          ? "no key: give each request a 'key' field, or pass --key"
+          : `'key' must be a string or a number, got ${JSON.stringify(key)}`,
+      );
     };
   }
   const [kind, ...rest] = template.split(':');
@@ -61,7 +65,11 @@ export function compileKey(template: string | undefined): KeyReader {
       const value = field(fields, name.trim());
       if (typeof value === 'number' || typeof value === 'boolean') return String(value);
       if (typeof value === 'string' && value !== '') return value;
-      throw new Error(value === undefined || value === '' || value === null ? `no '${name.trim()}' field for --key ${template}` : `field '${name.trim()}' must be a string or a number for --key ${template}`);
+      throw new Error(
+        value === undefined || value === '' || value === null
+          ? `no '${name.trim()}' field for --key ${template}`
+          : `field '${name.trim()}' must be a string or a number for --key ${template}`,
+      );
     });
 }
 

@@ -62,7 +62,9 @@ async function main(argv: readonly string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (error: unknown) => {
-    process.stderr.write(`vendor-throttle: ${error instanceof CliError ? error.message : (error instanceof Error ? (error.stack ?? errorText(error)) : String(error))}\n`);
+    process.stderr.write(
+      `vendor-throttle: ${error instanceof CliError ? error.message : error instanceof Error ? (error.stack ?? errorText(error)) : String(error)}\n`,
+    );
     process.exit(error instanceof CliError ? error.exitCode : EXIT.fatal);
   },
 );

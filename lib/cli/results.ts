@@ -161,7 +161,7 @@ function cutTornTail(path: string): boolean {
 /** Offset of the first byte after the last newline of the file (0 when there is none). */
 function lastLineStart(fd: number, size: number): number {
   const chunk = Buffer.alloc(64 * 1024);
-  for (let end = size; end > 0; ) {
+  for (let end = size; end > 0;) {
     const from = Math.max(0, end - chunk.length);
     readSync(fd, chunk, 0, end - from, from);
     const newline = chunk.subarray(0, end - from).lastIndexOf(0x0a);

@@ -24,7 +24,14 @@ export async function run(options: RunOptions): Promise<ExitCode> {
   const say = (line: string): void => {
     if (!options.quiet) process.stderr.write(`vendor-throttle: ${line}\n`);
   };
-  const requests = await loadRequests({ file: options.file, format: options.format, key: compileKey(options.keys[0]), also: options.keys.slice(1).map(compileKey), baseUrl: options.baseUrl, headers: options.headers });
+  const requests = await loadRequests({
+    file: options.file,
+    format: options.format,
+    key: compileKey(options.keys[0]),
+    also: options.keys.slice(1).map(compileKey),
+    baseUrl: options.baseUrl,
+    headers: options.headers,
+  });
 
   let todo: readonly BatchRequest[] = requests;
   let failedBefore = 0;
@@ -52,21 +59,34 @@ export async function run(options: RunOptions): Promise<ExitCode> {
         const request = byId.get(String(line.id));
         if (request === undefined || line.attempts === 0 || typeof line.startedAt !== 'string') continue;
         const completedAt = Date.parse(line.startedAt) + (line.ms ?? 0);
-        if (Number.isFinite(completedAt)) recent.push({ key: request.key, also: request.also, completedAt, slots: Math.max(1, line.attempts ?? 1) * request.cost });
+        if (Number.isFinite(completedAt))
+          recent.push({ key: request.key, also: request.also, completedAt, slots: Math.max(1, line.attempts ?? 1) * request.cost });
       }
     }
   }
   const skipped = requests.length - todo.length;
-  const earlier = [...(skipped > 0 ? [`${skipped} done earlier, skipped`] : []), ...(refusedBefore > 0 ? [`${refusedBefore} refused earlier by --max-wait, sent again`] : [])];
-  const rules = options.throttle.rules.map((given) => {
-    const { key, rule } = splitRule(given);
-    return `${key === undefined ? '' : `${key}=`}${formatRule(parseRule(rule as RuleString))}`;
-  }).join(', ');
+  const earlier = [
+    ...(skipped > 0 ? [`${skipped} done earlier, skipped`] : []),
+    ...(refusedBefore > 0 ? [`${refusedBefore} refused earlier by --max-wait, sent again`] : []),
+  ];
+  const rules = options.throttle.rules
+    .map((given) => {
+      const { key, rule } = splitRule(given);
+      return `${key === undefined ? '' : `${key}=`}${formatRule(parseRule(rule as RuleString))}`;
+    })
+    .join(', ');
   const keys = new Set(todo.map((request) => request.key)).size;
-  const where = options.throttle.redis === undefined ? 'in-memory limits' : `limits shared through ${redact(options.throttle.redis)} (${options.throttle.prefix}:${options.throttle.name})`;
-  say(`${todo.length} request${todo.length === 1 ? '' : 's'} for ${keys} key${keys === 1 ? '' : 's'}${earlier.length > 0 ? ` (${earlier.join('; ')})` : ''}; rules ${rules}; ${where}; ${options.workers > 1 ? `${options.workers} workers × ` : ''}concurrency ${options.send.concurrency}, ${options.throttle.mode} mode${options.send.maxWaitMs === undefined ? '' : `; at most ${options.send.maxWaitMs} ms waiting for a slot (--max-wait)`}`);
+  const where =
+    options.throttle.redis === undefined
+      ? 'in-memory limits'
+      : `limits shared through ${redact(options.throttle.redis)} (${options.throttle.prefix}:${options.throttle.name})`;
+  say(
+    `${todo.length} request${todo.length === 1 ? '' : 's'} for ${keys} key${keys === 1 ? '' : 's'}${earlier.length > 0 ? ` (${earlier.join('; ')})` : ''}; rules ${rules}; ${where}; ${options.workers > 1 ? `${options.workers} workers × ` : ''}concurrency ${options.send.concurrency}, ${options.throttle.mode} mode${options.send.maxWaitMs === undefined ? '' : `; at most ${options.send.maxWaitMs} ms waiting for a slot (--max-wait)`}`,
+  );
   if (options.workers > 1 && options.throttle.redis === undefined) {
-    say('without --redis each worker keeps the limits of its own keys in memory (a key stays in one worker): they hold within this run, but are not shared with other processes or machines');
+    say(
+      'without --redis each worker keeps the limits of its own keys in memory (a key stays in one worker): they hold within this run, but are not shared with other processes or machines',
+    );
   }
 
   if (todo.length === 0) {
@@ -141,7 +161,9 @@ export async function run(options: RunOptions): Promise<ExitCode> {
   const resumeHint = options.out === undefined ? '' : `; run again${again} with --resume --out ${options.out} to send the rest`;
   const sent = outcome.done - refused;
   const refusals =
-    refused === 0 ? '' : `; ${refused} refused: no slot within --max-wait${options.out === undefined ? '' : ` (--resume --out ${options.out} sends them again${again ? ' from the same input' : ''})`}`;
+    refused === 0
+      ? ''
+      : `; ${refused} refused: no slot within --max-wait${options.out === undefined ? '' : ` (--resume --out ${options.out} sends them again${again ? ' from the same input' : ''})`}`;
   const summary = `${sent} sent in ${formatSeconds(seconds)} (${(sent / Math.max(seconds, 1e-3)).toFixed(1)}/s): ${sent - failed} ok, ${failed} failed${refusals}${skipped > 0 ? `; ${skipped} done earlier` : ''}${options.out === undefined ? '' : `; results in ${options.out}`}`;
   if (outcome.fatal !== undefined) {
     process.stderr.write(`vendor-throttle: ${outcome.fatal instanceof CliError ? outcome.fatal.message : `the run stopped: ${errorText(outcome.fatal)}`}\n`);

@@ -100,7 +100,15 @@ export function createSender(throttle: Throttle, settings: SendSettings, signals
         }
       }
       try {
-        last = await send(request.url, { key: request.key, also: request.also, cost: request.cost, method: request.method, headers: request.headers, body: request.body, signal: signals.stop });
+        last = await send(request.url, {
+          key: request.key,
+          also: request.also,
+          cost: request.cost,
+          method: request.method,
+          headers: request.headers,
+          body: request.body,
+          signal: signals.stop,
+        });
       } catch (error) {
         if (error instanceof NoAnswer) last = error;
         else if (error instanceof RateLimitedError) {
@@ -123,15 +131,21 @@ export function createSender(throttle: Throttle, settings: SendSettings, signals
 }
 
 /** An attempt the throttle refused (`--max-wait`): the last answer, if any, and why the next one was not sent. */
-function refusedResult(request: BatchRequest, last: Answer | NoAnswer | undefined, attempts: number, refusal: RateLimitedError, settings: SendSettings): ResultLine {
+function refusedResult(
+  request: BatchRequest,
+  last: Answer | NoAnswer | undefined,
+  attempts: number,
+  refusal: RateLimitedError,
+  settings: SendSettings,
+): ResultLine {
   const why =
     refusal.reason === 'paused'
       ? 'the key is paused (a vendor rate-limit answer)'
       : refusal.reason === 'recovering'
         ? 'Redis lost data and the processes put their calls back first'
         : refusal.reason === 'booked'
-        ? 'calls booked before it for the key come first'
-        : `rule ${formatRule(refusal.rule!)} is full`;
+          ? 'calls booked before it for the key come first'
+          : `rule ${formatRule(refusal.rule!)} is full`;
   const base: ResultLine =
     last === undefined
       ? { id: request.id, key: request.key, status: null, startedAt: null, ms: null, attempts: 0 }

@@ -22,9 +22,7 @@ export type ToWorker =
   | { readonly type: 'abort' };
 
 /** Worker → parent. `done` comes last, after every result. */
-export type FromWorker =
-  | { readonly type: 'result'; readonly result: ResultLine }
-  | { readonly type: 'done'; readonly fatal?: string };
+export type FromWorker = { readonly type: 'result'; readonly result: ResultLine } | { readonly type: 'done'; readonly fatal?: string };
 
 /** The worker entry next to this file: `worker.js` once built, `worker.ts` under tsx. */
 const WORKER_PATH = fileURLToPath(new URL(`./worker${extname(fileURLToPath(import.meta.url))}`, import.meta.url));
@@ -88,7 +86,12 @@ export async function runWorkers(
         });
         child.on('exit', (code, signal) => {
           if (!finished) {
-            fail(new CliError(`worker ${index + 1} (pid ${child.pid}) exited (${signal ?? code}) before it finished; its requests in flight are not recorded and may be sent again by --resume`, EXIT.fatal));
+            fail(
+              new CliError(
+                `worker ${index + 1} (pid ${child.pid}) exited (${signal ?? code}) before it finished; its requests in flight are not recorded and may be sent again by --resume`,
+                EXIT.fatal,
+              ),
+            );
           }
           resolve();
         });

@@ -94,7 +94,13 @@ export class MemoryStore implements Store {
       if (foldDue(log, part.rules, request.cost)) fold(log, cut, part.rules);
       ids.push(id);
       logs.push(log);
-      views.push({ size: log.scores.length, scoreAt: (index) => log.scores[index]!, rules: part.rules, pausedUntil: log.pausedUntil, bucketsOf: liveBuckets(log, cut) });
+      views.push({
+        size: log.scores.length,
+        scoreAt: (index) => log.scores[index]!,
+        rules: part.rules,
+        pausedUntil: log.pausedUntil,
+        bucketsOf: liveBuckets(log, cut),
+      });
     }
     this.#sweep(cut);
     const plan = planSlots(views, request.cost, now, request.maxHoldMs);

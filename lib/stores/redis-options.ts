@@ -31,12 +31,14 @@ export interface RedisStoreOptions {
    * journal kept in memory, before anything new is decided (docs/design.md). `false` turns it off.
    * @default { heartbeatMs: 500, graceMs: 3_000 }
    */
-  readonly recovery?: false | {
-    /** How often a process with calls in its journal checks the epoch when it decides nothing. @default 500 */
-    readonly heartbeatMs?: number;
-    /** How long after a loss is found nothing new is decided, so every live process can put back its calls; above heartbeatMs. @default 3_000 */
-    readonly graceMs?: number;
-  };
+  readonly recovery?:
+    | false
+    | {
+        /** How often a process with calls in its journal checks the epoch when it decides nothing. @default 500 */
+        readonly heartbeatMs?: number;
+        /** How long after a loss is found nothing new is decided, so every live process can put back its calls; above heartbeatMs. @default 3_000 */
+        readonly graceMs?: number;
+      };
 }
 
 /**

@@ -101,7 +101,6 @@ export class Recovery {
     this.keysRestored += lostDue.length + heldDue.length;
   }
 
-
   /** The epoch this process knows for the namespace, looked up (created if missing) the first time. */
   epochOf(namespace: string): Promise<string> | string {
     return this.#epochs.get(namespace) ?? this.#epochOf(namespace);
@@ -164,7 +163,7 @@ export class Recovery {
    * ready: every live process has put back its calls.
    */
   async untilReady(namespace: string): Promise<void> {
-        for (let round = 0; round < 100; round++) {
+    for (let round = 0; round < 100; round++) {
       await this.recovered(namespace);
       const known = this.#epochs.get(namespace);
       if (known === undefined) {
@@ -307,9 +306,12 @@ export class Recovery {
     const schedule = (afterMs = 0): void => {
       if (stopped) return;
       const lead = this.#graceMs / 2;
-      timer = setTimeout(() => {
-        writing = extend().then((ok) => schedule(ok ? 0 : 50));
-      }, Math.max(afterMs, Math.min(readyOf(value) - lead - this.storeNow(), MAX_TIMER_MS)));
+      timer = setTimeout(
+        () => {
+          writing = extend().then((ok) => schedule(ok ? 0 : 50));
+        },
+        Math.max(afterMs, Math.min(readyOf(value) - lead - this.storeNow(), MAX_TIMER_MS)),
+      );
       timer.unref();
     };
     schedule();
@@ -348,7 +350,9 @@ export class Recovery {
         // is found within about two beats (the next beat starts a beat after this one ends) even when
         // this process decides nothing there.
         const storeNow = this.storeNow();
-        const keys = this.journal.unchecked(namespace, Date.now() - this.#heartbeatMs).filter((key) => this.journal.witness(namespace, key, storeNow) !== undefined);
+        const keys = this.journal
+          .unchecked(namespace, Date.now() - this.#heartbeatMs)
+          .filter((key) => this.journal.witness(namespace, key, storeNow) !== undefined);
         if (keys.length > 0) await this.#check(namespace, keys);
         // A put-back that failed is tried again at once.
         if (this.#unrecovered.has(namespace)) {

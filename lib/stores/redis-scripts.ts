@@ -20,9 +20,7 @@ const INCLUDE = /^--- @include "([a-z-]+)"$/gm;
 
 function load(file: string): string {
   const source = readFileSync(new URL(`../lua/${file}.lua`, import.meta.url), 'utf8');
-  return source.replace(INCLUDE, (_line, name: string) =>
-    readFileSync(new URL(`../lua/includes/${name}.lua`, import.meta.url), 'utf8'),
-  );
+  return source.replace(INCLUDE, (_line, name: string) => readFileSync(new URL(`../lua/includes/${name}.lua`, import.meta.url), 'utf8'));
 }
 
 export const scripts = {

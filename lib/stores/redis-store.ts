@@ -105,7 +105,21 @@ export class RedisStore implements Store {
     if (also.length > 0 && this.#cluster && this.hashTag === 'key') {
       throw new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }");
     }
-    const [status, waitMs, startAt, ruleIndex, now, retryMs] = (await this.#enqueue('d', namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, NONE, 0, also, request.stay === true))!;
+    const [status, waitMs, startAt, ruleIndex, now, retryMs] = (await this.#enqueue(
+      'd',
+      namespace,
+      key,
+      cost,
+      maxHoldMs,
+      retainMs,
+      rules,
+      maxDelayMs,
+      first,
+      NONE,
+      0,
+      also,
+      request.stay === true,
+    ))!;
     let members: readonly string[] = NONE;
     if (status === 1) {
       members = cost === 1 ? [this.#member(first)] : Array.from({ length: cost }, (_, i) => this.#member(first + i));
@@ -187,7 +201,12 @@ export class RedisStore implements Store {
     // this finds them in the journal and puts them back (restores only add, and twice is once).
     if (this.#recovery) {
       const now = this.#recovery.storeNow();
-      this.#recovery.journal.restored(namespace, key, restored.map(({ number, releaseInMs }) => ({ number, score: now + releaseInMs })), retainMs);
+      this.#recovery.journal.restored(
+        namespace,
+        key,
+        restored.map(({ number, releaseInMs }) => ({ number, score: now + releaseInMs })),
+        retainMs,
+      );
       this.#recovery.startHeartbeat();
     }
     const { log, meta } = this.#names(namespace, key);
@@ -314,7 +333,12 @@ export class RedisStore implements Store {
       // A batch that answers after commandTimeoutMs: its callers got StoreUnavailableError, and the
       // slots it booked for them are given back.
       const late = (reply: unknown): void => this.#giveBack(booked(reply as unknown[]));
-      const reply = (await this.#scripts.run(scripts.batch.name, keys, [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, ...args], late)) as unknown[];
+      const reply = (await this.#scripts.run(
+        scripts.batch.name,
+        keys,
+        [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, ...args],
+        late,
+      )) as unknown[];
       if (reply[0] === 3 && recovery) {
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.

@@ -138,7 +138,10 @@ export async function runClusterFault(cluster: RedisCluster, options: FaultRunOp
 
 async function main(): Promise<void> {
   const runs = Number(process.argv.find((arg) => arg.startsWith('--runs='))?.slice(7) ?? 1);
-  const only = process.argv.find((arg) => arg.startsWith('--faults='))?.slice(9).split(',') as ClusterFault[] | undefined;
+  const only = process.argv
+    .find((arg) => arg.startsWith('--faults='))
+    ?.slice(9)
+    .split(',') as ClusterFault[] | undefined;
   const rows: FaultRunResult[] = [];
   for (let run = 0; run < runs; run++) {
     for (const fault of only ?? (['none', 'kill', 'flush', 'lag'] as const)) {
@@ -157,7 +160,9 @@ async function main(): Promise<void> {
   console.log('\n| fault | recovery | calls | over the limit | dropped | ran twice | errors | keys put back | fault ms | run ms |');
   console.log('|---|---|---|---|---|---|---|---|---|---|');
   for (const r of rows) {
-    console.log(`| ${r.fault} | ${r.recovery ? 'on' : 'off'} | ${r.scheduled} | ${r.overLimit} | ${r.dropped} | ${r.ranTwice} | ${r.errors.length} | ${r.keysRestored} | ${r.faultMs} | ${r.totalMs} |`);
+    console.log(
+      `| ${r.fault} | ${r.recovery ? 'on' : 'off'} | ${r.scheduled} | ${r.overLimit} | ${r.dropped} | ${r.ranTwice} | ${r.errors.length} | ${r.keysRestored} | ${r.faultMs} | ${r.totalMs} |`,
+    );
   }
 }
 

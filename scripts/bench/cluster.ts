@@ -115,9 +115,7 @@ interface WorkerJob {
 type ParentMessage = { readonly type: 'measure' } | { readonly type: 'stop' };
 
 type WorkerMessage =
-  | { readonly type: 'warm' }
-  | { readonly type: 'done'; readonly result: WorkerResult }
-  | { readonly type: 'failed'; readonly message: string };
+  { readonly type: 'warm' } | { readonly type: 'done'; readonly result: WorkerResult } | { readonly type: 'failed'; readonly message: string };
 
 interface WorkerResult {
   readonly calls: number;
@@ -375,7 +373,9 @@ function render(report: Report): string {
   const { machine, settings, results } = report;
   const out: string[] = [];
   out.push('vendor-throttle cluster benchmark: unconstrained keys, default mode, rule 1000000/min');
-  out.push(`  CPU     ${machine.cpuModel} (${machine.cores} logical cores${machine.physicalCores ? `, ${machine.physicalCores} physical` : ''}), ${machine.totalMemoryGiB} GiB`);
+  out.push(
+    `  CPU     ${machine.cpuModel} (${machine.cores} logical cores${machine.physicalCores ? `, ${machine.physicalCores} physical` : ''}), ${machine.totalMemoryGiB} GiB`,
+  );
   out.push(`  Node    ${machine.node}    redis-server ${machine.redis} (private, 127.0.0.1, no persistence)    ${machine.platform}`);
   out.push(
     `  Load    ${settings.processes} worker process${settings.processes === 1 ? '' : 'es'} × ${settings.concurrency} calls in flight, ` +

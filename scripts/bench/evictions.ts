@@ -78,7 +78,11 @@ export async function runEvictions(options: EvictionRunOptions): Promise<Evictio
   for (let p = 0; p < processes; p++) {
     const client = new Redis(server.url);
     clients.push(client);
-    const store = new RedisStore(client, { prefix: 'vt', commandTimeoutMs: 1_000, recovery: options.recovery ? { heartbeatMs: 100, graceMs: options.graceMs ?? 1_000 } : false });
+    const store = new RedisStore(client, {
+      prefix: 'vt',
+      commandTimeoutMs: 1_000,
+      recovery: options.recovery ? { heartbeatMs: 100, graceMs: options.graceMs ?? 1_000 } : false,
+    });
     stores.push(store);
     throttles.push(new Throttle({ name: 'acme', rules: [`${limit}/${windowMs}ms`], store, onStoreError: 'wait', maxDelayMs: 60_000, maxHoldMs: 1_000 }));
   }
@@ -142,7 +146,9 @@ async function main(): Promise<void> {
   console.log('\n| policy | pressure | recovery | calls | over the limit | dropped | ran twice | errors | keys evicted | keys put back | run ms |');
   console.log('|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of rows) {
-    console.log(`| ${r.policy} | ${Number.isFinite(r.pressureMs) ? `${r.pressureMs} ms` : 'to the end'} | ${r.recovery ? 'on' : 'off'} | ${r.scheduled} | ${r.overLimit} | ${r.dropped} | ${r.ranTwice} | ${r.errors.length} | ${r.evictedKeys} | ${r.keysRestored} | ${r.totalMs} |`);
+    console.log(
+      `| ${r.policy} | ${Number.isFinite(r.pressureMs) ? `${r.pressureMs} ms` : 'to the end'} | ${r.recovery ? 'on' : 'off'} | ${r.scheduled} | ${r.overLimit} | ${r.dropped} | ${r.ranTwice} | ${r.errors.length} | ${r.evictedKeys} | ${r.keysRestored} | ${r.totalMs} |`,
+    );
   }
 }
 

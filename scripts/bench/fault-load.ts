@@ -52,7 +52,12 @@ export async function sendAtTwiceTheLimit(options: LoadOptions): Promise<LoadRes
   }
   await Promise.all(calls);
   const counts = [...runs.values()];
-  return { scheduled: perUser * users.length, ranOnce: counts.filter((count) => count === 1).length, ranTwice: counts.filter((count) => count > 1).length, errors };
+  return {
+    scheduled: perUser * users.length,
+    ranOnce: counts.filter((count) => count === 1).length,
+    ranTwice: counts.filter((count) => count > 1).length,
+    errors,
+  };
 }
 
 export function sleep(ms: number): Promise<void> {

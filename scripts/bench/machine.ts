@@ -22,8 +22,7 @@ function cpuInfo(): { model: string; physical: number | undefined } {
   } catch {
     // not Linux
   }
-  const field = (name: string): string | undefined =>
-    new RegExp(`^${name}\\s*:\\s*(.+)$`, 'm').exec(text)?.[1]?.trim();
+  const field = (name: string): string | undefined => new RegExp(`^${name}\\s*:\\s*(.+)$`, 'm').exec(text)?.[1]?.trim();
   const model = field('model name') ?? field('Hardware') ?? os.cpus()[0]?.model ?? 'unknown';
   const cores = field('cpu cores');
   return { model, physical: cores === undefined ? undefined : Number(cores) };

@@ -55,7 +55,10 @@ function fileOf(url: string, functionName: string): string {
 }
 
 /** Self time per file and per function, as shares of all samples. */
-function summarize(profile: { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[] }): { files: Array<[string, number]>; functions: Array<[string, number]> } {
+function summarize(profile: { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[] }): {
+  files: Array<[string, number]>;
+  functions: Array<[string, number]>;
+} {
   const nodes = new Map(profile.nodes.map((node) => [node.id, node]));
   const files = new Map<string, number>();
   const functions = new Map<string, number>();
@@ -69,7 +72,8 @@ function summarize(profile: { nodes: ProfileNode[]; samples: number[]; timeDelta
     const fn = `${functionName || '(anonymous)'} ${file}${url ? `:${lineNumber + 1}` : ''}`;
     functions.set(fn, (functions.get(fn) ?? 0) + dt);
   });
-  const shares = (map: Map<string, number>): Array<[string, number]> => [...map].map(([name, t]): [string, number] => [name, t / total]).sort((a, b) => b[1] - a[1]);
+  const shares = (map: Map<string, number>): Array<[string, number]> =>
+    [...map].map(([name, t]): [string, number] => [name, t / total]).sort((a, b) => b[1] - a[1]);
   return { files: shares(files), functions: shares(functions) };
 }
 
@@ -106,7 +110,9 @@ async function profileRun(session: Session, url: string, calls: number): Promise
   await throttle.close();
   client.disconnect();
   const cpuUs = (cpu.user + cpu.system) / calls;
-  console.log(`## Profile: ${calls.toLocaleString('en')} calls over ${KEYS.toLocaleString('en')} keys, ${CONCURRENCY} in flight, one process, RedisStore, a rule that never binds\n`);
+  console.log(
+    `## Profile: ${calls.toLocaleString('en')} calls over ${KEYS.toLocaleString('en')} keys, ${CONCURRENCY} in flight, one process, RedisStore, a rule that never binds\n`,
+  );
   console.log(`${Math.round(calls / seconds).toLocaleString('en')} calls/s; worker CPU ${cpuUs.toFixed(1)} µs per call (user + sys, profiler on)\n`);
   const { files, functions } = summarize(profile as unknown as Parameters<typeof summarize>[0]);
   const gc = files.find(([name]) => name === '(garbage collector)')?.[1] ?? 0;

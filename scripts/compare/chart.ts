@@ -42,7 +42,7 @@ function escape(text: string): string {
 function niceStep(max: number): number {
   if (!(max > 0)) return 0.25;
   const magnitude = 10 ** Math.floor(Math.log10(max / 4));
-  for (const m of [1, 2, 5, 10]) if ((m * magnitude) * 6 >= max) return m * magnitude;
+  for (const m of [1, 2, 5, 10]) if (m * magnitude * 6 >= max) return m * magnitude;
   return 10 * magnitude;
 }
 
@@ -101,7 +101,9 @@ function panel(p: Panel, outcomes: readonly RunOutcome[], contenders: readonly C
         )}</title></rect>`,
       );
     });
-    out.push(`<text x="${(left + g * groupW + groupW / 2).toFixed(1)}" y="${top + h + 14}" class="label" text-anchor="middle">${p.scenarios.length > 4 ? scenario.number : `${scenario.number}. ${escape(scenario.id)}`}</text>`);
+    out.push(
+      `<text x="${(left + g * groupW + groupW / 2).toFixed(1)}" y="${top + h + 14}" class="label" text-anchor="middle">${p.scenarios.length > 4 ? scenario.number : `${scenario.number}. ${escape(scenario.id)}`}</text>`,
+    );
   });
   out.push(`<line x1="${left}" x2="${left + w}" y1="${top + h}" y2="${top + h}" class="axis"/>`);
   return out.join('\n');
@@ -112,17 +114,51 @@ export function renderChart(scenarios: readonly Scenario[], outcomes: readonly R
   const bursts = scenarios.filter((s) => s.shape.kind === 'burst');
   const closed = scenarios.filter((s) => s.shape.kind === 'closed');
   const panels: Panel[] = [
-    { title: 'Calls silently dropped by the vendor (% of calls, lower is better)', scale: 'linear', scenarios: bursts, unit: '%', value: (o) => ((o.dropped ?? NaN) / o.calls) * 100 },
-    { title: 'Quota used: ideal batch time / actual (higher is better)', scale: 'linear', scenarios: bursts, unit: '%', value: (o) => (o.utilization ?? NaN) * 100 },
+    {
+      title: 'Calls silently dropped by the vendor (% of calls, lower is better)',
+      scale: 'linear',
+      scenarios: bursts,
+      unit: '%',
+      value: (o) => ((o.dropped ?? NaN) / o.calls) * 100,
+    },
+    {
+      title: 'Quota used: ideal batch time / actual (higher is better)',
+      scale: 'linear',
+      scenarios: bursts,
+      unit: '%',
+      value: (o) => (o.utilization ?? NaN) * 100,
+    },
     { title: 'Added latency p99, ms (log; lower is better)', scale: 'log', scenarios, unit: '', floor: 1, value: (o) => o.addedP99Ms },
-    { title: 'Redis commands run per call (log; lower is better)', scale: 'log', scenarios, unit: '', floor: 1, value: (o) => (o.redisCommandsPerCall > 0 ? o.redisCommandsPerCall : undefined) },
-    { title: 'Redis CPU per call, µs (log; lower is better)', scale: 'log', scenarios, unit: '', floor: 1, value: (o) => (o.redisCommandsPerCall > 0 ? o.redisCpuUsPerCall : undefined) },
-    { title: 'Decisions per second, no HTTP (log; higher is better)', scale: 'log', scenarios: closed.length > 0 ? closed : scenarios, unit: '', value: (o) => o.decisionsPerSec },
+    {
+      title: 'Redis commands run per call (log; lower is better)',
+      scale: 'log',
+      scenarios,
+      unit: '',
+      floor: 1,
+      value: (o) => (o.redisCommandsPerCall > 0 ? o.redisCommandsPerCall : undefined),
+    },
+    {
+      title: 'Redis CPU per call, µs (log; lower is better)',
+      scale: 'log',
+      scenarios,
+      unit: '',
+      floor: 1,
+      value: (o) => (o.redisCommandsPerCall > 0 ? o.redisCpuUsPerCall : undefined),
+    },
+    {
+      title: 'Decisions per second, no HTTP (log; higher is better)',
+      scale: 'log',
+      scenarios: closed.length > 0 ? closed : scenarios,
+      unit: '',
+      value: (o) => o.decisionsPerSec,
+    },
   ];
   const rows = Math.ceil(panels.length / 2);
   const height = LEGEND_H + rows * PANEL_H + 40;
   const out: string[] = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${height}" viewBox="0 0 ${WIDTH} ${height}" font-family="Helvetica, Arial, sans-serif">`);
+  out.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${height}" viewBox="0 0 ${WIDTH} ${height}" font-family="Helvetica, Arial, sans-serif">`,
+  );
   out.push(
     '<style>.title{font-size:13px;font-weight:bold;fill:#222}.tick{font-size:10px;fill:#555}.label{font-size:11px;fill:#333}' +
       '.legend{font-size:12px;fill:#222}.note{font-size:11px;fill:#555}.na{font-size:10px;fill:#999}.zero{font-size:9px;fill:#333}.grid{stroke:#e4e4e4;stroke-width:1}.axis{stroke:#888;stroke-width:1}</style>',
@@ -140,7 +176,9 @@ export function renderChart(scenarios: readonly Scenario[], outcomes: readonly R
     out.push(panel(p, outcomes, contenders, 10 + (i % 2) * (PANEL_W + 20), LEGEND_H + Math.floor(i / 2) * PANEL_H));
   });
   out.push(`<text x="10" y="${height - 24}" class="note">${escape(scenarios.map((s) => `${s.number}. ${s.id}`).join('  '))}</text>`);
-  out.push(`<text x="10" y="${height - 8}" class="note">– : not measured (no Redis, or no vendor calls), or the run failed. Numbers and settings: docs/benchmarks.md, "Side by side".</text>`);
+  out.push(
+    `<text x="10" y="${height - 8}" class="note">– : not measured (no Redis, or no vendor calls), or the run failed. Numbers and settings: docs/benchmarks.md, "Side by side".</text>`,
+  );
   out.push('</svg>');
   return `${out.join('\n')}\n`;
 }

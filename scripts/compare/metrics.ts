@@ -51,7 +51,13 @@ export function processSpread(startsByProcess: ReadonlyArray<readonly number[]>)
   const first = Math.min(...all);
   const span = Math.max(...all) - first;
   if (!(span > 0)) return undefined;
-  const medians = busy.map((starts) => percentile([...starts].sort((a, b) => a - b), 50) - first);
+  const medians = busy.map(
+    (starts) =>
+      percentile(
+        [...starts].sort((a, b) => a - b),
+        50,
+      ) - first,
+  );
   return (Math.max(...medians) - Math.min(...medians)) / span;
 }
 

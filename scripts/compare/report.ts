@@ -34,12 +34,17 @@ export function describeScenario(scenario: Scenario, workers: number): string {
     );
   }
   const perUser = burstCount(shape, processes);
-  const split = shape.totalPerUser === undefined ? `${processes} processes × ${shape.callsPerUser} calls per user` : `${perUser} calls per user split over ${processes} processes`;
+  const split =
+    shape.totalPerUser === undefined
+      ? `${processes} processes × ${shape.callsPerUser} calls per user`
+      : `${perUser} calls per user split over ${processes} processes`;
   const tail = scenario.vendorTail ? `, ${num(scenario.vendorTail.share * 100)} % of calls ${num(scenario.vendorTail.ms)} ms` : '';
   const send = scenario.sendDelayMs ? `; each request leaves ${scenario.sendDelayMs.min}–${scenario.sendDelayMs.max} ms (uniform) after its call starts` : '';
-  const skew = scenario.clockSkewMs ? `; worker wall clocks skewed +${num(scenario.clockSkewMs)} ms (even-numbered workers) and −${num(scenario.clockSkewMs)} ms (odd)` : '';
+  const skew = scenario.clockSkewMs
+    ? `; worker wall clocks skewed +${num(scenario.clockSkewMs)} ms (even-numbered workers) and −${num(scenario.clockSkewMs)} ms (odd)`
+    : '';
   const calls = scenario.noHttp
-    ? '`fn` does nothing (no HTTP): drops and quota counted on the calls\' start times'
+    ? "`fn` does nothing (no HTTP): drops and quota counted on the calls' start times"
     : `vendor latency ${scenario.vendorLatencyMs.min}–${scenario.vendorLatencyMs.max} ms${tail}${send}`;
   return (
     `${num(shape.users)} user${shape.users === 1 ? '' : 's'}, ${split} released at once ` +
@@ -83,7 +88,11 @@ export function scenarioTable(scenario: Scenario, outcomes: readonly RunOutcome[
   if (skews.length > 0) line += ` Skew seen in the workers (ms): ${skews.join(', ')} (per run, in table order).`;
   out.push(line, '');
   out.push(`| ${COLUMNS.join(' | ')} |`);
-  out.push(`| --- | ${COLUMNS.slice(1).map(() => '---:').join(' | ')} |`);
+  out.push(
+    `| --- | ${COLUMNS.slice(1)
+      .map(() => '---:')
+      .join(' | ')} |`,
+  );
   for (const outcome of outcomes) out.push(`| ${row(outcome, scenario).join(' | ')} |`);
   const errors = outcomes.filter((o) => o.errors > 0);
   if (errors.length > 0) {
@@ -98,9 +107,7 @@ export function configurations(scenarios: readonly Scenario[], outcomes: readonl
   const out: string[] = ['### How each contender was configured', ''];
   const seen = new Set<string>();
   for (const scenario of scenarios) {
-    const lines = outcomes
-      .filter((o) => o.scenario === scenario.id)
-      .map((o) => `  - ${contenderById(o.contender).label}: ${o.config}`);
+    const lines = outcomes.filter((o) => o.scenario === scenario.id).map((o) => `  - ${contenderById(o.contender).label}: ${o.config}`);
     const key = lines.join('\n');
     if (lines.length === 0 || seen.has(key)) continue;
     seen.add(key);

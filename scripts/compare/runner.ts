@@ -201,7 +201,10 @@ export async function runOne(ctx: RunContext, scenario: Scenario, contenderId: C
     }
     // Memory is read while every user's keys are in use (some expire within a window of the last
     // call), three times at 30, 55 and 80 % of the run, off the window boundaries; the largest counts.
-    const memorySample = sampleMemory(control, [0.3, 0.55, 0.8].map((f) => f * spanMs));
+    const memorySample = sampleMemory(
+      control,
+      [0.3, 0.55, 0.8].map((f) => f * spanMs),
+    );
     let replies = await pool.collect(['result'], timeoutMs, active);
     let stalled: string | undefined;
     if (scenario.shape.kind === 'burst' && failureOf(replies)?.includes('in time')) {
@@ -268,7 +271,10 @@ type Measured = Omit<RunOutcome, 'scenario' | 'contender' | 'config' | 'byComman
 /** The commands that run a script; what they run inside is counted under its own names. */
 const SCRIPT_COMMANDS = new Set(['eval', 'evalsha', 'eval_ro', 'evalsha_ro', 'fcall', 'fcall_ro']);
 
-function redisPerCall(cost: ServerCost, calls: number): Pick<Measured, 'redisCommandsPerCall' | 'innerCommandsPerCall' | 'redisCpuUsPerCall' | 'redisCommandUsPerCall'> {
+function redisPerCall(
+  cost: ServerCost,
+  calls: number,
+): Pick<Measured, 'redisCommandsPerCall' | 'innerCommandsPerCall' | 'redisCpuUsPerCall' | 'redisCommandUsPerCall'> {
   let scripts = 0;
   for (const [name, count] of Object.entries(cost.byCommand)) if (SCRIPT_COMMANDS.has(name)) scripts += count;
   return {
@@ -300,7 +306,13 @@ function spreadOf(byProcess: ReadonlyArray<ReadonlyArray<readonly number[]>>): P
   return { processSpread: { mean: spreads.reduce((a, b) => a + b, 0) / spreads.length, max: Math.max(...spreads) } };
 }
 
-function analyseBurst(scenario: Scenario, users: readonly string[], results: readonly BurstResult[], perUser: ReadonlyMap<string, number[]>, cost: ServerCost): Measured {
+function analyseBurst(
+  scenario: Scenario,
+  users: readonly string[],
+  results: readonly BurstResult[],
+  perUser: ReadonlyMap<string, number[]>,
+  cost: ServerCost,
+): Measured {
   const asks = users.map((): number[] => []);
   const starts = users.map((): number[] => []);
   const durations = users.map((): Array<[number, number]> => []);
@@ -343,7 +355,10 @@ function analyseBurst(scenario: Scenario, users: readonly string[], results: rea
     if (!scenario.noHttp && timed.length > 1 && timed.length === sorted.length) {
       startIdeal += ideal.at(-1)!;
       startActual += sorted.at(-1)! - sorted[0]!;
-      startCeiling += exactReplayMs(timed.map(([, ms]) => ms), scenario.rules);
+      startCeiling += exactReplayMs(
+        timed.map(([, ms]) => ms),
+        scenario.rules,
+      );
     }
     if (arrivals.length > 1) {
       const idealMs = ideal.at(-1)!;

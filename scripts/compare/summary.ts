@@ -31,21 +31,23 @@ export function quotaTable(scenarios: readonly Scenario[], outcomes: readonly Ru
     '### Quota used per scenario',
     '',
     'Quota used = ideal batch time ÷ actual batch time (first to last arrival at the vendor), summed over users; ' +
-      'in brackets the calls the vendor silently dropped. Scenarios without HTTP count the calls\' start times instead of arrivals. ' +
+      "in brackets the calls the vendor silently dropped. Scenarios without HTTP count the calls' start times instead of arrivals. " +
       'Floor: what issue 10 asks of vendor-throttle for that shape.',
     '',
     `| scenario | ${contenders.map((c) => (c === VT ? `**${contenderById(c).label}**` : contenderById(c).label)).join(' | ')} | floor |`,
     `| --- | ${contenders.map(() => '---:').join(' | ')} | ---: |`,
   ];
   for (const scenario of bursts) {
-    out.push(`| ${scenario.number}. ${scenario.id} | ${contenders.map((c) => quotaCell(find(outcomes, scenario.id, c))).join(' | ')} | ${scenario.floor === undefined ? '–' : percent(scenario.floor)} |`);
+    out.push(
+      `| ${scenario.number}. ${scenario.id} | ${contenders.map((c) => quotaCell(find(outcomes, scenario.id, c))).join(' | ')} | ${scenario.floor === undefined ? '–' : percent(scenario.floor)} |`,
+    );
   }
   out.push(
     '',
     '#### vendor-throttle against the exact ceiling of the same run',
     '',
-    'Both on the calls\' start times (first to last start, so the arrival\'s place inside a call does not count): ' +
-      'vendor-throttle\'s quota, and the quota an exact limiter with perfect knowledge reaches with the same calls — ' +
+    "Both on the calls' start times (first to last start, so the arrival's place inside a call does not count): " +
+      "vendor-throttle's quota, and the quota an exact limiter with perfect knowledge reaches with the same calls — " +
       'each taking its measured duration, start to response, in the order they started, and starting as soon as ' +
       'every rule allows given the earlier responses, known the instant they happen. No exact limiter can beat the ' +
       'ceiling with these durations; the gap between the two is what the limiter itself costs.',
@@ -63,7 +65,7 @@ export function quotaTable(scenarios: readonly Scenario[], outcomes: readonly Ru
     '#### Fairness across processes',
     '',
     'Where several processes call for one user at once, with equal loads: per process, the median start of its calls; ' +
-      'the spread is (latest median − earliest median) ÷ the user\'s first-to-last start time, mean over such users ' +
+      "the spread is (latest median − earliest median) ÷ the user's first-to-last start time, mean over such users " +
       '(largest in brackets). 0: every process served all along the batch; about 0.5: one process served entirely before another.',
     '',
     `| scenario | ${contenders.map((c) => (c === VT ? `**${contenderById(c).label}**` : contenderById(c).label)).join(' | ')} |`,
@@ -84,7 +86,12 @@ function ratio(a: number | undefined, b: number | undefined): string {
 }
 
 /** Σ value × calls / Σ calls over the burst runs both contenders finished. */
-function pooled(outcomes: readonly RunOutcome[], scenarioIds: readonly Scenario['id'][], contender: ContenderId, value: (o: RunOutcome) => number): number | undefined {
+function pooled(
+  outcomes: readonly RunOutcome[],
+  scenarioIds: readonly Scenario['id'][],
+  contender: ContenderId,
+  value: (o: RunOutcome) => number,
+): number | undefined {
   let sum = 0;
   let calls = 0;
   for (const id of scenarioIds) {
@@ -100,7 +107,9 @@ function pooled(outcomes: readonly RunOutcome[], scenarioIds: readonly Scenario[
 export function costTable(scenarios: readonly Scenario[], outcomes: readonly RunOutcome[]): string {
   const out = ['### Cost per call: vendor-throttle beside rate-limiter-flexible (same Redis, same run)', ''];
   const cost = scenarios.find((s) => s.id === 'cost');
-  const bursts = scenarios.filter((s) => s.shape.kind === 'burst' && !s.noHttp && find(outcomes, s.id, VT) !== undefined && find(outcomes, s.id, RLF) !== undefined);
+  const bursts = scenarios.filter(
+    (s) => s.shape.kind === 'burst' && !s.noHttp && find(outcomes, s.id, VT) !== undefined && find(outcomes, s.id, RLF) !== undefined,
+  );
   const burstIds = bursts.map((s) => s.id);
   const vtCost = cost && find(outcomes, cost.id, VT);
   const rlfCost = cost && find(outcomes, cost.id, RLF);
@@ -109,7 +118,12 @@ export function costTable(scenarios: readonly Scenario[], outcomes: readonly Run
     rows.push([label, short(rlf, digits), short(vt, digits), ratio(vt, rlf)]);
   };
   if (cost) {
-    add(`decisions/s, no HTTP, ${num(cost.shape.users)} keys, ${cost.processes ?? 'all'} processes (scenario ${cost.number})`, rlfCost?.decisionsPerSec, vtCost?.decisionsPerSec, 0);
+    add(
+      `decisions/s, no HTTP, ${num(cost.shape.users)} keys, ${cost.processes ?? 'all'} processes (scenario ${cost.number})`,
+      rlfCost?.decisionsPerSec,
+      vtCost?.decisionsPerSec,
+      0,
+    );
     add(`commands run inside Redis per call, uncontended (scenario ${cost.number})`, rlfCost?.innerCommandsPerCall, vtCost?.innerCommandsPerCall);
   }
   const waiting = bursts.map((s) => ({ s, vt: find(outcomes, s.id, VT)!, rlf: find(outcomes, s.id, RLF)! }));
@@ -123,10 +137,24 @@ export function costTable(scenarios: readonly Scenario[], outcomes: readonly Run
   }
   if (cost) add(`Redis CPU µs per decision (scenario ${cost.number})`, rlfCost?.redisCpuUsPerCall, vtCost?.redisCpuUsPerCall);
   if (waiting.length > 0) {
-    add('Redis CPU µs per HTTP call, pooled over the HTTP scenarios', pooled(outcomes, burstIds, RLF, (o) => o.redisCpuUsPerCall), pooled(outcomes, burstIds, VT, (o) => o.redisCpuUsPerCall));
-    add('worker CPU µs per HTTP call, pooled over the HTTP scenarios', pooled(outcomes, burstIds, RLF, (o) => o.workerCpuUsPerCall), pooled(outcomes, burstIds, VT, (o) => o.workerCpuUsPerCall), 0);
+    add(
+      'Redis CPU µs per HTTP call, pooled over the HTTP scenarios',
+      pooled(outcomes, burstIds, RLF, (o) => o.redisCpuUsPerCall),
+      pooled(outcomes, burstIds, VT, (o) => o.redisCpuUsPerCall),
+    );
+    add(
+      'worker CPU µs per HTTP call, pooled over the HTTP scenarios',
+      pooled(outcomes, burstIds, RLF, (o) => o.workerCpuUsPerCall),
+      pooled(outcomes, burstIds, VT, (o) => o.workerCpuUsPerCall),
+      0,
+    );
     const worstSent = waiting.reduce((a, b) => (b.vt.sentPerCall > a.vt.sentPerCall ? b : a));
-    add(`client commands per call, most in any HTTP scenario (${worstSent.s.number}. ${worstSent.s.id})`, worstSent.rlf.sentPerCall, worstSent.vt.sentPerCall, 2);
+    add(
+      `client commands per call, most in any HTTP scenario (${worstSent.s.number}. ${worstSent.s.id})`,
+      worstSent.rlf.sentPerCall,
+      worstSent.vt.sentPerCall,
+      2,
+    );
   }
   if (cost) add(`client commands per call (scenario ${cost.number})`, rlfCost?.sentPerCall, vtCost?.sentPerCall, 2);
   const bytes = (c: ContenderId): number | undefined => {
@@ -137,7 +165,10 @@ export function costTable(scenarios: readonly Scenario[], outcomes: readonly Run
   out.push('| per call | rate-limiter-flexible | vendor-throttle | vendor-throttle ÷ rlf |', '| --- | ---: | ---: | ---: |');
   for (const row of rows) out.push(`| ${row.join(' | ')} |`);
   out.push('', 'Per scenario (vendor-throttle / rate-limiter-flexible):', '');
-  out.push('| scenario | client cmds/call | inside Redis/call | Redis CPU µs/call | worker CPU µs/call | Redis bytes/user |', '| --- | ---: | ---: | ---: | ---: | ---: |');
+  out.push(
+    '| scenario | client cmds/call | inside Redis/call | Redis CPU µs/call | worker CPU µs/call | Redis bytes/user |',
+    '| --- | ---: | ---: | ---: | ---: | ---: |',
+  );
   for (const s of scenarios) {
     const vt = find(outcomes, s.id, VT);
     const rlf = find(outcomes, s.id, RLF);

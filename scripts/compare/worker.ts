@@ -169,7 +169,9 @@ async function runBurst(limiter: Limiter, load: BurstLoad, clients: Clients): Pr
   const end = order.map(() => -1);
   let errors = 0;
   const firstErrors: string[] = [];
-  const debug = process.env.COMPARE_DEBUG ? setInterval(() => process.stderr.write(`[${process.pid}] started ${start.filter((s) => s >= 0).length}/${order.length}\n`), 2000) : undefined;
+  const debug = process.env.COMPARE_DEBUG
+    ? setInterval(() => process.stderr.write(`[${process.pid}] started ${start.filter((s) => s >= 0).length}/${order.length}\n`), 2000)
+    : undefined;
   let settled = 0;
   const delay = load.sendDelayMs;
   const aborted = new Promise<void>((resolve) => (onAbort = resolve));

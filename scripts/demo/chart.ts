@@ -44,14 +44,16 @@ export function windowSeries(arrivals: ReadonlyMap<string, readonly number[]>, w
   const start = origin ?? Math.min(...lists.map((list) => Math.min(...list)));
   // A call enters its user's window when it arrives (+1) and leaves windowMs later (−1); at one
   // moment, leaving comes first: the window is open at its start.
-  const events = lists.flatMap((list, user) => list.flatMap((a) => [
-    { t: a - start, user, delta: 1 },
-    { t: a - start + windowMs, user, delta: -1 },
-  ]));
+  const events = lists.flatMap((list, user) =>
+    list.flatMap((a) => [
+      { t: a - start, user, delta: 1 },
+      { t: a - start + windowMs, user, delta: -1 },
+    ]),
+  );
   events.sort((a, b) => a.t - b.t || a.delta - b.delta);
   const counts = lists.map(() => 0);
   const points: Point[] = [{ t: 0, count: 0 }];
-  for (let i = 0; i < events.length; ) {
+  for (let i = 0; i < events.length;) {
     const t = events[i]!.t;
     for (; i < events.length && events[i]!.t === t; i++) counts[events[i]!.user]! += events[i]!.delta;
     const count = Math.max(...counts);
@@ -124,7 +126,9 @@ export function renderChart(options: ChartOptions): string {
       out.push(`<text x="${round(at)}" y="${round(bottom + 17)}" text-anchor="middle" fill="#6b7280">${round(s)}</text>`);
     }
     out.push(`<line x1="${round(x0)}" x2="${round(x0 + panelWidth)}" y1="${round(bottom)}" y2="${round(bottom)}" stroke="#9ca3af"/>`);
-    out.push(`<text x="${round(x0 + panelWidth / 2)}" y="${round(bottom + 34)}" text-anchor="middle" fill="#4b5563">seconds since the first call arrived</text>`);
+    out.push(
+      `<text x="${round(x0 + panelWidth / 2)}" y="${round(bottom + 34)}" text-anchor="middle" fill="#4b5563">seconds since the first call arrived</text>`,
+    );
 
     // The curve as steps, and the area under it above the limit in red (calls the vendor dropped).
     const path: string[] = [`M${round(x(0))},${round(bottom)}`];
@@ -136,16 +140,24 @@ export function renderChart(options: ChartOptions): string {
     path.push(`L${round(x(xMax * 1000))},${round(y(previous))}`);
     const clip = `over-limit-${index}`;
     out.push(`<clipPath id="${clip}"><rect x="${round(x0)}" y="${TOP}" width="${round(panelWidth)}" height="${round(limitY - TOP)}"/></clipPath>`);
-    out.push(`<path d="${path.join(' ')} L${round(x(xMax * 1000))},${round(bottom)} Z" fill="#dc2626" fill-opacity="0.25" stroke="none" clip-path="url(#${clip})"/>`);
+    out.push(
+      `<path d="${path.join(' ')} L${round(x(xMax * 1000))},${round(bottom)} Z" fill="#dc2626" fill-opacity="0.25" stroke="none" clip-path="url(#${clip})"/>`,
+    );
     out.push(`<path d="${path.join(' ')}" fill="none" stroke="${escape(panel.color)}" stroke-width="1.8" stroke-linejoin="round"/>`);
 
     // The limit.
-    out.push(`<line x1="${round(x0)}" x2="${round(x0 + panelWidth)}" y1="${round(limitY)}" y2="${round(limitY)}" stroke="#dc2626" stroke-width="1.5" stroke-dasharray="6 4"/>`);
-    out.push(`<text x="${round(x0 + panelWidth - 4)}" y="${round(limitY - 6)}" text-anchor="end" fill="#dc2626">vendor limit ${limit} per ${windowMs} ms</text>`);
+    out.push(
+      `<line x1="${round(x0)}" x2="${round(x0 + panelWidth)}" y1="${round(limitY)}" y2="${round(limitY)}" stroke="#dc2626" stroke-width="1.5" stroke-dasharray="6 4"/>`,
+    );
+    out.push(
+      `<text x="${round(x0 + panelWidth - 4)}" y="${round(limitY - 6)}" text-anchor="end" fill="#dc2626">vendor limit ${limit} per ${windowMs} ms</text>`,
+    );
     out.push(`</g>`);
   });
 
-  out.push(`<text x="14" y="${round(TOP + plotHeight / 2)}" transform="rotate(-90 14 ${round(TOP + plotHeight / 2)})" text-anchor="middle" fill="#4b5563">calls in the last ${windowMs} ms (busiest user)</text>`);
+  out.push(
+    `<text x="14" y="${round(TOP + plotHeight / 2)}" transform="rotate(-90 14 ${round(TOP + plotHeight / 2)})" text-anchor="middle" fill="#4b5563">calls in the last ${windowMs} ms (busiest user)</text>`,
+  );
   out.push(`<text x="${LEFT}" y="${HEIGHT - 10}" font-size="11" fill="#6b7280">${escape(options.footnote)}</text>`);
   out.push('</svg>', '');
   return out.join('\n');

@@ -10,10 +10,17 @@ export function soakProblems(report: SoakReport): string[] {
   if (report.violations > 0) problems.push(`${report.violations} arrivals over the limit at the vendor`);
   if (report.dropped > 0) problems.push(`${report.dropped} calls dropped by the vendor`);
   const errors = report.workers.reduce((sum, worker) => sum + worker.errors, 0);
-  if (errors > 0) problems.push(`${errors} calls failed: ${report.workers.flatMap((worker) => worker.errorSamples).slice(0, 3).join('; ')}`);
+  if (errors > 0)
+    problems.push(
+      `${errors} calls failed: ${report.workers
+        .flatMap((worker) => worker.errorSamples)
+        .slice(0, 3)
+        .join('; ')}`,
+    );
   if (report.received !== report.options.calls) problems.push(`the vendor received ${report.received} calls, not ${report.options.calls}`);
   for (const worker of report.workers) {
-    if (worker.stuck) problems.push(`worker ${worker.index} did not exit by itself after close() and quit(): ${worker.activeResources.join(', ')} kept it alive`);
+    if (worker.stuck)
+      problems.push(`worker ${worker.index} did not exit by itself after close() and quit(): ${worker.activeResources.join(', ')} kept it alive`);
     else if (worker.exitCode !== 0) problems.push(`worker ${worker.index} exited with ${worker.exitCode}`);
   }
   if (report.redis.userKeysLeft > 0) {
@@ -30,7 +37,10 @@ function formatNotes(report: SoakReport): string {
     for (const [kind, count] of Object.entries(worker.notes)) sums.set(kind, (sums.get(kind) ?? 0) + count);
   }
   if (sums.size === 0) return 'none';
-  return [...sums].sort((a, b) => b[1] - a[1]).map(([kind, count]) => `${formatNumber(count)} × ${kind}`).join('; ');
+  return [...sums]
+    .sort((a, b) => b[1] - a[1])
+    .map(([kind, count]) => `${formatNumber(count)} × ${kind}`)
+    .join('; ');
 }
 
 /** The summary `npm run soak` prints. */
@@ -83,6 +93,11 @@ export function formatReport(report: SoakReport): string {
     ),
   ];
   const problems = soakProblems(report);
-  lines.push('', problems.length === 0 ? 'OK: no violations, no drops, no errors, every worker exited by itself, every per-user key expired.' : `FAILED:\n- ${problems.join('\n- ')}`);
+  lines.push(
+    '',
+    problems.length === 0
+      ? 'OK: no violations, no drops, no errors, every worker exited by itself, every per-user key expired.'
+      : `FAILED:\n- ${problems.join('\n- ')}`,
+  );
   return lines.join('\n');
 }

@@ -91,7 +91,7 @@ async function scriptCalls(control: Redis): Promise<number> {
 
 async function scanKeys(control: Redis): Promise<string[]> {
   const keys: string[] = [];
-  for (let cursor = '0'; ; ) {
+  for (let cursor = '0'; ;) {
     const [next, batch] = await control.scan(cursor, 'COUNT', 1000);
     keys.push(...batch);
     cursor = next;
@@ -177,7 +177,12 @@ export async function runSoak(options: SoakOptions): Promise<SoakReport> {
     const userKeysLeftSample = await Promise.all(
       left.slice(0, 5).map(async (key) => {
         const type = await control.type(key);
-        const content = type === 'zset' ? ((await control.call('ZRANGE', key, '0', '5', 'WITHSCORES')) as string[]) : type === 'hash' ? Object.entries(await control.hgetall(key)).flat() : [];
+        const content =
+          type === 'zset'
+            ? ((await control.call('ZRANGE', key, '0', '5', 'WITHSCORES')) as string[])
+            : type === 'hash'
+              ? Object.entries(await control.hgetall(key)).flat()
+              : [];
         return { key, pttl: await control.pttl(key), content: `${type} ${content.join(' ')}` };
       }),
     );

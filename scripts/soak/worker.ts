@@ -32,7 +32,6 @@ function collectGarbage(): void {
   globalThis.gc();
 }
 
-
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function runWorker(config: SoakWorkerConfig): Promise<void> {
@@ -72,7 +71,7 @@ async function runWorker(config: SoakWorkerConfig): Promise<void> {
     const started = performance.now();
     let next = config.index;
     const runner = async (): Promise<void> => {
-      for (; next < config.calls; ) {
+      for (; next < config.calls;) {
         const call = next;
         next += config.workers;
         const key = keyOf(call);

@@ -106,9 +106,14 @@ function declaredNames(source: ts.SourceFile): Set<string> {
     } else if (ts.isVariableStatement(statement)) {
       for (const declaration of statement.declarationList.declarations) addBinding(declaration.name);
     } else if (
-      (ts.isFunctionDeclaration(statement) || ts.isClassDeclaration(statement) || ts.isInterfaceDeclaration(statement) ||
-        ts.isTypeAliasDeclaration(statement) || ts.isEnumDeclaration(statement) || ts.isModuleDeclaration(statement)) &&
-      statement.name && ts.isIdentifier(statement.name)
+      (ts.isFunctionDeclaration(statement) ||
+        ts.isClassDeclaration(statement) ||
+        ts.isInterfaceDeclaration(statement) ||
+        ts.isTypeAliasDeclaration(statement) ||
+        ts.isEnumDeclaration(statement) ||
+        ts.isModuleDeclaration(statement)) &&
+      statement.name &&
+      ts.isIdentifier(statement.name)
     ) {
       names.add(statement.name.text);
     }
@@ -122,9 +127,16 @@ function isMemberName(node: ts.Identifier): boolean {
   if (ts.isPropertyAccessExpression(parent)) return parent.name === node;
   if (ts.isQualifiedName(parent)) return parent.right === node;
   if (ts.isBindingElement(parent) || ts.isImportSpecifier(parent) || ts.isExportSpecifier(parent)) return parent.propertyName === node;
-  return (ts.isPropertyAssignment(parent) || ts.isPropertySignature(parent) || ts.isPropertyDeclaration(parent) ||
-    ts.isMethodDeclaration(parent) || ts.isMethodSignature(parent) || ts.isGetAccessor(parent) || ts.isSetAccessor(parent)) &&
-    parent.name === node;
+  return (
+    (ts.isPropertyAssignment(parent) ||
+      ts.isPropertySignature(parent) ||
+      ts.isPropertyDeclaration(parent) ||
+      ts.isMethodDeclaration(parent) ||
+      ts.isMethodSignature(parent) ||
+      ts.isGetAccessor(parent) ||
+      ts.isSetAccessor(parent)) &&
+    parent.name === node
+  );
 }
 
 /** The identifiers a block refers to (a superset of its free names: enough to pick prelude lines). */
@@ -174,7 +186,10 @@ export function checkSnippets(snippets: readonly Snippet[], { root, outDir }: Ch
       ...declarations.map((name) => PRELUDE[name]!),
       'export {};',
     ];
-    const slug = snippet.doc.replace(/\.md$/i, '').replace(/[^A-Za-z0-9]+/g, '-').toLowerCase();
+    const slug = snippet.doc
+      .replace(/\.md$/i, '')
+      .replace(/[^A-Za-z0-9]+/g, '-')
+      .toLowerCase();
     const file = path.join(outDir, `${slug}-${String(snippet.block).padStart(2, '0')}.ts`);
     writeFileSync(file, `${prelude.join('\n')}\n${snippet.code}\n`);
     files.set(snippet, file);

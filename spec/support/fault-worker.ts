@@ -62,7 +62,6 @@ function print(message: Message): void {
   process.stdout.write(`${JSON.stringify(message)}\n`);
 }
 
-
 async function runWorker(config: FaultWorkerConfig): Promise<void> {
   const redis = new Redis(config.redisUrl);
   const store = new RedisStore(redis, { prefix: config.prefix });

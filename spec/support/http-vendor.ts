@@ -46,7 +46,14 @@ export async function startHttpVendor(respond: Respond = ok): Promise<Vendor> {
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
       const path = req.url ?? '/';
-      const arrival: Arrival = { at: performance.now(), method: req.method ?? 'GET', path, user: userOf(path, req.headers), headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
+      const arrival: Arrival = {
+        at: performance.now(),
+        method: req.method ?? 'GET',
+        path,
+        user: userOf(path, req.headers),
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+      };
       arrivals.push(arrival);
       const reply = respond(arrival, arrivals.length - 1);
       res.writeHead(reply.status ?? 200, { 'content-type': 'application/json', ...defined(reply.headers) });
@@ -115,10 +122,18 @@ export function mostInWindow(times: readonly number[], windowMs: number): number
  * most `windowMs` + `slackMs` after the response it waited for, the `limit`-th latest response among
  * the requests that arrived before it (a request counts from its start until its response + the window).
  */
-export function expectNoIdleWait(requests: ReadonlyArray<{ readonly arrivedAt: number; readonly doneAt: number }>, limit: number, windowMs: number, slackMs: number): void {
+export function expectNoIdleWait(
+  requests: ReadonlyArray<{ readonly arrivedAt: number; readonly doneAt: number }>,
+  limit: number,
+  windowMs: number,
+  slackMs: number,
+): void {
   const sorted = [...requests].sort((a, b) => a.arrivedAt - b.arrivedAt);
   for (let i = limit; i < sorted.length; i++) {
-    const before = sorted.slice(0, i).map((request) => request.doneAt).sort((a, b) => a - b);
+    const before = sorted
+      .slice(0, i)
+      .map((request) => request.doneAt)
+      .sort((a, b) => a - b);
     const due = before[i - limit]! + windowMs;
     expect(sorted[i]!.arrivedAt, `arrival ${i}: ${(sorted[i]!.arrivedAt - due).toFixed(1)} ms after its slot`).to.be.at.most(due + slackMs);
   }

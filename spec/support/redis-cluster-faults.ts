@@ -161,11 +161,7 @@ async function waitUntilFollowing(cluster: RedisCluster, replica: ClusterNode, m
     const [mine, theirs] = await Promise.all([info(cluster.admin(replica), 'replication'), info(cluster.admin(master), 'replication')]);
     // slave0:ip=127.0.0.1,port=6380,state=online,offset=1234,lag=0
     const seen = new RegExp(`^slave\\d+:ip=[^,]*,port=${replica.port},state=online,offset=(\\d+)`, 'm').exec(theirs);
-    const ok =
-      field(mine, 'master_port') === String(master.port) &&
-      field(mine, 'master_link_status') === 'up' &&
-      seen !== null &&
-      Number(seen[1]) >= target;
+    const ok = field(mine, 'master_port') === String(master.port) && field(mine, 'master_link_status') === 'up' && seen !== null && Number(seen[1]) >= target;
     return { ok, state: `node ${replica.port}:\n${mine}\nmaster ${master.port}:\n${theirs}` };
   });
 }

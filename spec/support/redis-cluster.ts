@@ -201,7 +201,10 @@ export async function startRedisCluster(options: StartClusterOptions = {}): Prom
         await adminOf(masters[0]!.port).call('CLUSTER', 'MEET', node.host, node.port, busPorts.get(node.port)!);
       }
     }
-    await waitUntilReady(nodes.map((node) => adminOf(node.port)), count);
+    await waitUntilReady(
+      nodes.map((node) => adminOf(node.port)),
+      count,
+    );
 
     // SIGKILL leaves the pid to be reaped by this process: once reaped, signal 0 finds no such process.
     const isAlive = (node: ClusterNode): boolean => {

@@ -92,7 +92,6 @@ function applySkew(skewMs: number): void {
   Object.defineProperty(performance, 'timeOrigin', { value: realTimeOrigin + skewMs, configurable: true });
 }
 
-
 /** Runs the calls, hands the result to `report`, then closes the throttle and quits the client. */
 async function runWorker(config: WorkerConfig, report: (result: WorkerResult) => void): Promise<void> {
   applySkew(config.clockSkewMs ?? 0);
@@ -197,8 +196,7 @@ export async function spawnWorkers(configs: readonly WorkerConfig[], options: Sp
       onLine?.();
     });
     const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
-    const fail = (what: string): Error =>
-      new Error(`worker ${index} (pid ${child.pid}) ${what}${stderr.length > 0 ? `:\n${stderr.join('\n')}` : ''}`);
+    const fail = (what: string): Error => new Error(`worker ${index} (pid ${child.pid}) ${what}${stderr.length > 0 ? `:\n${stderr.join('\n')}` : ''}`);
     const line = (n: number): Promise<string> =>
       new Promise((resolve, reject) => {
         const check = (): void => {
@@ -240,6 +238,4 @@ export async function spawnWorkers(configs: readonly WorkerConfig[], options: Sp
 }
 
 // No top-level await: spec files import this module (see runAsChild).
-runAsChild<WorkerConfig>(import.meta.url, 'worker', (config) =>
-  runWorker(config, (result) => process.stdout.write(`${JSON.stringify(result)}\n`)),
-);
+runAsChild<WorkerConfig>(import.meta.url, 'worker', (config) => runWorker(config, (result) => process.stdout.write(`${JSON.stringify(result)}\n`)));
