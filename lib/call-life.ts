@@ -1,5 +1,5 @@
 import { alsoOf } from './calls.js';
-import type { Call } from './decisions.js';
+import type { Call } from './store-client.js';
 import { QueueFullError, RateLimitedError } from './errors.js';
 import type { CallEvent, ThrottleEvents } from './options.js';
 

@@ -1,6 +1,6 @@
-import { checkCount, checkDelay, checkKnown } from './check.js';
-import { PAUSED, RECOVERING } from './decision.js';
-import type { Call, CallKey } from './decisions.js';
+import { checkCount, checkDelay, checkKnown } from './validate.js';
+import { PAUSED, RECOVERING } from './slot-plan.js';
+import type { Call, CallKey } from './store-client.js';
 import { RateLimitedError, ThrottleConfigError, type WaitReason } from './errors.js';
 import { encodeKey, normalizeKey, type KeyInput, type KeysInput } from './keys.js';
 import { SCHEDULE_OPTIONS, type ScheduleOptions } from './options.js';

@@ -1,12 +1,12 @@
 import { CallLife, type LifeEvents } from './call-life.js';
 import { limitedError, oneKey, prepareCall, type CallDefaults } from './calls.js';
-import { checkDelay, checkKnown } from './check.js';
-import { storeError, type Decisions } from './decisions.js';
+import { checkDelay, checkKnown } from './validate.js';
+import { storeError, type StoreClient } from './store-client.js';
 import { ThrottleConfigError } from './errors.js';
 import type { KeyInput } from './keys.js';
 import type { KeyUsage, LimitOptions, LimitResult, ThrottleEvents } from './options.js';
 import { describe, MAX_WINDOW_MS } from './rules.js';
-import { grantOf, type Slots } from './slots.js';
+import { grantOf, type Slots } from './completions.js';
 import { withRemaining, type Store } from './store.js';
 
 /** What the operations on one key need of their throttle. */
@@ -16,7 +16,7 @@ export interface KeyOpsContext {
   readonly callDefaults: CallDefaults;
   readonly maxHoldMs: number;
   readonly closing: AbortSignal;
-  readonly decisions: Decisions;
+  readonly decisions: StoreClient;
   readonly slots: Slots;
   /** Calls of this process waiting for the (encoded) key: sleeping until their slot, or in line. */
   waitingHere(encoded: string): number;

@@ -9,7 +9,7 @@
  * Labels are the throttle's name and small fixed sets (reason, rule, source, policy, state), never
  * the user key: one series per key would grow without bound.
  */
-import { checkKnown } from './check.js';
+import { checkKnown } from './validate.js';
 import { formatRule } from './rules.js';
 import type { ThrottleEvents, ThrottleStats } from './options.js';
 

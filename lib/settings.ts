@@ -1,4 +1,4 @@
-import { checkCount, checkDelay, checkKnown, checkWhole } from './check.js';
+import { checkCount, checkDelay, checkKnown, checkWhole } from './validate.js';
 import { ThrottleConfigError } from './errors.js';
 import { checkNamespace } from './keys.js';
 import { THROTTLE_OPTIONS, type StoreErrorPolicy, type ThrottleOptions } from './options.js';

@@ -7,11 +7,10 @@ import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { throttleWrap } from './adapters/wrap.js';
 import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, ruleAt, type CallDefaults } from './calls.js';
-import { Completions } from './completions.js';
+import { Completions, grantOf, Slots, type Grant } from './completions.js';
 import { CallTimeoutError, QueueFullError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
-import { Decisions, type Booking, type Call } from './decisions.js';
+import { StoreClient, type Booking, type Call } from './store-client.js';
 import { LocalFallback } from './fallback.js';
-import { Lines } from './lines.js';
 import type { KeyInput, KeysInput } from './keys.js';
 import { KeyOps } from './key-ops.js';
 import type { KeyUsage, LimitOptions, LimitResult, ScheduleOptions, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
@@ -19,11 +18,9 @@ import { Refusals } from './refusals.js';
 import { describe } from './rules.js';
 import { throttleSettings } from './settings.js';
 import { sleep, withTimeout } from './sleep.js';
-import { grantOf, Slots, type Grant } from './slots.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { ReserveResult, Store } from './store.js';
-import { waitInLine, type WaiterHooks } from './waiter.js';
-import { KeyLine } from './waiting.js';
+import { KeyLine, Lines, waitInLine, type WaiterHooks } from './waiting.js';
 
 /** Times a call that woke too late books again before it starts anyway (and says so in a `debug` event). */
 const MAX_REBOOKS = 3;
@@ -45,7 +42,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #maxQueued: number;
   readonly #maxHoldMs: number;
   readonly #fallback: LocalFallback | undefined;
-  readonly #decisions: Decisions;
+  readonly #decisions: StoreClient;
   readonly #completions: Completions;
   readonly #slots: Slots;
   readonly #closing = new AbortController();
@@ -74,7 +71,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     this.#ownsStore = settings.store === undefined;
     this.store = settings.store ?? new MemoryStore();
     this.#fallback = policy === 'local' ? new LocalFallback(this.name, this.store, settings.localShare) : undefined;
-    this.#decisions = new Decisions({
+    this.#decisions = new StoreClient({
       namespace: this.name,
       store: this.store,
       maxHoldMs: this.#maxHoldMs,

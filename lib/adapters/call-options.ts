@@ -1,4 +1,4 @@
-import { checkKnown } from '../check.js';
+import { checkKnown } from '../validate.js';
 import { ThrottleConfigError } from '../errors.js';
 import type { ScheduleOptions } from '../options.js';
 import { describe } from '../rules.js';

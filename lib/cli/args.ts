@@ -1,5 +1,5 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { closestName } from '../check.js';
+import { closestName } from '../validate.js';
 import { checkNamespace, type HashTag } from '../keys.js';
 import { parseRule } from '../rules.js';
 import { CliError } from './errors.js';

@@ -1,5 +1,5 @@
-import { checkKnown } from '../check.js';
-import { bucketIndex, countInWindow, foldHorizon, planSlot, planSlots, type Bucket, type BucketsOf, type LogView } from '../decision.js';
+import { checkKnown } from '../validate.js';
+import { bucketIndex, countInWindow, foldHorizon, planSlot, planSlots, type Bucket, type BucketsOf, type LogView } from '../slot-plan.js';
 import type { Rule } from '../rules.js';
 import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
 
@@ -12,7 +12,7 @@ export interface MemoryStoreOptions {
 }
 
 interface KeyLog {
-  /** Ascending releases, one per slot (see lib/decision.ts). */
+  /** Ascending releases, one per slot (see lib/slot-plan.ts). */
   scores: number[];
   /** `members[i]` is the slot whose score is `scores[i]`. */
   members: string[];

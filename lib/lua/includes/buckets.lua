@@ -6,7 +6,7 @@
 -- folds them (vt_fold_due in includes/decide.lua), in buckets, fields
 -- 'b:<WINDOW>:<BUCKET>:<index>' of meta: a call that ended at s counts as if it ended at
 -- ceil(s / BUCKET) × BUCKET, the end of its bucket (never earlier: a call is held back by less than
--- one bucket width, never let through early). See lib/decision.ts (bucketIndex, bucketedFreeAt).
+-- one bucket width, never let through early). See lib/slot-plan.ts (bucketIndex, bucketedFreeAt).
 
 -- The buckets of a bucketed rule that still count at AT (whole ms, the clock rounded down: a bucket
 -- gone at AT is gone at the reading), ascending: { {end, count}, ... }. A fold at AT writes no index
@@ -146,7 +146,7 @@ local function vt_fold(log, meta, a, rules_at, rule_count, at, f)
 end
 
 -- Earliest time from FROM at which COST more calls keep a bucketed rule (bucketedFreeAt in
--- lib/decision.ts): with the j oldest buckets gone, at most LIMIT - COST - (calls in the others)
+-- lib/slot-plan.ts): with the j oldest buckets gone, at most LIMIT - COST - (calls in the others)
 -- calls of the log may still count. Returns the time and the log entry that set it (nil when a
 -- bucket or FROM did).
 local function vt_bucketed_free_at(log, size, buckets, limit, window, cost, from)

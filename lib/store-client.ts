@@ -48,7 +48,7 @@ export interface Booking {
   readonly clock: StoreClock;
 }
 
-export interface DecisionsOptions {
+export interface StoreClientOptions {
   readonly namespace: string;
   readonly store: Store;
   readonly maxHoldMs: number;
@@ -77,8 +77,8 @@ const NO_KEYS: readonly never[] = [];
  * `maxDelayMs`, 'local' decides in this process with a share of each limit), and the store's
  * completion announcements listened to from the first decision that waits for one.
  */
-export class Decisions {
-  readonly #options: DecisionsOptions;
+export class StoreClient {
+  readonly #options: StoreClientOptions;
   #listening: Promise<void> | undefined;
   /** Announcements reach this process. */
   #listened = false;
@@ -92,7 +92,7 @@ export class Decisions {
   /** Per store answering (the throttle's, or the local fallback's): its clock. */
   readonly #clocks = new WeakMap<Store, StoreClock>();
 
-  constructor(options: DecisionsOptions) {
+  constructor(options: StoreClientOptions) {
     this.#options = options;
   }
 
