@@ -8,7 +8,7 @@ import type { RedisClientLike } from './redis-options.js';
  * lines replaced by `lib/lua/includes/name.lua`. Command names carry a version so that two library
  * versions sharing one client never run each other's script.
  */
-export const SCRIPT_VERSION = 10;
+export const SCRIPT_VERSION = 11;
 
 /** A script, registered with ioredis `defineCommand` without a fixed number of keys: each call passes it first. */
 export interface ScriptDefinition {

@@ -336,7 +336,8 @@ export class RedisStore implements Store {
       const reply = (await this.#scripts.run(
         scripts.batch.name,
         keys,
-        [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, ...args],
+        // The operations as one string of fields (lua/batch.lua's FIELDS): far cheaper to send than one argument each.
+        [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, `${args.join(',')},`],
         late,
       )) as unknown[];
       if (reply[0] === 3 && recovery) {

@@ -262,7 +262,7 @@ end
 -- each. Deferred: this process waits on each key whose binding call is in flight. It never leaves
 -- a key's list here: the calls of several keys share keys with others of the process, which leave
 -- it when none waits (a leave operation).
-local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, first, out)
+local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, first, a, out)
   local now_ms = math.ceil(now)
   local cut = math.floor(now)
   local start_at, rule_index, pending = now, -1, nil
@@ -274,7 +274,7 @@ local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, f
     ready = math.max(ready, key.hold)
   end
   for _, key in ipairs(keys) do
-    start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, ARGV, start_at, rule_index, pending, offset)
+    start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, pending, offset)
     offset = offset + key.set.rule_count
   end
   local bound, earliest
