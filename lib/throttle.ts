@@ -13,10 +13,18 @@ import { StoreClient, type Booking, type Call } from './store-client.js';
 import { LocalFallback } from './fallback.js';
 import type { KeyInput, KeysInput } from './keys.js';
 import { KeyOps } from './key-ops.js';
-import type { KeyUsage, LimitOptions, LimitResult, ScheduleOptions, ThrottleEvents, ThrottleOptions, ThrottleStats } from './options.js';
+import {
+  throttleSettings,
+  type KeyUsage,
+  type LimitOptions,
+  type LimitResult,
+  type ScheduleOptions,
+  type ThrottleEvents,
+  type ThrottleOptions,
+  type ThrottleStats,
+} from './options.js';
 import { Refusals } from './refusals.js';
 import { describe } from './rules.js';
-import { throttleSettings } from './settings.js';
 import { sleep, withTimeout } from './sleep.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { ReserveResult, Store } from './store.js';

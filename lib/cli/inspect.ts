@@ -1,6 +1,6 @@
 import { formatRule, parseRules, RedisStore, Throttle, type Rule } from '../index.js';
 import { encodeKey, keyNames } from '../keys.js';
-import { DEFAULT_MAX_HOLD_MS } from '../settings.js';
+import { DEFAULT_MAX_HOLD_MS } from '../options.js';
 import { withRemaining } from '../store.js';
 import { ruleSource, type InspectOptions } from './args.js';
 import { EXIT, type ExitCode } from './errors.js';

@@ -1,7 +1,7 @@
 /**
  * Where a call's CPU goes, and which modules one call runs.
  *
- *   npx tsx scripts/bench/profile.ts                 # both parts, about 20 s
+ *   npx tsx scripts/bench/profile.ts                 # every part, about 30 s
  *   npx tsx scripts/bench/profile.ts --calls=50000   # calls of the profiled run (default 50,000)
  *   npx tsx scripts/bench/profile.ts --modules       # only the module map
  *
@@ -11,9 +11,14 @@
  *    file (garbage collection and microtasks included) and the top functions.
  * 2. Module map: the library's modules that run code during one `schedule()` on a fresh key, from
  *    V8's precise coverage (a function counts when it ran at least once during the call; modules
- *    only loaded, type-only imports and Lua do not count), in the order of the call's path.
+ *    only loaded, type-only imports and Lua do not count).
+ * 3. Memory: this process's heap (after a full garbage collection) before, after 100,000 calls on
+ *    100,000 distinct keys, and once those keys have idled past their window: what the throttle
+ *    keeps per key must go with the key.
  */
 import { Session } from 'node:inspector/promises';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { RedisStore, Throttle } from '../../lib/index.js';
@@ -28,6 +33,9 @@ interface Settings {
   readonly calls: number;
   readonly modulesOnly: boolean;
 }
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
 
 const USAGE = 'Usage: npx tsx scripts/bench/profile.ts [--calls=50000] [--modules]';
 
@@ -154,6 +162,41 @@ async function moduleMap(session: Session, url: string): Promise<void> {
   console.log();
 }
 
+/** Heap used after a full collection, in MB. */
+function heapMb(): number {
+  gc();
+  gc();
+  return process.memoryUsage().heapUsed / 2 ** 20;
+}
+
+async function memory(url: string): Promise<void> {
+  const keys = 100_000;
+  const windowMs = 1_000;
+  const client = new Redis(url);
+  const throttle = new Throttle({ name: 'memory', rules: [`5/${windowMs}ms`], store: new RedisStore(client) });
+  await throttle.schedule('warm-up', noop);
+  const before = heapMb();
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < keys) await throttle.schedule(`key-${next++}`, noop);
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  const loaded = heapMb();
+  // Past the window and the recovery journal's heartbeat: every key idle.
+  await new Promise((resolve) => setTimeout(resolve, windowMs + 1_500));
+  const idle = heapMb();
+  await throttle.close();
+  client.disconnect();
+  console.log(`## Memory: heap of one process (after a full collection), ${keys.toLocaleString('en')} calls on as many keys, rule 5/${windowMs}ms\n`);
+  console.log('| when | heap used | per key |\n| --- | ---: | ---: |');
+  console.log(`| before | ${before.toFixed(1)} MB | |`);
+  console.log(
+    `| right after the last call (the latest keys still inside their window) | ${loaded.toFixed(1)} MB | ${Math.round(((loaded - before) * 2 ** 20) / keys)} B |`,
+  );
+  console.log(`| once every key idled (${windowMs + 1_500} ms later) | ${idle.toFixed(1)} MB | ${Math.round(((idle - before) * 2 ** 20) / keys)} B |`);
+  console.log();
+}
+
 async function main(): Promise<void> {
   const settings = settingsOrUsage(() => parseSettings(process.argv.slice(2)), USAGE);
   if (settings === undefined) return;
@@ -164,6 +207,7 @@ async function main(): Promise<void> {
   try {
     if (!settings.modulesOnly) await profileRun(session, redis.url, settings.calls);
     await moduleMap(session, redis.url);
+    if (!settings.modulesOnly) await memory(redis.url);
   } finally {
     session.disconnect();
     await redis.stop();
