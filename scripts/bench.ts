@@ -640,7 +640,7 @@ function renderReport(report: Report): string {
   }
 
   if (report.aims.length > 0) {
-    out.push("Aims (an earlier issue's; issue 10's are in scripts/compare.ts): scenarios 1 and 3 from one process");
+    out.push('Aims of one process (the side by side, scripts/compare.ts, has the rest): scenarios 1 and 3');
     for (const check of report.aims) {
       const digits = check.aim.includes('/s') ? 0 : 4;
       out.push(`  ${check.met ? 'MET   ' : 'MISSED'}  ${check.id}  ${check.aim}: ${formatNumber(check.value, digits)}`);

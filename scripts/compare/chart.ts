@@ -177,7 +177,7 @@ export function renderChart(scenarios: readonly Scenario[], outcomes: readonly R
   });
   out.push(`<text x="10" y="${height - 24}" class="note">${escape(scenarios.map((s) => `${s.number}. ${s.id}`).join('  '))}</text>`);
   out.push(
-    `<text x="10" y="${height - 8}" class="note">– : not measured (no Redis, or no vendor calls), or the run failed. Numbers and settings: docs/benchmarks.md, "Side by side".</text>`,
+    `<text x="10" y="${height - 8}" class="note">– : not measured (no Redis, or no vendor calls), or the run failed. Numbers and settings: docs/benchmarks.md, "How the side by side measures".</text>`,
   );
   out.push('</svg>');
   return `${out.join('\n')}\n`;

@@ -81,7 +81,7 @@ export function scenarioTable(scenario: Scenario, outcomes: readonly RunOutcome[
   let line = describeScenario(scenario, workers);
   const ideal = outcomes.find((o) => o.idealSeconds !== undefined)?.idealSeconds;
   if (ideal !== undefined) line += ` Ideal batch time ${num(ideal, 2)} s per user.`;
-  if (scenario.floor !== undefined) line += ` Floor of quota use the issue asks for: ${percent(scenario.floor)}.`;
+  if (scenario.floor !== undefined) line += ` Floor of quota use aimed at: ${percent(scenario.floor)}.`;
   const tails = outcomes.filter((o) => o.tailCalls !== undefined).map((o) => o.tailCalls!);
   if (tails.length > 0) line += ` Calls that took the tail's latency: ${tails.map((t) => num(t)).join(', ')} (per run, in table order).`;
   const skews = outcomes.filter((o) => o.observedSkewsMs !== undefined).map((o) => o.observedSkewsMs!.map((ms) => `${ms > 0 ? '+' : ''}${num(ms)}`).join('/'));

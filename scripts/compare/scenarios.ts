@@ -5,7 +5,7 @@
  * Calls per user are per worker process unless `totalPerUser` is given: with 4 processes a hot key
  * gets 4 × 30 calls.
  *
- * Scenarios 11–15 are the shapes of issue 10's first table the others lacked; they run
+ * Scenarios 11–15 are shapes the others lack (a single-key burst, a send delay, two short rules, skewed clocks, no HTTP); they run
  * vendor-throttle and rate-limiter-flexible only, to keep the suite short.
  */
 import type { ContenderId, Rule } from './contender.js';
@@ -89,7 +89,7 @@ export interface Scenario {
   readonly processes?: number;
   /** Contenders run in this scenario; default: all those asked for. */
   readonly contenders?: readonly ContenderId[];
-  /** The issue's floor of quota use for this shape (issue 10), when it names one. */
+  /** The floor of quota use aimed at for this shape, where one is set. */
   readonly floor?: number;
 }
 

@@ -1,6 +1,6 @@
 /**
- * The two summary tables of the side-by-side benchmark (issue 10): quota used per scenario, with the
- * floor the issue asks for, and the cost of vendor-throttle per call beside rate-limiter-flexible's,
+ * The two summary tables of the side-by-side benchmark: quota used per scenario, with the
+ * floor aimed at, and the cost of vendor-throttle per call beside rate-limiter-flexible's,
  * measured on the same Redis in the same run.
  */
 import { contenderById } from './contenders.js';
@@ -23,7 +23,7 @@ function quotaCell(outcome: RunOutcome | undefined): string {
   return `${percent(outcome.utilization)} (${dropped === 0 ? '0 dropped' : `${num(dropped)} dropped, ${percent(dropped / outcome.calls, 1)}`})`;
 }
 
-/** Quota used by every contender in every burst scenario, the issue's floor beside it. */
+/** Quota used by every contender in every burst scenario, the floor aimed at beside it. */
 export function quotaTable(scenarios: readonly Scenario[], outcomes: readonly RunOutcome[]): string {
   const bursts = scenarios.filter((s) => s.shape.kind === 'burst');
   const contenders = [...new Set(outcomes.map((o) => o.contender))];
@@ -32,7 +32,7 @@ export function quotaTable(scenarios: readonly Scenario[], outcomes: readonly Ru
     '',
     'Quota used = ideal batch time ÷ actual batch time (first to last arrival at the vendor), summed over users; ' +
       "in brackets the calls the vendor silently dropped. Scenarios without HTTP count the calls' start times instead of arrivals. " +
-      'Floor: what issue 10 asks of vendor-throttle for that shape.',
+      'Floor: the quota vendor-throttle aims at for that shape (an exact limiter loses at least one call duration per window).',
     '',
     `| scenario | ${contenders.map((c) => (c === VT ? `**${contenderById(c).label}**` : contenderById(c).label)).join(' | ')} | floor |`,
     `| --- | ${contenders.map(() => '---:').join(' | ')} | ---: |`,
