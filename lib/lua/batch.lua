@@ -16,23 +16,24 @@
                     fields are read as A[5], A[6], … below (A[1 .. 4] are ARGV[1 .. 4]):
   A[5]     S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
                     LIMIT, WINDOW, BUCKET (includes/decide.lua)
-           then the operations, to the end of A, each starting with K (the key: KEYS[2K-1 .. 2K]):
-             K > 0   decide: K, SET (1-based), COST, COUNT, then COUNT pairs MAX_DELAY, FIRST
-             K = 0   decide one call in several keys at once (a standalone Redis, or keys of one
-                     slot): 0, N, then N pairs K, SET, then COST, MAX_DELAY, FIRST
-             K < 0   complete: -K, N, then N pairs NUMBER, RELEASE_AT (includes/complete.lua);
-                     N = 0: this process no longer waits on the key (it leaves the key's waiting list);
-                     N = -1: check the key: -K, -1, NUMBER, SCORE, KEY_UNTIL
-                     (includes/check.lua), before the key's decisions; N = -2: the same, FULL
-                     (the heartbeat's check of a key no decision follows);
-                     N = -3: tidy the key: -K, -3, RETAIN (includes/complete.lua), after its
-                     other operations
-           A decision on a key found lost (check status 1) is not made: its calls are answered
-           status 3. On a key held (status 2) it is made, and waits for the hold (decide.lua).
+           then the operations, to the end of A, each its code (VT_OP_*, declared with the other
+           codes in lib/stores/redis-scripts.ts, CODES) and its fields; K names a key, KEYS[2K-1 .. 2K]:
+             DECIDE       K, SET (1-based), COST, STAY, COUNT, then COUNT pairs MAX_DELAY, FIRST:
+                          COUNT calls of one key (includes/decide.lua)
+             DECIDE_KEYS  N, then N pairs K, SET, then COST, MAX_DELAY, FIRST: one call in several
+                          keys at once (a standalone Redis, or keys of one slot)
+             COMPLETE     K, N, then N pairs NUMBER, RELEASE_AT (includes/complete.lua)
+             LEAVE        K: this process no longer waits on the key (it leaves its waiting list)
+             CHECK        K, NUMBER, SCORE, KEY_UNTIL (includes/check.lua), before the key's decisions
+             CHECK_FULL   the same, and the key's hold and replication id read too (the heartbeat's
+                          check of a key no decision follows)
+             TIDY         K, RETAIN (includes/complete.lua), after the key's other operations
+           A decision on a key found lost (VT_CHECK_LOST) is not made: its calls are answered
+           VT_STATUS_NOT_MADE. On a key held (VT_CHECK_HELD) it is made, and waits for the hold.
 
-  Returns { 3 } when the epoch changed (the store lost its data; nothing was done), else
-  { 1, NOW_MS, then five values per decided call in order, then one per check (includes/check.lua) }:
-  NOW_MS is the store clock (0 when no decision or check was asked for).
+  Returns { VT_BATCH_EPOCH_CHANGED } when the epoch changed (the store lost its data; nothing was
+  done), else { VT_BATCH_DONE, NOW_MS, then five values per decided call in order, then one per
+  check (includes/check.lua) }: NOW_MS is the store clock (0 when no decision or check was asked for).
 ]]
 --- @include "log"
 --- @include "buckets"
@@ -49,7 +50,7 @@ for field in string.gmatch(ARGV[5], '([^,]*),') do A[#A + 1] = field end
 local epoch_key = nil
 if A[1] ~= '' then epoch_key = KEYS[#KEYS] end
 local ready = vt_epoch(epoch_key, A[1])
-if ready == 'lost' then return { 3 } end
+if ready == 'lost' then return { VT_BATCH_EPOCH_CHANGED } end
 
 local tag, channel = A[2], A[3]
 local sets = {}
@@ -95,40 +96,39 @@ for n = 1, tonumber(A[5]) do
 end
 
 local now = nil
-local out = { 1, 0 }
+local out = { VT_BATCH_DONE, 0 }
 local last = #A
 -- Keys whose check failed (by K), and the checks' answers. ENV: what a key's check or decision needs
 -- besides its own arguments (the replication id is read with the clock).
 local lost = {}
 local checks = {}
 local env = { grace = tonumber(A[4]), replid = '' }
--- A status-3 answer per call: a decision on a key that lost its data is not made.
+-- A VT_STATUS_NOT_MADE answer per call: a decision on a key that lost its data is not made.
 local function vt_not_made(calls)
   for c = 1, calls do
     local n = #out
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = 3, 0, 0, 0, 0
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = VT_STATUS_NOT_MADE, 0, 0, 0, 0
   end
 end
 while i <= last do
-  local k = tonumber(A[i])
-  local check = k < 0 and (A[i + 1] == '-1' or A[i + 1] == '-2')
-  local tidy = k < 0 and A[i + 1] == '-3'
-  if k >= 0 or check or tidy then
-    -- Completions come first in a batch and need no clock: TIME only when a decision or check needs it.
-    if now == nil then
-      now = vt_now()
-      out[2] = math.ceil(now)
-      env.replid = vt_replid()
-    end
+  local op = tonumber(A[i])
+  local k = tonumber(A[i + 1])
+  -- Completions and leaves come first in a batch and need no clock: TIME only when another operation needs it.
+  if now == nil and op ~= VT_OP_COMPLETE and op ~= VT_OP_LEAVE then
+    now = vt_now()
+    out[2] = math.ceil(now)
+    env.replid = vt_replid()
   end
-  if k > 0 and lost[k] then
-    local count = tonumber(A[i + 3])
-    vt_not_made(count)
-    i = i + 4 + 2 * count
-  elseif k > 0 then
-    i = vt_decide(KEYS[2 * k - 1], KEYS[2 * k], now, ready, tag, channel, sets[tonumber(A[i + 1])], A, i + 2, out, env)
-  elseif k == 0 then
-    local n = tonumber(A[i + 1])
+  if op == VT_OP_DECIDE then
+    if lost[k] then
+      local count = tonumber(A[i + 5])
+      vt_not_made(count)
+      i = i + 6 + 2 * count
+    else
+      i = vt_decide(KEYS[2 * k - 1], KEYS[2 * k], now, ready, tag, channel, sets[tonumber(A[i + 2])], A, i + 3, out, env)
+    end
+  elseif op == VT_OP_DECIDE_KEYS then
+    local n = k
     local whole = true
     for e = 0, n - 1 do
       if lost[tonumber(A[i + 2 + 2 * e])] then whole = false end
@@ -146,16 +146,21 @@ while i <= last do
       vt_not_made(1)
     end
     i = at + 3
-  elseif check then
+  elseif op == VT_OP_COMPLETE then
+    i = vt_complete(KEYS[2 * k - 1], KEYS[2 * k], tag, channel, A, i + 2)
+  elseif op == VT_OP_LEAVE then
+    vt_leave(KEYS[2 * k - 1], KEYS[2 * k], tag, channel)
+    i = i + 2
+  elseif op == VT_OP_CHECK or op == VT_OP_CHECK_FULL then
     local status
-    status, i = vt_check(KEYS[-2 * k - 1], KEYS[-2 * k], tag, now, env.grace, env.replid, A, i + 2, A[i + 1] == '-2')
-    if status == 1 then lost[-k] = true end
+    status, i = vt_check(KEYS[2 * k - 1], KEYS[2 * k], tag, now, env.grace, env.replid, A, i + 2, op == VT_OP_CHECK_FULL)
+    if status == VT_CHECK_LOST then lost[k] = true end
     checks[#checks + 1] = status
-  elseif tidy then
-    vt_tidy(KEYS[-2 * k - 1], KEYS[-2 * k], now, tonumber(A[i + 2]))
+  elseif op == VT_OP_TIDY then
+    vt_tidy(KEYS[2 * k - 1], KEYS[2 * k], now, tonumber(A[i + 2]))
     i = i + 3
   else
-    i = vt_complete(KEYS[-2 * k - 1], KEYS[-2 * k], tag, channel, A, i + 1)
+    return redis.error_reply('vtBatch: unknown operation ' .. tostring(A[i]))
   end
 end
 for _, status in ipairs(checks) do out[#out + 1] = status end

@@ -2,6 +2,9 @@ import { keyNames, type HashTag } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { KeyPart } from '../store.js';
 import type { Witness } from './journal.js';
+import { CODES } from './redis-scripts.js';
+
+const { op: OP, status: STATUS, check: CHECK } = CODES;
 
 /**
  * One operation waiting for the next batch: a decision ('d'), the completions and releases of a
@@ -118,7 +121,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
     seen.add(key);
     const witness = checks?.witness(key);
     if (witness === undefined) return;
-    args.push(-indexOf(key), full ? -2 : -1, witness.number, Math.ceil(witness.score), Math.floor(witness.keyUntil));
+    args.push(full ? OP.checkFull : OP.check, indexOf(key), witness.number, Math.ceil(witness.score), Math.floor(witness.keyUntil));
     checked.push(key);
   };
   for (const [key, keyOps] of byKey) {
@@ -153,22 +156,22 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       }
     }
     // Completions first (they may free room), then the leave, then the decisions.
-    if (pairs.length > 0) args.push(-k, pairs.length / 2, ...pairs);
-    if (leave) args.push(-k, 0);
+    if (pairs.length > 0) args.push(OP.complete, k, pairs.length / 2, ...pairs);
+    if (leave) args.push(OP.leave, k);
     for (const group of groups.values()) {
       const { cost, maxHoldMs, retainMs, rules } = group[0]!;
-      // A negative cost: the process stays in the key's waiting list (see Op.stay).
-      args.push(k, setOf(maxHoldMs, retainMs, rules), group.some((op) => op.stay) ? -cost : cost, group.length);
+      // STAY: the process stays in the key's waiting list (see Op.stay).
+      args.push(OP.decide, k, setOf(maxHoldMs, retainMs, rules), cost, group.some((op) => op.stay) ? 1 : 0, group.length);
       for (const op of group) args.push(maxDelayArg(op.maxDelayMs), op.first);
       decided.push(group);
     }
-    if (tidy > 0) args.push(-k, -3, tidy);
+    if (tidy > 0) args.push(OP.tidy, k, tidy);
   }
   // Calls of several keys last, after every completion of the batch.
   for (const op of several) {
     const parts = [op, ...op.also];
     for (const part of parts) check(part.key, false);
-    args.push(0, parts.length);
+    args.push(OP.decideKeys, parts.length);
     for (const part of parts) args.push(indexOf(part.key), setOf(op.maxHoldMs, part.retainMs, part.rules));
     args.push(op.cost, maxDelayArg(op.maxDelayMs), op.first);
     decided.push([op]);
@@ -186,9 +189,9 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       let at = 2;
       for (const group of decided) {
         for (const op of group) {
-          if (r[at] === 3) again.push(op);
+          if (r[at] === STATUS.notMade) again.push(op);
           else {
-            if (r[at] !== 1 && r[at + 3] === -3) for (const key of [op.key, ...op.also.map((part) => part.key)]) held.add(key);
+            if (r[at] !== STATUS.booked && r[at + 3] === CODES.rule.recovering) for (const key of [op.key, ...op.also.map((part) => part.key)]) held.add(key);
             op.resolve([r[at]!, r[at + 1]!, r[at + 2]!, r[at + 3]!, now, r[at + 4]!]);
           }
           at += 5;
@@ -199,8 +202,8 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       const heldKeys: string[] = [];
       for (const key of checked) {
         const status = r[at++];
-        if (status === 1) lost.push(key);
-        else if (status === 2 || held.has(key)) heldKeys.push(key);
+        if (status === CHECK.lost) lost.push(key);
+        else if (status === CHECK.held || held.has(key)) heldKeys.push(key);
       }
       return { again, lost, held: heldKeys };
     },
@@ -209,7 +212,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       let at = 2;
       for (const group of decided) {
         for (const op of group) {
-          if (reply[at] === 1) out.push(op);
+          if (reply[at] === STATUS.booked) out.push(op);
           at += 5;
         }
       }

@@ -1,7 +1,34 @@
 import { readFileSync } from 'node:fs';
 import { StoreUnavailableError } from '../errors.js';
+import { PAUSED, RECOVERING } from '../slot-plan.js';
 import { withTimeout } from '../sleep.js';
 import type { RedisClientLike } from './redis-options.js';
+
+/**
+ * The codes the scripts and this side share, declared once: every script is loaded after a line
+ * that declares each as a Lua local, `VT_<GROUP>_<NAME>` (`VT_OP_DECIDE`, `VT_STATUS_BOOKED`, …).
+ */
+export const CODES = {
+  /** lua/batch.lua: the first field of each operation (its fields: the script's header). */
+  op: { decide: 1, decideKeys: 2, complete: 3, leave: 4, check: 5, checkFull: 6, tidy: 7 },
+  /** A decided call's status (lua/includes/decide.lua); `notMade`: its key was found lost, asked again once put back. */
+  status: { refused: 0, booked: 1, deferred: 2, notMade: 3 },
+  /** The first value of a batch's reply: done, or nothing done because the namespace's epoch changed. */
+  batch: { done: 1, epochChanged: 3 },
+  /** What a key's check found (lua/includes/check.lua). */
+  check: { whole: 0, lost: 1, held: 2 },
+  /** A decision's rule index when no rule set the start: none, a vendor pause, a hold after a loss. */
+  rule: { none: -1, paused: PAUSED, recovering: RECOVERING },
+} as const;
+
+/** `CODES` as Lua locals, one line. */
+const LUA_CODES = Object.entries(CODES)
+  .flatMap(([group, codes]) => Object.entries(codes).map(([name, value]) => `local VT_${group.toUpperCase()}_${snakeCase(name)} = ${value}`))
+  .join('; ');
+
+function snakeCase(name: string): string {
+  return name.replace(/[A-Z]/g, (letter) => `_${letter}`).toUpperCase();
+}
 
 /**
  * The Lua scripts of the Redis store, read once from `lib/lua/*.lua` with their `--- @include "name"`
@@ -20,7 +47,7 @@ const INCLUDE = /^--- @include "([a-z-]+)"$/gm;
 
 function load(file: string): string {
   const source = readFileSync(new URL(`../lua/${file}.lua`, import.meta.url), 'utf8');
-  return source.replace(INCLUDE, (_line, name: string) => readFileSync(new URL(`../lua/includes/${name}.lua`, import.meta.url), 'utf8'));
+  return `${LUA_CODES}\n${source}`.replace(INCLUDE, (_line, name: string) => readFileSync(new URL(`../lua/includes/${name}.lua`, import.meta.url), 'utf8'));
 }
 
 export const scripts = {

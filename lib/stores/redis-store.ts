@@ -7,7 +7,7 @@ import { Journal } from './journal.js';
 import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
 import { MAX_RECOVERIES, Recovery } from './redis-recovery.js';
 import { redisStoreSettings, type RedisClientLike, type RedisStoreOptions } from './redis-options.js';
-import { ScriptRunner, scripts } from './redis-scripts.js';
+import { CODES, ScriptRunner, scripts } from './redis-scripts.js';
 import { Wakes } from './redis-wakes.js';
 
 /** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by ioredis), but for the operations of one key. */
@@ -121,13 +121,13 @@ export class RedisStore implements Store {
       request.stay === true,
     ))!;
     let members: readonly string[] = NONE;
-    if (status === 1) {
+    if (status === CODES.status.booked) {
       members = cost === 1 ? [this.#member(first)] : Array.from({ length: cost }, (_, i) => this.#member(first + i));
       this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now);
       for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now);
       this.#recovery?.startHeartbeat();
     }
-    return { status: status === 1 ? 'booked' : status === 2 ? 'deferred' : 'refused', waitMs, retryMs, startAt, now, ruleIndex, members };
+    return { status: STATUSES[status]!, waitMs, retryMs, startAt, now, ruleIndex, members };
   }
 
   /**
@@ -340,7 +340,7 @@ export class RedisStore implements Store {
         [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, `${args.join(',')},`],
         late,
       )) as unknown[];
-      if (reply[0] === 3 && recovery) {
+      if (reply[0] === CODES.batch.epochChanged && recovery) {
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.
         const lost = generation === recovery.generation && (await recovery.recover(namespace));
@@ -399,6 +399,13 @@ export class RedisStore implements Store {
 }
 
 const NONE: readonly never[] = [];
+
+/** A decided call's status, by its code. */
+const STATUSES: Record<number, ReserveResult['status']> = {
+  [CODES.status.booked]: 'booked',
+  [CODES.status.deferred]: 'deferred',
+  [CODES.status.refused]: 'refused',
+};
 
 /** The slot number of one of this store's members, `<number><tag>`. */
 function numberOf(member: string): number {

@@ -14,29 +14,29 @@
   the highest score a fold removed from the log (includes/buckets.lua), whatever rules the folding
   process had. A key whose meta went too has no `f`: any missing witness that counts is a loss.
   FULL: also look at meta (the heartbeat's check, with no decision after it). A decision reads meta
-  itself: a key held, or taken by another Redis than this one (a failover), answers rule index -3
-  (decide.lua), and the caller puts back its calls there as for status 2.
+  itself: a key held, or taken by another Redis than this one (a failover), answers VT_RULE_RECOVERING
+  (decide.lua), and the caller puts back its calls there as for VT_CHECK_HELD.
 
-  Returns 0 (whole), 1 (lost: the caller puts back its calls) or 2 (FULL only, held: another
+  Returns VT_CHECK_WHOLE, VT_CHECK_LOST (the caller puts back its calls) or VT_CHECK_HELD (FULL only, held: another
   process found a loss, or the key's last booking was taken by another Redis than this one, meta
   `r`: a failover since; the caller puts back its calls too, harmless if they are there), and the
   index in A after its arguments.
 ]]
 local function vt_check(log, meta, tag, now, grace, replid, a, i, full)
-  local status = 0
+  local status = VT_CHECK_WHOLE
   if now < tonumber(a[i + 2]) and not redis.call('ZSCORE', log, a[i] .. tag) then
-    if tonumber(redis.call('HGET', meta, 'f') or 0) < tonumber(a[i + 1]) then status = 1 end
+    if tonumber(redis.call('HGET', meta, 'f') or 0) < tonumber(a[i + 1]) then status = VT_CHECK_LOST end
   end
-  if status == 1 then
+  if status == VT_CHECK_LOST then
     vt_hold(log, meta, now, grace)
   elseif full then
     local state = redis.call('HMGET', meta, 'h', 'r')
     if replid ~= '' and state[2] and state[2] ~= replid then
       redis.call('HSET', meta, 'r', replid)
       vt_hold(log, meta, now, grace)
-      status = 2
+      status = VT_CHECK_HELD
     elseif tonumber(state[1] or 0) > now then
-      status = 2
+      status = VT_CHECK_HELD
     end
   end
   return status, i + 3

@@ -3,37 +3,44 @@
   score to the response time (ZADD XX LT: a score only ever goes down, so a decision that relied
   on it stays valid); a call that never started (aborted, closed) leaves the log. When processes
   wait for a completion on the key (meta `w`), one message on its own channel wakes the first of
-  them (includes/waiters.lua). With no calls, this process leaves the key's waiting list (its
-  waiting calls went away), which wakes the next one if it was the first.
+  them (includes/waiters.lua).
 
-  A[I ..]  N   followed by N pairs: NUMBER (the member is NUMBER followed by TAG), RELEASE_AT (ms,
-               store clock; '' = remove)
+  A[I ..]  N   (1 or more) followed by N pairs: NUMBER (the member is NUMBER followed by TAG),
+               RELEASE_AT (ms, store clock; '' = remove)
 
   Returns the index in A after its arguments.
 ]]
 local function vt_complete(log, meta, tag, channel, a, i)
   local count = tonumber(a[i])
-  if count == 0 then
-    local value = redis.call('HGET', meta, 'w')
-    if value then vt_waiters_update(meta, value, tag, 0, 0, channel, vt_user_key(log), false) end
-    return i + 1
-  end
   -- The latest completion is a time that has passed (no TIME needed): waiting entries long past
   -- theirs belong to processes that stopped asking, and are passed over.
   local latest = 0
+  local scored = {}
   for e = 0, count - 1 do
     local member = a[i + 1 + 2 * e] .. tag
     local release = a[i + 2 + 2 * e]
     if release == '' then
       redis.call('ZREM', log, member)
     else
-      redis.call('ZADD', log, 'XX', 'LT', release, member)
+      scored[#scored + 1] = release
+      scored[#scored + 1] = member
       latest = math.max(latest, tonumber(release))
     end
+  end
+  -- The key's completions in one ZADD, in chunks (unpack takes a few thousand values at most).
+  for from = 1, #scored, 1000 do
+    redis.call('ZADD', log, 'XX', 'LT', unpack(scored, from, math.min(#scored, from + 999)))
   end
   local value = redis.call('HGET', meta, 'w')
   if value then vt_waiters_wake(vt_waiters_parse(value), channel, vt_user_key(log), latest) end
   return i + 1 + 2 * count
+end
+
+-- leave: this process no longer waits on the key (its waiting calls went away): it leaves the
+-- key's waiting list, which wakes the next process if it was the first.
+local function vt_leave(log, meta, tag, channel)
+  local value = redis.call('HGET', meta, 'w')
+  if value then vt_waiters_update(meta, value, tag, 0, 0, channel, vt_user_key(log), false) end
 end
 
 --[[

@@ -17,19 +17,21 @@
            reach the vendor: a booked slot's score is START + MAX_HOLD until its completion lowers
            it), RETAIN (ms of history to keep, at least the longest window), the rules {LIMIT,
            WINDOW, BUCKET (ms, 0 = exact)} at RULES_AT in A
-  A[I ..]  COST      slots per call (1 .. smallest limit); negative (STAY): this process still waits
-                     on the key through other calls (a call of several keys), so a decision that
-                     waits no more leaves it in the key's list of waiting processes
+  A[I ..]  COST      slots per call (1 .. smallest limit)
+           STAY      1: this process still waits on the key through other calls (a call of several
+                     keys), so a decision that waits no more leaves it in the key's list of waiting
+                     processes; 0: it leaves the list once it waits no more
            COUNT     calls, followed by COUNT pairs: MAX_DELAY (ms, 'inf' = any), FIRST (the number
                      of the call's first member; members are FIRST .. FIRST+COST-1, each followed by TAG)
   A call of several keys is decided by vt_decide_keys (below): one call, every key's rules.
 
   Appends to OUT, per call, five values: status, wait_ms, start_at, rule_index, retry_ms
-  status: 1 booked (start in wait_ms), 0 refused (wait_ms: no slot before then), 2 deferred (ask
-  again after a completion on the key, or in retry_ms at the latest; no slot before wait_ms).
-  rule_index: 0-based index of the rule that set the start, -2 a vendor pause, -1 neither,
-  -3 (deferred) a new epoch is not ready yet, or the key is held after a loss (meta `h`,
-  includes/check.lua): live processes are putting back their calls.
+  status: VT_STATUS_BOOKED (start in wait_ms), VT_STATUS_REFUSED (wait_ms: no slot before then),
+  VT_STATUS_DEFERRED (ask again after a completion on the key, or in retry_ms at the latest; no
+  slot before wait_ms).
+  rule_index: 0-based index of the rule that set the start, VT_RULE_PAUSED a vendor pause,
+  VT_RULE_NONE neither, VT_RULE_RECOVERING a new epoch is not ready yet, or the key is held after
+  a loss (meta `h`, includes/check.lua): live processes are putting back their calls.
 ]]
 -- Whether the log's old completed calls are folded into buckets before the next call of COST: when
 -- the log holds more than twice the exact rules' largest limit plus 32 (memory stays bounded), or
@@ -159,17 +161,19 @@ local function vt_answer(now, now_ms, ready, max_delay, start_at, earliest, boun
   local limited = max_delay ~= 'inf' and wait > tonumber(max_delay)
   if ready > now_ms then
     local until_ready = math.ceil(ready - now)
-    if max_delay ~= 'inf' and until_ready > tonumber(max_delay) then return { 0, math.max(until_ready, wait), start_at, -3, 0 }, false, false end
-    return { 2, until_ready, start_at, -3, until_ready }, false, false
+    if max_delay ~= 'inf' and until_ready > tonumber(max_delay) then
+      return { VT_STATUS_REFUSED, math.max(until_ready, wait), start_at, VT_RULE_RECOVERING, 0 }, false, false
+    end
+    return { VT_STATUS_DEFERRED, until_ready, start_at, VT_RULE_RECOVERING, until_ready }, false, false
   elseif bound ~= nil and (limited or max_delay == '0') then
     -- Cannot wait for the completion: refused, with the soonest a slot could be free.
-    return { 0, wait, start_at, rule_index, 0 }, false, false
+    return { VT_STATUS_REFUSED, wait, start_at, rule_index, 0 }, false, false
   elseif bound ~= nil then
-    return { 2, wait, start_at, rule_index, math.max(1, math.ceil(bound - now)) }, false, true
+    return { VT_STATUS_DEFERRED, wait, start_at, rule_index, math.max(1, math.ceil(bound - now)) }, false, true
   elseif limited then
-    return { 0, wait, start_at, rule_index, 0 }, false, false
+    return { VT_STATUS_REFUSED, wait, start_at, rule_index, 0 }, false, false
   end
-  return { 1, wait, start_at, rule_index, 0 }, true, false
+  return { VT_STATUS_BOOKED, wait, start_at, rule_index, 0 }, true, false
 end
 
 -- Books COST slots at SCORE in KEY: members FIRST .. FIRST+COST-1 followed by TAG (FIRST as sent
@@ -220,23 +224,22 @@ local function vt_key_close(key, now, now_ms, tag, channel, stay)
   end
 end
 
--- decide: COUNT calls of one key. STAY: a negative COST (see the header).
+-- decide: COUNT calls of one key (see the header).
 local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, env)
   local now_ms = math.ceil(now)
   -- What no longer counts at CUT no longer counts at now (NOW_MS, rounded up, may lie just past a
   -- slot's end that a call starting at the reading itself must still see).
   local cut = math.floor(now)
   local cost = tonumber(a[i])
-  local stay = cost < 0
-  if stay then cost = -cost end
-  local count = tonumber(a[i + 1])
-  local calls_at = i + 2
+  local stay = a[i + 1] == '1'
+  local count = tonumber(a[i + 2])
+  local calls_at = i + 3
   local key = vt_key_open(log, meta, set, cut, now, env)
   for c = 0, count - 1 do
     -- The clock as read, not rounded up: a slot is free now only if it is free at the moment the
     -- call can start, which is after this reading, never before it.
-    local start_at, rule_index = now, -1
-    if key.pause > now then start_at, rule_index = key.pause, -2 end
+    local start_at, rule_index = now, VT_RULE_NONE
+    if key.pause > now then start_at, rule_index = key.pause, VT_RULE_PAUSED end
     local pending
     start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, nil, 0)
     local bound, earliest
@@ -245,12 +248,12 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
     if waits then key.waits_until = math.max(key.waits_until, bound) end
     if book then vt_key_book(key, reply[3] + set.max_hold, cost, a[calls_at + 2 * c + 1], tag) end
     local n = #out
-    for rest = c, reply[1] == 2 and count - 1 or c do
+    for rest = c, reply[1] == VT_STATUS_DEFERRED and count - 1 or c do
       -- A deferred call: the calls after it meet the same state, the same answer.
       for v = 1, 5 do out[n + v] = reply[v] end
       n = n + 5
     end
-    if reply[1] == 2 then break end
+    if reply[1] == VT_STATUS_DEFERRED then break end
   end
   vt_key_close(key, now, now_ms, tag, channel, stay)
   return calls_at + 2 * count
@@ -265,12 +268,12 @@ end
 local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, first, a, out)
   local now_ms = math.ceil(now)
   local cut = math.floor(now)
-  local start_at, rule_index, pending = now, -1, nil
+  local start_at, rule_index, pending = now, VT_RULE_NONE, nil
   local offset = 0
   local max_hold = keys[1].set.max_hold
   -- Every key's pause first, then every rule (as one key's pause, then its rules).
   for _, key in ipairs(keys) do
-    if key.pause > start_at then start_at, rule_index = key.pause, -2 end
+    if key.pause > start_at then start_at, rule_index = key.pause, VT_RULE_PAUSED end
     ready = math.max(ready, key.hold)
   end
   for _, key in ipairs(keys) do
