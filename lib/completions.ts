@@ -1,7 +1,5 @@
-import { keysOf } from './calls.js';
 import type { StoreClock } from './clock.js';
 import type { Booking, Call } from './store-client.js';
-import type { LocalFallback, LocalSlot } from './fallback.js';
 import type { Rule } from './rules.js';
 import type { ReserveResult, Settlement, Store } from './store.js';
 
@@ -15,9 +13,8 @@ import type { ReserveResult, Settlement, Store } from './store.js';
 /** A booked slot. Local times are `performance.now()` readings. */
 export interface Grant {
   readonly result: ReserveResult;
-  /** Where the slot was booked: the throttle's store, or the local fallback. */
+  /** Where the slot was booked, and is settled: the throttle's store, or the local fallback. */
   readonly store: Store;
-  readonly localSlot: LocalSlot | undefined;
   readonly clock: StoreClock;
   /** Local time the slot starts at, read up to 1 ms early (completion times convert to the store clock late, never early). */
   readonly due: number;
@@ -37,7 +34,7 @@ export function grantOf(result: ReserveResult, booking: Booking): Grant {
   // answers placed it (lib/clock.ts), whichever is sooner. The first ignores drift over the wait
   // itself (docs/design.md §5, Clocks).
   const startsAt = result.waitMs > 0 ? Math.min(booking.receivedAt + result.waitMs, booking.clock.localTime(result.startAt)) : booking.receivedAt;
-  return { result, store: booking.store, localSlot: booking.localSlot, clock: booking.clock, due, startsAt };
+  return { result, store: booking.store, clock: booking.clock, due, startsAt };
 }
 
 /**
@@ -47,15 +44,13 @@ export function grantOf(result: ReserveResult, booking: Booking): Grant {
 export class Slots {
   readonly #completions: Completions;
   readonly #maxHoldMs: number;
-  readonly #fallback: LocalFallback | undefined;
   /** Says once that a call outlasted maxHoldMs. */
   readonly #warn: (message: string, key: string) => void;
   #warnedSlow = false;
 
-  constructor(completions: Completions, maxHoldMs: number, fallback: LocalFallback | undefined, warn: (message: string, key: string) => void) {
+  constructor(completions: Completions, maxHoldMs: number, warn: (message: string, key: string) => void) {
     this.#completions = completions;
     this.#maxHoldMs = maxHoldMs;
-    this.#fallback = fallback;
     this.#warn = warn;
   }
 
@@ -72,13 +67,11 @@ export class Slots {
     // The latest the store clock can read now: from this call's own answer (drift over the call
     // ignored, as for its start), or from the quickest answers, whichever is sooner.
     const releaseAt = Math.ceil(Math.min(grant.result.startAt + (completedAt - grant.due), grant.clock.storeTime(completedAt)));
-    if (grant.localSlot) grant.localSlot.releaseAt = releaseAt;
     this.#write(call, grant, releaseAt);
   }
 
   /** Gives back a slot whose call will never start. */
   release(call: Call, grant: Grant): void {
-    if (grant.localSlot) for (const key of keysOf(call)) this.#fallback?.forget(key, grant.localSlot);
     this.#write(call, grant, null);
   }
 

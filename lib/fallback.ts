@@ -1,12 +1,13 @@
 import { StoreUnavailableError } from './errors.js';
-import type { ReserveRequest, ReserveResult, Store } from './store.js';
+import type { Rule } from './rules.js';
+import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from './store.js';
 import { MemoryStore } from './stores/memory-store.js';
 
 /** After a store failure, how long calls go straight to the local fallback; also how often its slots are put back. */
 export const STORE_RETRY_MS = 1_000;
 
 /** A slot decided locally while the store was down, to be put into the store once it answers. */
-export interface LocalSlot {
+interface LocalSlot {
   readonly cost: number;
   /** The slot's bound (start + maxHoldMs), on the local store's clock. */
   readonly boundAt: number;
@@ -14,12 +15,17 @@ export interface LocalSlot {
   releaseAt: number | undefined;
 }
 
+/** Members of the slots booked here: never those of another store (a RedisStore's are `<n>.<tag>`, a MemoryStore's `<n>`). */
+const MEMBER_PREFIX = 'local:';
+
 /**
- * `onStoreError: 'local'` (docs/operations.md): while the shared store fails, decides in this
- * process with `share` of each limit, and puts those calls into the store once it answers again,
- * before the store decides anything new for this process.
+ * `onStoreError: 'local'` (docs/operations.md): a store of its own, beside the throttle's, that
+ * decides in this process with `share` of each limit while the shared store fails, and puts those
+ * calls into the shared store once it answers again, before that store decides anything new for
+ * this process. A slot booked here is settled here too (its members say so): the throttle treats it
+ * as any other store's.
  */
-export class LocalFallback {
+export class LocalFallback implements Store {
   readonly #namespace: string;
   readonly #store: Store;
   readonly #share: number;
@@ -27,6 +33,8 @@ export class LocalFallback {
   /** `performance.now()` before which calls skip the failing store and decide locally. */
   #downUntil = 0;
   readonly #slots = new Map<string, { readonly retainMs: number; readonly slots: LocalSlot[] }>();
+  /** The slot of each member booked here, until it completes or is given back. */
+  readonly #members = new Map<string, { readonly slot: LocalSlot; readonly keys: readonly string[] }>();
   /** Keys that took this process's recent calls in the current outage (see `decide`). */
   readonly #seeded = new Set<string>();
   #putBack: Promise<void> | undefined;
@@ -62,8 +70,12 @@ export class LocalFallback {
     this.#downUntil = performance.now() + STORE_RETRY_MS;
   }
 
+  /** One clock: this process's. */
+  readonly singleClock = true;
+  readonly multiKey = true;
+
   /** Decides in this process with the share of each limit (of each key, for a call of several). */
-  async decide(request: ReserveRequest): Promise<{ result: ReserveResult; store: Store; localSlot: LocalSlot | undefined }> {
+  async reserve(request: ReserveRequest): Promise<ReserveResult> {
     const parts = [request, ...(request.also ?? [])].map(({ key, rules, retainMs }) => ({
       key,
       retainMs,
@@ -85,19 +97,54 @@ export class LocalFallback {
     }
     const [first, ...also] = parts as [(typeof parts)[number], ...typeof parts];
     const result = await local.reserve({ ...request, rules: first.rules, also });
-    if (result.status !== 'booked') return { result, store: local, localSlot: undefined };
+    if (result.status !== 'booked') return result;
     const localSlot: LocalSlot = { cost: request.cost, boundAt: result.startAt + request.maxHoldMs, releaseAt: undefined };
+    const keys = parts.map((part) => part.key);
     for (const { key, retainMs } of parts) {
       let entry = this.#slots.get(key);
       if (!entry) this.#slots.set(key, (entry = { retainMs, slots: [] }));
       entry.slots.push(localSlot);
     }
+    const members = result.members.map((member) => `${MEMBER_PREFIX}${member}`);
+    for (const member of members) this.#members.set(member, { slot: localSlot, keys });
     this.#schedule();
-    return { result, store: local, localSlot };
+    return { ...result, members };
+  }
+
+  /**
+   * Completions and releases of slots booked here: written in the local log (the next local
+   * decisions see them), and kept for the put-back (a completed call counts until its completion;
+   * one that never started, not at all).
+   */
+  async settle(namespace: string, key: string, settle: readonly Settlement[]): Promise<void> {
+    const local: Settlement[] = [];
+    for (const { member, releaseAt } of settle) {
+      local.push({ member: member.slice(MEMBER_PREFIX.length), releaseAt });
+      const booked = this.#members.get(member);
+      if (booked === undefined) continue;
+      if (releaseAt !== null) booked.slot.releaseAt = releaseAt;
+      else for (const slotKey of booked.keys) this.#forget(slotKey, booked.slot);
+      // Settled in every key of the call once it has been settled in its last.
+      if (key === booked.keys[booked.keys.length - 1]) this.#members.delete(member);
+    }
+    await this.#local.settle(namespace, key, local);
+  }
+
+  /** Usage as this process's share of the limits counts it here. */
+  inspect(namespace: string, key: string, rules: readonly Rule[], maxHoldMs?: number): Promise<InspectResult> {
+    return this.#local.inspect(namespace, key, rules, maxHoldMs);
+  }
+
+  pause(namespace: string, key: string, ms: number): Promise<number> {
+    return this.#local.pause(namespace, key, ms);
+  }
+
+  restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number): Promise<void> {
+    return this.#local.restore(namespace, key, slots, retainMs);
   }
 
   /** A local slot whose call never started: nothing to put back. */
-  forget(key: string, slot: LocalSlot): void {
+  #forget(key: string, slot: LocalSlot): void {
     const slots = this.#slots.get(key)?.slots;
     const index = slots?.indexOf(slot) ?? -1;
     if (index >= 0) slots!.splice(index, 1);

@@ -1,6 +1,6 @@
 import { StoreClock } from './clock.js';
 import { StoreUnavailableError, ThrottleError } from './errors.js';
-import type { LocalFallback, LocalSlot } from './fallback.js';
+import type { LocalFallback } from './fallback.js';
 import type { StoreErrorPolicy, ThrottleEvents } from './options.js';
 import type { Rule } from './rules.js';
 import { sleep, withTimeout } from './sleep.js';
@@ -37,9 +37,8 @@ export interface Call extends CallKey {
 
 /** What a decision gives the line, besides the store's answer. */
 export interface Booking {
-  /** Where the slot was booked: the throttle's store, or the local fallback. */
+  /** Where the slot was booked, and is settled: the throttle's store, or the local fallback (a store too). */
   readonly store: Store;
-  readonly localSlot: LocalSlot | undefined;
   /** `performance.now()` when the decision was asked for. */
   readonly sentAt: number;
   /** `performance.now()` when the answer came: the store decided between `sentAt` and this. */
@@ -111,8 +110,8 @@ export class StoreClient {
       const maxDelayMs = Math.max(0, call.deadline - sentAt);
       const request = { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs, retainMs: call.retainMs, also, stay };
       if (fallback?.active) {
-        const local = await fallback.decide(request);
-        return { result: local.result, extra: this.#booking(local.store, local.localSlot, sentAt, local.result) };
+        const result = await fallback.reserve(request);
+        return { result, extra: this.#booking(fallback, sentAt, result) };
       }
       try {
         if (fallback?.owing) await fallback.putBack();
@@ -127,7 +126,7 @@ export class StoreClient {
           await this.#listen(store.listen.bind(store));
           continue;
         }
-        return { result, extra: this.#booking(store, undefined, sentAt, result) };
+        return { result, extra: this.#booking(store, sentAt, result) };
       } catch (error) {
         const failure = storeError(error);
         if (!(failure instanceof StoreUnavailableError)) throw failure;
@@ -158,11 +157,11 @@ export class StoreClient {
       this.#deadlines.add(error);
       return error;
     };
-    const late = (result: ReserveResult): void => this.#options.late(call, result, this.#booking(this.#options.store, undefined, sentAt, result), stay);
+    const late = (result: ReserveResult): void => this.#options.late(call, result, this.#booking(this.#options.store, sentAt, result), stay);
     return withTimeout(asked, Math.max(0, call.deadline - performance.now()), expired, late);
   }
 
-  #booking(store: Store, localSlot: LocalSlot | undefined, askedAt: number, result: ReserveResult): Booking {
+  #booking(store: Store, askedAt: number, result: ReserveResult): Booking {
     const receivedAt = performance.now();
     // An in-process store may answer with a clock reading taken before the ask: from then on.
     const sentAt = Math.min(askedAt, result.readAt ?? askedAt);
@@ -172,7 +171,7 @@ export class StoreClient {
       if (store.singleClock) this.#clocks.set(store, clock);
     }
     clock.sample(sentAt, receivedAt, result.now);
-    return { store, localSlot, sentAt, receivedAt, clock };
+    return { store, sentAt, receivedAt, clock };
   }
 
   /** Stops listening. */

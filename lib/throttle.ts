@@ -99,7 +99,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       (error) =>
         this.notify('debug', { message: 'a completion or release did not reach the store; it is sent again (until then the slot counts to its bound)', error }),
     );
-    this.#slots = new Slots(this.#completions, this.#maxHoldMs, this.#fallback, (message, key) => this.notify('debug', { message, key }));
+    this.#slots = new Slots(this.#completions, this.#maxHoldMs, (message, key) => this.notify('debug', { message, key }));
     this.#keyOps = new KeyOps({
       name: this.name,
       store: this.store,
