@@ -6,6 +6,7 @@
  */
 import { expect } from 'chai';
 import { RateLimitedError } from '../lib/errors.js';
+import { keyNames, encodeKey } from '../lib/keys.js';
 import type { ReserveResult } from '../lib/store.js';
 import { Throttle } from '../lib/throttle.js';
 import { delegatingStore } from './support/delegating-store.js';
@@ -42,4 +43,23 @@ describe('a quiet process', function () {
       }
     });
   }
+
+  it("a call held after a real loss says so: reason 'recovering', not a vendor pause", async () => {
+    const prefix = uniquePrefix();
+    const client = redisClient();
+    const store = redisStore(client, { prefix, recovery: { heartbeatMs: 100, graceMs: 300 } });
+    const throttle = new Throttle({ name: 'lost', rules: ['5/s'], mode: 'throw', store });
+    try {
+      expect(await throttle.schedule('user', () => 'ran')).to.equal('ran');
+      // The namespace's data is lost (as a restart without persistence or FLUSHALL would do).
+      const { log, meta } = keyNames(prefix, 'lost', encodeKey('user'));
+      await client.del(`${prefix}:lost:epoch`, log, meta);
+      const refused = await throttle.schedule('user', () => 'ran').catch((error: unknown) => error);
+      expect(refused).to.be.instanceOf(RateLimitedError);
+      expect(refused).to.have.property('reason', 'recovering');
+      expect((refused as RateLimitedError).message).to.match(/putting back calls after it lost data/);
+    } finally {
+      await throttle.close();
+    }
+  });
 });
