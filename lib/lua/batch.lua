@@ -11,10 +11,10 @@
   ARGV[3]  CHANNEL  the namespace's channel prefix: a completion wakes a waiting process on
                     CHANNEL followed by the process's tag
   ARGV[4]  GRACE    ms a key is held once found to have lost data (includes/check.lua)
-  ARGV[5]  FIELDS   everything else, as one string of comma-separated fields, each followed by a
-                    comma (one argument costs the client far less to send than hundreds); its
-                    fields are read as A[5], A[6], … below (A[1 .. 4] are ARGV[1 .. 4]):
-  A[5]     S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
+  ARGV[5]  FIELDS   everything else, as one MessagePack array of numbers, A below (unpacked in C:
+                    far cheaper than hundreds of arguments, or a text to split; packNumbers in
+                    lib/stores/redis-batch.ts):
+  A[1]     S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
                     LIMIT, WINDOW, BUCKET (includes/decide.lua)
            then the operations, to the end of A, each its code (VT_OP_*, declared with the other
            codes in lib/stores/redis-scripts.ts, CODES) and its fields; K names a key, KEYS[2K-1 .. 2K]:
@@ -42,20 +42,17 @@
 --- @include "complete"
 --- @include "check"
 
--- A keeps ARGV's layout: ARGV[1 .. 4], then the fields of ARGV[5] (empty ones too: a release of
--- '' removes a slot, includes/complete.lua).
-local A = { ARGV[1], ARGV[2], ARGV[3], ARGV[4] }
-for field in string.gmatch(ARGV[5], '([^,]*),') do A[#A + 1] = field end
+local A = cmsgpack.unpack(ARGV[5])
 
 local epoch_key = nil
-if A[1] ~= '' then epoch_key = KEYS[#KEYS] end
-local ready = vt_epoch(epoch_key, A[1])
+if ARGV[1] ~= '' then epoch_key = KEYS[#KEYS] end
+local ready = vt_epoch(epoch_key, ARGV[1])
 if ready == 'lost' then return { VT_BATCH_EPOCH_CHANGED } end
 
-local tag, channel = A[2], A[3]
+local tag, channel = ARGV[2], ARGV[3]
 local sets = {}
-local i = 6
-for n = 1, tonumber(A[5]) do
+local i = 2
+for n = 1, A[1] do
   local rule_count = tonumber(A[i + 2])
   local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { 'pause', 'w', 'h', 'r' }, groups = {}, limits = {}, windows = {}, buckets = {} }
   local by_prefix = {}
@@ -67,7 +64,7 @@ for n = 1, tonumber(A[5]) do
     set.limits[r], set.windows[r], set.buckets[r] = limit, window, tonumber(A[i + 5 + 3 * r])
     set.most = math.max(set.most, limit)
     longest = math.max(longest, window)
-    if A[i + 5 + 3 * r] ~= '0' then
+    if A[i + 5 + 3 * r] ~= 0 then
       -- A bucketed rule's (WINDOW, BUCKET): meta's count of calls in its buckets is read with the state.
       set.bucketed = true
       local prefix = 'b:' .. tonumber(A[i + 4 + 3 * r]) .. ':' .. tonumber(A[i + 5 + 3 * r]) .. ':'
@@ -102,7 +99,7 @@ local last = #A
 -- besides its own arguments (the replication id is read with the clock).
 local lost = {}
 local checks = {}
-local env = { grace = tonumber(A[4]), replid = '' }
+local env = { grace = tonumber(ARGV[4]), replid = '' }
 -- A VT_STATUS_NOT_MADE answer per call: a decision on a key that lost its data is not made.
 local function vt_not_made(calls)
   for c = 1, calls do

@@ -30,8 +30,8 @@ export interface Op {
   readonly also: readonly KeyPart[];
   /** 'd' of one key: this process still waits on the key through calls of several keys (it stays in the key's waiting list). */
   readonly stay: boolean;
-  /** 'c': NUMBER, RELEASE_AT ('' = remove) pairs. */
-  readonly pairs: ReadonlyArray<string | number>;
+  /** 'c': NUMBER, RELEASE_AT (-1 = remove) pairs. */
+  readonly pairs: readonly number[];
   /** 'd': the decision's answer; 'c' and 'l': undefined. */
   readonly resolve: (reply: Decided | undefined) => void;
   readonly reject: (error: unknown) => void;
@@ -60,7 +60,8 @@ export interface Checked {
 /** One `EVALSHA` of lua/batch.lua: its keys, its arguments after EPOCH, TAG, CHANNEL and GRACE, and who gets which reply. */
 export interface EncodedBatch {
   readonly keys: string[];
-  readonly args: Array<string | number>;
+  /** Every field after EPOCH, TAG, CHANNEL and GRACE, packed as lua/batch.lua's FIELDS. */
+  readonly fields: Buffer;
   deliver(reply: readonly unknown[]): Checked;
   /** The decisions the reply booked (for a reply that came after its callers gave up: lib/stores/redis-store.ts). */
   booked(reply: readonly unknown[]): Op[];
@@ -85,8 +86,8 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   const keys: string[] = [];
   const indices = new Map<string, number>();
   const sets = new Map<string, number>();
-  const setArgs: Array<string | number> = [];
-  const args: Array<string | number> = [];
+  const setArgs: number[] = [];
+  const args: number[] = [];
   const decided: Op[][] = [];
   const others: Op[] = [];
   const several: Op[] = [];
@@ -126,7 +127,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   };
   for (const [key, keyOps] of byKey) {
     const k = indexOf(key);
-    const pairs: Array<string | number> = [];
+    const pairs: number[] = [];
     let leave = false;
     let tidy = 0;
     // Before anything is decided on the key (a key a process holds nothing on has no witness). A
@@ -178,7 +179,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   }
   return {
     keys,
-    args: [sets.size, ...setArgs, ...args],
+    fields: packNumbers(sets.size, setArgs, args),
     deliver: (reply) => {
       const now = reply[1] as number;
       const r = reply as number[];
@@ -221,8 +222,49 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   };
 }
 
-function maxDelayArg(maxDelayMs: number): number | string {
-  return Number.isFinite(maxDelayMs) ? Math.floor(maxDelayMs) : 'inf';
+/** MAX_DELAY as lua/includes/decide.lua reads it: whole ms, or -1 for any. */
+function maxDelayArg(maxDelayMs: number): number {
+  return Number.isFinite(maxDelayMs) ? Math.floor(maxDelayMs) : -1;
+}
+
+/**
+ * `first`, then `...lists`, as one MessagePack array of numbers, which lua/batch.lua unpacks with
+ * Redis's `cmsgpack` (in C: measured 4.5 µs of Redis CPU less per call than splitting a text).
+ * Integers of 0 to 127 take one byte, other 32-bit ones five; the rest (times in ms, fractions) go
+ * as doubles, nine bytes, exact for integers below 2^53.
+ */
+export function packNumbers(first: number, ...lists: ReadonlyArray<readonly number[]>): Buffer {
+  let count = 1;
+  let size = 5 + byteLength(first);
+  for (const list of lists) {
+    count += list.length;
+    for (const value of list) size += byteLength(value);
+  }
+  const out = Buffer.allocUnsafe(size);
+  out[0] = 0xdd;
+  out.writeUInt32BE(count, 1);
+  let at = writeNumber(out, 5, first);
+  for (const list of lists) for (const value of list) at = writeNumber(out, at, value);
+  return out;
+}
+
+function byteLength(value: number): number {
+  if (value >= 0 && value < 128 && Number.isInteger(value)) return 1;
+  return value >= -(2 ** 31) && value < 2 ** 31 && Number.isInteger(value) ? 5 : 9;
+}
+
+function writeNumber(out: Buffer, at: number, value: number): number {
+  const length = byteLength(value);
+  if (length === 1) {
+    out[at] = value;
+  } else if (length === 5) {
+    out[at] = 0xd2;
+    out.writeInt32BE(value, at + 1);
+  } else {
+    out[at] = 0xcb;
+    out.writeDoubleBE(value, at + 1);
+  }
+  return at + length;
 }
 
 /** Rules as lua/includes/buckets.lua reads them: R, then R triples LIMIT, WINDOW, BUCKET. */

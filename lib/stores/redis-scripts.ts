@@ -59,7 +59,7 @@ export const scripts = {
   reset: { name: `vtReset${SCRIPT_VERSION}`, lua: load('reset') },
 } as const satisfies Record<string, ScriptDefinition>;
 
-type ScriptFn = (...args: Array<string | number>) => Promise<unknown>;
+type ScriptFn = (...args: Array<string | number | Buffer>) => Promise<unknown>;
 /** The client's events the runner listens to (ioredis `Redis` and `Cluster` are EventEmitters). */
 interface ClientEvents {
   on?(event: 'error' | 'ready', listener: (error?: unknown) => void): unknown;
@@ -110,12 +110,12 @@ export class ScriptRunner {
   }
 
   /** Runs one script with the timeout; `late` gets the reply of a script that answered after it. */
-  run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>, late?: (reply: unknown) => void): Promise<unknown> {
+  run(name: string, keys: readonly string[], args: ReadonlyArray<string | number | Buffer>, late?: (reply: unknown) => void): Promise<unknown> {
     return this.timed(this.#call(name, keys, args), late);
   }
 
   /** Calls a script: with the number of keys first on a standalone Redis, without it on a Cluster (fixed there). */
-  #call(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown> {
+  #call(name: string, keys: readonly string[], args: ReadonlyArray<string | number | Buffer>): Promise<unknown> {
     if (!this.cluster) return this.client[name]!(keys.length, ...keys, ...args);
     // A batch with a call of several keys has more keys than the command defined for one key.
     if (name === scripts.batch.name && keys.length !== CLUSTER_KEYS.batch) name = this.#clusterBatch(keys.length);

@@ -137,10 +137,10 @@ export class RedisStore implements Store {
   async settle(namespace: string, key: string, settle: readonly Settlement[], coalesceMs = 0): Promise<void> {
     if (settle.length === 0) return;
     this.#recovery?.journal.settle(namespace, key, settle, numberOf);
-    const pairs: Array<string | number> = [];
+    const pairs: number[] = [];
     for (const { member, releaseAt } of settle) {
       // Members of another store (or none) are in no log of this one: nothing to change.
-      if (member.endsWith(this.#tag)) pairs.push(Number.parseInt(member, 10), releaseAt === null ? '' : Math.ceil(releaseAt));
+      if (member.endsWith(this.#tag)) pairs.push(Number.parseInt(member, 10), releaseAt === null ? -1 : Math.ceil(releaseAt));
     }
     if (pairs.length === 0) return;
     await this.#enqueue('c', namespace, key, 0, 0, 0, NO_RULES, 0, 0, pairs, coalesceMs);
@@ -258,7 +258,7 @@ export class RedisStore implements Store {
     rules: readonly Rule[],
     maxDelayMs: number,
     first: number,
-    pairs: ReadonlyArray<string | number>,
+    pairs: readonly number[],
     delayMs = 0,
     also: readonly KeyPart[] = NONE,
     stay = false,
@@ -326,7 +326,7 @@ export class RedisStore implements Store {
         if (ops.some((op) => op.type === 'd')) epoch = await recovery.epochOf(namespace);
       }
       const generation = recovery?.generation ?? 0;
-      const { keys, args, deliver, booked } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace));
+      const { keys, fields, deliver, booked } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace));
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
       if (checked !== '') keys.push(recovery!.epochKey(namespace));
@@ -337,7 +337,7 @@ export class RedisStore implements Store {
         scripts.batch.name,
         keys,
         // The operations as one string of fields (lua/batch.lua's FIELDS): far cheaper to send than one argument each.
-        [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, `${args.join(',')},`],
+        [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, fields],
         late,
       )) as unknown[];
       if (reply[0] === CODES.batch.epochChanged && recovery) {

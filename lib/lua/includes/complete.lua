@@ -6,7 +6,7 @@
   them (includes/waiters.lua).
 
   A[I ..]  N   (1 or more) followed by N pairs: NUMBER (the member is NUMBER followed by TAG),
-               RELEASE_AT (ms, store clock; '' = remove)
+               RELEASE_AT (ms, store clock; -1 = remove)
 
   Returns the index in A after its arguments.
 ]]
@@ -19,7 +19,7 @@ local function vt_complete(log, meta, tag, channel, a, i)
   for e = 0, count - 1 do
     local member = a[i + 1 + 2 * e] .. tag
     local release = a[i + 2 + 2 * e]
-    if release == '' then
+    if release < 0 then
       redis.call('ZREM', log, member)
     else
       scored[#scored + 1] = release

@@ -21,7 +21,7 @@
            STAY      1: this process still waits on the key through other calls (a call of several
                      keys), so a decision that waits no more leaves it in the key's list of waiting
                      processes; 0: it leaves the list once it waits no more
-           COUNT     calls, followed by COUNT pairs: MAX_DELAY (ms, 'inf' = any), FIRST (the number
+           COUNT     calls, followed by COUNT pairs: MAX_DELAY (ms, -1 = any), FIRST (the number
                      of the call's first member; members are FIRST .. FIRST+COST-1, each followed by TAG)
   A call of several keys is decided by vt_decide_keys (below): one call, every key's rules.
 
@@ -158,14 +158,14 @@ local function vt_answer(now, now_ms, ready, max_delay, start_at, earliest, boun
   local wait = 0
   if earliest > now then wait = math.ceil(earliest - now) end
   start_at = math.ceil(start_at)
-  local limited = max_delay ~= 'inf' and wait > tonumber(max_delay)
+  local limited = max_delay >= 0 and wait > max_delay
   if ready > now_ms then
     local until_ready = math.ceil(ready - now)
-    if max_delay ~= 'inf' and until_ready > tonumber(max_delay) then
+    if max_delay >= 0 and until_ready > max_delay then
       return { VT_STATUS_REFUSED, math.max(until_ready, wait), start_at, VT_RULE_RECOVERING, 0 }, false, false
     end
     return { VT_STATUS_DEFERRED, until_ready, start_at, VT_RULE_RECOVERING, until_ready }, false, false
-  elseif bound ~= nil and (limited or max_delay == '0') then
+  elseif bound ~= nil and (limited or max_delay == 0) then
     -- Cannot wait for the completion: refused, with the soonest a slot could be free.
     return { VT_STATUS_REFUSED, wait, start_at, rule_index, 0 }, false, false
   elseif bound ~= nil then
@@ -231,7 +231,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
   -- slot's end that a call starting at the reading itself must still see).
   local cut = math.floor(now)
   local cost = tonumber(a[i])
-  local stay = a[i + 1] == '1'
+  local stay = a[i + 1] == 1
   local count = tonumber(a[i + 2])
   local calls_at = i + 3
   local key = vt_key_open(log, meta, set, cut, now, env)
