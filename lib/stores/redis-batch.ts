@@ -1,7 +1,7 @@
 import { keyNames, type HashTag } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { KeyPart } from '../store.js';
-import type { Witness } from './journal.js';
+import type { Checks } from './redis-recovery.js';
 import { CODES } from './redis-scripts.js';
 
 const { op: OP, status: STATUS, check: CHECK } = CODES;
@@ -41,11 +41,6 @@ export interface Op {
 
 /** A decision's answer (lua/includes/decide.lua): status, wait, start, rule index, store clock, retry. */
 export type Decided = readonly [status: number, waitMs: number, startAt: number, ruleIndex: number, now: number, retryMs: number];
-
-/** The checks of a batch's keys (lua/includes/check.lua): each key's witness. */
-export interface Checks {
-  witness(key: string): Witness | undefined;
-}
 
 /** What a batch's checks found. */
 export interface Checked {
