@@ -54,7 +54,7 @@ local sets = {}
 local i = 2
 for n = 1, A[1] do
   local rule_count = tonumber(A[i + 2])
-  local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { 'pause', 'w', 'h', 'r' }, groups = {}, limits = {}, windows = {}, buckets = {} }
+  local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { unpack(VT_META_FIELDS) }, groups = {}, limits = {}, windows = {}, buckets = {} }
   local by_prefix = {}
   local longest = 1
   for r = 0, rule_count - 1 do

@@ -26,10 +26,10 @@ local now_ms = math.ceil(now)
 local cut = math.floor(now)
 
 local size = redis.call('ZCARD', log)
-local state = redis.call('HMGET', meta, 'pause', 'h')
-local pause = tonumber(state[1] or 0)
+local paused_until, held_until = unpack(redis.call('HMGET', meta, 'pause', 'h'))
+local pause = tonumber(paused_until or 0)
 -- A key held after a loss (includes/check.lua) takes no call before its hold either.
-local start_at = math.max(now, pause, tonumber(state[2] or 0))
+local start_at = math.max(now, pause, tonumber(held_until or 0))
 local max_hold = tonumber(ARGV[2 + 3 * rule_count])
 local ahead = 0
 if max_hold then ahead = redis.call('ZCOUNT', log, '(' .. vt_booked_ahead_above(now, max_hold), '+inf') end

@@ -21,17 +21,17 @@ local log, meta = KEYS[1], KEYS[2]
 local now = vt_now()
 local cut = vt_booked_ahead_above(now, tonumber(ARGV[3]))
 local top = redis.call('ZREVRANGEBYSCORE', log, cut, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-local state = redis.call('HMGET', meta, 'f', 'w')
+local folded_to, waiting = unpack(redis.call('HMGET', meta, 'f', 'w'))
 local removed = redis.call('ZREMRANGEBYSCORE', log, '-inf', cut)
 redis.call('DEL', meta)
-local highest = math.max(tonumber(top[2] or 0), tonumber(state[1] or 0))
+local highest = math.max(tonumber(top[2] or 0), tonumber(folded_to or 0))
 local until_ms = highest + tonumber(ARGV[1])
 if until_ms > now then
   redis.call('HSET', meta, 'f', string.format('%d', math.ceil(highest)))
   redis.call('PEXPIRE', meta, math.ceil(until_ms - now))
 end
 -- Every waiting process asks again: the whole key is free, not one completion's room.
-for _, w in ipairs(vt_waiters_parse(state[2])) do
+for _, w in ipairs(vt_waiters_parse(waiting)) do
   if w[2] + 1000 >= now then redis.call('PUBLISH', ARGV[2] .. w[1], vt_user_key(log)) end
 end
 return removed

@@ -30,12 +30,12 @@ local function vt_check(log, meta, tag, now, grace, replid, a, i, full)
   if status == VT_CHECK_LOST then
     vt_hold(log, meta, now, grace)
   elseif full then
-    local state = redis.call('HMGET', meta, 'h', 'r')
-    if replid ~= '' and state[2] and state[2] ~= replid then
+    local hold, taken_by = unpack(redis.call('HMGET', meta, 'h', 'r'))
+    if replid ~= '' and taken_by and taken_by ~= replid then
       redis.call('HSET', meta, 'r', replid)
       vt_hold(log, meta, now, grace)
       status = VT_CHECK_HELD
-    elseif tonumber(state[1] or 0) > now then
+    elseif tonumber(hold or 0) > now then
       status = VT_CHECK_HELD
     end
   end

@@ -45,6 +45,11 @@ local function vt_fold_due(size, folded, set, cost)
   return false
 end
 
+-- A key's state as a decision reads it: meta's fields in this order (lua/batch.lua's
+-- meta_fields), then the bucket counts of a bucketed rule set, then `f`.
+local VT_STATE_PAUSE, VT_STATE_WAITING, VT_STATE_HOLD, VT_STATE_REPLID = 1, 2, 3, 4
+local VT_META_FIELDS = { 'pause', 'w', 'h', 'r' }
+
 -- An empty table, never written: the buckets of a rule set without bucketed rules, or the bounds
 -- of a call that none binds.
 local vt_none = {}
@@ -57,12 +62,13 @@ local vt_none = {}
 -- first (includes/check.lua).
 local function vt_key_open(log, meta, set, cut, now, env)
   local state = redis.call('HMGET', meta, unpack(set.meta_fields))
-  if state[4] and env.replid ~= '' and state[4] ~= env.replid then
+  if state[VT_STATE_REPLID] and env.replid ~= '' and state[VT_STATE_REPLID] ~= env.replid then
     vt_hold(log, meta, now, env.grace)
     redis.call('HSET', meta, 'r', env.replid)
-    state[3], state[4] = math.max(tonumber(state[3] or 0), math.ceil(now + env.grace)), env.replid
+    state[VT_STATE_HOLD] = math.max(tonumber(state[VT_STATE_HOLD] or 0), math.ceil(now + env.grace))
+    state[VT_STATE_REPLID] = env.replid
   end
-  local key = { log = log, meta = meta, set = set, state = state, replid = env.replid, pause = tonumber(state[1] or 0), hold = tonumber(state[3] or 0), folded = vt_none, unfolded = set.bucketed, booked_until = 0, waits_until = 0, fresh = false }
+  local key = { log = log, meta = meta, set = set, state = state, replid = env.replid, pause = tonumber(state[VT_STATE_PAUSE] or 0), hold = tonumber(state[VT_STATE_HOLD] or 0), folded = vt_none, unfolded = set.bucketed, booked_until = 0, waits_until = 0, fresh = false }
   -- Calls in the buckets of each bucketed rule: meta's count as of the last fold, never fewer than
   -- those still counting (buckets change only when calls are folded).
   if set.bucketed then
@@ -72,7 +78,7 @@ local function vt_key_open(log, meta, set, cut, now, env)
     key.buckets = vt_none
   end
   for g, group in ipairs(set.groups) do
-    for _, r in ipairs(group.rules) do key.folded[r] = tonumber(state[4 + g] or 0) end
+    for _, r in ipairs(group.rules) do key.folded[r] = tonumber(state[#VT_META_FIELDS + g] or 0) end
   end
   local size = redis.call('ZCARD', log)
   if size > set.trim_above then
@@ -209,18 +215,19 @@ local function vt_key_close(key, now, now_ms, tag, channel, stay)
     local ttl = math.ceil(key.booked_until + key.set.retain - now)
     if key.fresh then redis.call('PEXPIRE', key.log, ttl) else redis.call('PEXPIRE', key.log, ttl, 'GT') end
     -- Which Redis took the booking: written when it changes (a new key, a failover, meta expired).
-    if key.replid ~= '' and key.state[4] ~= key.replid then
+    if key.replid ~= '' and key.state[VT_STATE_REPLID] ~= key.replid then
       redis.call('HSET', key.meta, 'r', key.replid)
       vt_keep(key.meta, ttl)
     end
   end
-  if key.waits_until > 0 or (key.state[2] and not stay) then
-    vt_waiters_update(key.meta, key.state[2], tag, key.waits_until, now_ms, channel, vt_user_key(key.log), key.booked_until > 0)
-  elseif key.state[2] then
+  local waiting = key.state[VT_STATE_WAITING]
+  if key.waits_until > 0 or (waiting and not stay) then
+    vt_waiters_update(key.meta, waiting, tag, key.waits_until, now_ms, channel, vt_user_key(key.log), key.booked_until > 0)
+  elseif waiting then
     -- STAY, and this decision waits no more on the key: the process takes its turn again after the
     -- others (its other calls may still wait), whether it was served or not (a wake it could not use
     -- then goes to the next process with the next completion, not to it again).
-    vt_waiters_update(key.meta, key.state[2], tag, -1, now_ms, channel, vt_user_key(key.log), true)
+    vt_waiters_update(key.meta, waiting, tag, -1, now_ms, channel, vt_user_key(key.log), true)
   end
 end
 
