@@ -119,6 +119,7 @@ export class LocalFallback implements Store {
   async settle(namespace: string, key: string, settle: readonly Settlement[]): Promise<void> {
     const local: Settlement[] = [];
     for (const { member, releaseAt } of settle) {
+      if (!member.startsWith(MEMBER_PREFIX)) continue;
       local.push({ member: member.slice(MEMBER_PREFIX.length), releaseAt });
       const booked = this.#members.get(member);
       if (booked === undefined) continue;
