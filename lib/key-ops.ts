@@ -16,7 +16,7 @@ export interface KeyOpsContext {
   readonly callDefaults: CallDefaults;
   readonly maxHoldMs: number;
   readonly closing: AbortSignal;
-  readonly decisions: StoreClient;
+  readonly storeClient: StoreClient;
   readonly slots: Slots;
   /** Calls of this process waiting for the (encoded) key: sleeping until their slot, or in line. */
   waitingHere(encoded: string): number;
@@ -83,7 +83,7 @@ export class KeyOps {
     const life = new CallLife(this.#c.events, call);
     let decided;
     try {
-      decided = await this.#c.decisions.decide(call);
+      decided = await this.#c.storeClient.decide(call);
     } catch (error) {
       life.ended(error);
       throw error;

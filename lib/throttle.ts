@@ -50,7 +50,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #maxQueued: number;
   readonly #maxHoldMs: number;
   readonly #fallback: LocalFallback | undefined;
-  readonly #decisions: StoreClient;
+  readonly #storeClient: StoreClient;
   readonly #completions: Completions;
   readonly #slots: Slots;
   readonly #closing = new AbortController();
@@ -79,7 +79,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     this.#ownsStore = settings.store === undefined;
     this.store = settings.store ?? new MemoryStore();
     this.#fallback = policy === 'local' ? new LocalFallback(this.name, this.store, settings.localShare) : undefined;
-    this.#decisions = new StoreClient({
+    this.#storeClient = new StoreClient({
       namespace: this.name,
       store: this.store,
       maxHoldMs: this.#maxHoldMs,
@@ -106,7 +106,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       callDefaults: this.#callDefaults,
       maxHoldMs: this.#maxHoldMs,
       closing: this.#closing.signal,
-      decisions: this.#decisions,
+      storeClient: this.#storeClient,
       slots: this.#slots,
       waitingHere: (encoded) => this.#sleeping.on(encoded) + this.#lines.queued(encoded),
       freed: (encoded) => {
@@ -280,7 +280,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     await Promise.allSettled([...this.#lines.asking]);
     // The calls just rejected give their slots back once their rejections have run (microtasks).
     await new Promise((resolve) => process.nextTick(resolve));
-    await this.#decisions.close();
+    await this.#storeClient.close();
     await this.#completions.close();
     // Keys then live only as long as their slots count (failing, to their calls' bounds).
     await this.store.tidy?.(this.name).catch((error: unknown) => this.notify('debug', { message: 'cannot shorten the life of the keys used', error }));
@@ -342,7 +342,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     let first = false;
     if (line === undefined && !this.#lines.isAlone(call.line)) {
       // Calls of the line that come meanwhile wait in a held line, behind this one.
-      const asked = this.#decisions.decide(call);
+      const asked = this.#storeClient.decide(call);
       this.#lines.alone(call, asked);
       let answer;
       try {
@@ -374,7 +374,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
     if (line === undefined) {
       const created: KeyLine<Call> = new KeyLine<Call>(
-        (queued) => this.#decisions.decide(queued),
+        (queued) => this.#storeClient.decide(queued),
         () => {
           // Its calls went away: leave the waiting lists it may be on, so that the next process is woken.
           const leave = this.#closing.signal.aborted ? [] : this.#lines.leaving(call);
@@ -418,7 +418,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         if (at.store === this.store) this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, reasonOf(call, answer), bindingKey(call, answer));
       },
       release: (answer, at) => this.#slots.release(call, grantOf(answer, at)),
-      failure: () => this.#decisions.failure,
+      failure: () => this.#storeClient.failure,
     };
   }
 
