@@ -20,7 +20,7 @@ export const LIFE_EVENTS: ReadonlyArray<keyof ThrottleEvents> = ['queued', 'star
 
 /**
  * The events of one call's life, with their timings: `queued` when it is accepted, then `refused`,
- * or `started` (and `granted`, its earlier name) and then `completed` or `failed`; `failed` with
+ * or `started` (and `granted`, its alias) and then `completed` or `failed`; `failed` with
  * `ran: false` when it ends without running otherwise (aborted, closed, the store failed). Made only
  * when someone listens to one of them: an event object is built only for an event listened to.
  */

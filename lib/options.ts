@@ -12,7 +12,7 @@ import { checkCount, checkDelay, checkKnown, checkWhole } from './validate.js';
  *   depends on a call still in flight is asked for again when that call completes. Bounded by `maxDelayMs`.
  * - `'throw'`: never wait: a call whose slot is not free now rejects with `RateLimitedError`.
  *
- * `'delay'` and `'queue'`, the modes of version 0.1, are read as `'wait'`.
+ * `'delay'` and `'queue'` are accepted as aliases of `'wait'`.
  */
 export type ThrottleMode = 'wait' | 'throw' | 'delay' | 'queue';
 
@@ -197,7 +197,7 @@ export interface ThrottleEvents {
   queued: [event: CallEvent];
   /** A call got its slot and `fn` starts. `waitedMs`: from `schedule()` to now (queued, booking and sleeping). */
   started: [event: CallEvent & { readonly waitedMs: number }];
-  /** `started` under its earlier name: emitted with it. */
+  /** An alias of `started`, emitted with it. */
   granted: [event: CallEvent & { readonly waitedMs: number }];
   /** A call's `fn` resolved. `durationMs`: from its start; `waitedMs`: before it. */
   completed: [event: CallEvent & { readonly waitedMs: number; readonly durationMs: number }];
