@@ -151,7 +151,13 @@ while i <= last do
   elseif op == VT_OP_CHECK or op == VT_OP_CHECK_FULL then
     local status
     status, i = vt_check(KEYS[2 * k - 1], KEYS[2 * k], tag, now, env.grace, env.replid, A, i + 2, op == VT_OP_CHECK_FULL)
-    if status == VT_CHECK_LOST then lost[k] = true end
+    if status == VT_CHECK_LOST then
+      lost[k] = true
+      -- A key lost on a standalone Redis (evicted, most likely in a storm that takes others too):
+      -- the namespace's epoch ends with it, so that every process puts back all its calls under one
+      -- grace period before anything new is decided, whether or not a hold on this key survives.
+      if epoch_key ~= nil then redis.call('DEL', epoch_key) end
+    end
     checks[#checks + 1] = status
   elseif op == VT_OP_TIDY then
     vt_tidy(KEYS[2 * k - 1], KEYS[2 * k], now, tonumber(A[i + 2]))
