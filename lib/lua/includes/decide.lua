@@ -158,28 +158,34 @@ local function vt_bounds(pending, start_at, now_ms, max_hold, rule_index)
   return bound, earliest, rule_index
 end
 
--- The answer to one call: { status, wait_ms, start_at, rule_index, retry_ms } (see the header),
--- whether to book it, and whether it waits for a completion (deferred by a bound).
-local function vt_answer(now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index)
+-- Appends the answer to one call to OUT: status, wait_ms, start_at, rule_index, retry_ms (see the
+-- header). Returns its status, whether to book it, whether it waits for a completion (deferred by a
+-- bound), and its start (ms, rounded up).
+local function vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index)
   local wait = 0
   if earliest > now then wait = math.ceil(earliest - now) end
   start_at = math.ceil(start_at)
   local limited = max_delay >= 0 and wait > max_delay
+  local status, retry, book, waits = VT_STATUS_BOOKED, 0, true, false
   if ready > now_ms then
     local until_ready = math.ceil(ready - now)
+    book, rule_index = false, VT_RULE_RECOVERING
     if max_delay >= 0 and until_ready > max_delay then
-      return { VT_STATUS_REFUSED, math.max(until_ready, wait), start_at, VT_RULE_RECOVERING, 0 }, false, false
+      status, wait = VT_STATUS_REFUSED, math.max(until_ready, wait)
+    else
+      status, wait, retry = VT_STATUS_DEFERRED, until_ready, until_ready
     end
-    return { VT_STATUS_DEFERRED, until_ready, start_at, VT_RULE_RECOVERING, until_ready }, false, false
   elseif bound ~= nil and (limited or max_delay == 0) then
     -- Cannot wait for the completion: refused, with the soonest a slot could be free.
-    return { VT_STATUS_REFUSED, wait, start_at, rule_index, 0 }, false, false
+    status, book = VT_STATUS_REFUSED, false
   elseif bound ~= nil then
-    return { VT_STATUS_DEFERRED, wait, start_at, rule_index, math.max(1, math.ceil(bound - now)) }, false, true
+    status, book, waits, retry = VT_STATUS_DEFERRED, false, true, math.max(1, math.ceil(bound - now))
   elseif limited then
-    return { VT_STATUS_REFUSED, wait, start_at, rule_index, 0 }, false, false
+    status, book = VT_STATUS_REFUSED, false
   end
-  return { VT_STATUS_BOOKED, wait, start_at, rule_index, 0 }, true, false
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, wait, start_at, rule_index, retry
+  return status, book, waits, start_at
 end
 
 -- Books COST slots at SCORE in KEY: members FIRST .. FIRST+COST-1 followed by TAG (FIRST as sent
@@ -217,7 +223,8 @@ local function vt_key_close(key, now, now_ms, tag, channel, stay)
     -- Which Redis took the booking: written when it changes (a new key, a failover, meta expired).
     if key.replid ~= '' and key.state[VT_STATE_REPLID] ~= key.replid then
       redis.call('HSET', key.meta, 'r', key.replid)
-      vt_keep(key.meta, ttl)
+      -- Usually a meta just created (a new key): it has no time to live yet.
+      if redis.call('PEXPIRE', key.meta, ttl, 'NX') == 0 then vt_keep(key.meta, ttl) end
     end
   end
   local waiting = key.state[VT_STATE_WAITING]
@@ -251,16 +258,17 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
     start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, nil, 0)
     local bound, earliest
     bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set.max_hold, rule_index)
-    local reply, book, waits = vt_answer(now, now_ms, math.max(ready, key.hold), a[calls_at + 2 * c], start_at, earliest, bound, rule_index)
+    local status, book, waits, start = vt_answer(out, now, now_ms, math.max(ready, key.hold), a[calls_at + 2 * c], start_at, earliest, bound, rule_index)
     if waits then key.waits_until = math.max(key.waits_until, bound) end
-    if book then vt_key_book(key, reply[3] + set.max_hold, cost, a[calls_at + 2 * c + 1], tag) end
-    local n = #out
-    for rest = c, reply[1] == VT_STATUS_DEFERRED and count - 1 or c do
-      -- A deferred call: the calls after it meet the same state, the same answer.
-      for v = 1, 5 do out[n + v] = reply[v] end
-      n = n + 5
+    if book then vt_key_book(key, start + set.max_hold, cost, a[calls_at + 2 * c + 1], tag) end
+    if status == VT_STATUS_DEFERRED then
+      -- The calls after a deferred one meet the same state: the same answer.
+      local n = #out
+      for rest = 0, count - c - 2 do
+        for v = 1, 5 do out[n + 5 * rest + v] = out[n - 5 + v] end
+      end
+      break
     end
-    if reply[1] == VT_STATUS_DEFERRED then break end
   end
   vt_key_close(key, now, now_ms, tag, channel, stay)
   return calls_at + 2 * count
@@ -289,12 +297,10 @@ local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, f
   end
   local bound, earliest
   bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, max_hold, rule_index)
-  local reply, book, waits = vt_answer(now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index)
+  local _, book, waits, start = vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index)
   for _, key in ipairs(keys) do
     if waits and key.binds ~= nil then key.waits_until = key.binds end
-    if book then vt_key_book(key, reply[3] + max_hold, cost, first, tag) end
+    if book then vt_key_book(key, start + max_hold, cost, first, tag) end
     vt_key_close(key, now, now_ms, tag, channel, true)
   end
-  local n = #out
-  for v = 1, 5 do out[n + v] = reply[v] end
 end
