@@ -40,6 +40,8 @@ interface KeyJournal {
   restoredAt: number;
   /** Calls without a completion yet: slot number → bound. Few: the calls in flight or booked ahead. */
   readonly pending: Map<number, number>;
+  /** The highest number in `pending` (numbers only grow), or -1 when it must be found again. */
+  newest: number;
   /**
    * Completed calls, in the order their completions came: slot numbers and completion times as
    * two packed arrays of numbers (16 bytes a call, where a Map entry costs about 100), since a key
@@ -77,6 +79,7 @@ export class Journal {
       if (!journal.pending.has(number)) this.#size += 1;
       journal.pending.set(number, bound);
     }
+    if (journal.newest >= 0) journal.newest = Math.max(journal.newest, first + count - 1);
   }
 
   /**
@@ -115,7 +118,7 @@ export class Journal {
     let keys = this.#namespaces.get(namespace);
     if (!keys) this.#namespaces.set(namespace, (keys = new Map()));
     let journal = keys.get(key);
-    if (!journal) keys.set(key, (journal = { retainMs, checkedAt: 0, restoredAt: 0, pending: new Map(), members: [], scores: [], head: 0 }));
+    if (!journal) keys.set(key, (journal = { retainMs, checkedAt: 0, restoredAt: 0, pending: new Map(), newest: -1, members: [], scores: [], head: 0 }));
     journal.retainMs = Math.max(journal.retainMs, retainMs);
     return journal;
   }
@@ -138,11 +141,13 @@ export class Journal {
     const { retainMs, pending, members, scores } = journal;
     let number = -1;
     let score = 0;
-    for (const [n, bound] of pending) {
-      if (n > number) {
-        number = n;
-        score = bound;
+    if (pending.size > 0) {
+      if (!pending.has(journal.newest)) {
+        journal.newest = -1;
+        for (const n of pending.keys()) journal.newest = Math.max(journal.newest, n);
       }
+      number = journal.newest;
+      score = pending.get(number)!;
     }
     if (number < 0 && journal.head < scores.length) {
       number = members[members.length - 1]!;
