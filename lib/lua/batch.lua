@@ -96,10 +96,13 @@ local now = nil
 local out = { VT_BATCH_DONE, 0 }
 local last = #A
 -- Keys whose check failed (by K), and the checks' answers. ENV: what a key's check or decision needs
--- besides its own arguments (the replication id is read with the clock).
+-- besides its own arguments: the grace period, and the replication id each key records and compares
+-- (meta `r`) where the epoch cannot tell a failover: a batch without it (a Cluster script cannot
+-- reach it), recovery on (GRACE > 0). Read with the clock.
 local lost = {}
 local checks = {}
 local env = { grace = tonumber(ARGV[4]), replid = '' }
+local per_key_replid = epoch_key == nil and env.grace > 0
 -- A VT_STATUS_NOT_MADE answer per call: a decision on a key that lost its data is not made.
 local function vt_not_made(calls)
   for c = 1, calls do
@@ -114,7 +117,7 @@ while i <= last do
   if now == nil and op ~= VT_OP_COMPLETE and op ~= VT_OP_LEAVE then
     now = vt_now()
     out[2] = math.ceil(now)
-    env.replid = vt_replid()
+    if per_key_replid then env.replid = vt_replid() end
   end
   if op == VT_OP_DECIDE then
     if lost[k] then

@@ -3,9 +3,14 @@
   that lost its data (restart without persistence, FLUSHALL) has none, or another one, so the next
   decision tells its caller, which puts back the calls it knows it made.
 
-  KEYS[1]  epoch  string '<id>:<ready_ms>': decisions wait until ready_ms (store clock), so that
-                  every live process has put back its calls before anything new is decided
-  ARGV[1]  ID     a random id for a new epoch; with MODE 'extend', the id of the epoch to extend
+  KEYS[1]  epoch  string '<id>:<ready_ms>', where <id> is '<random>@<replid>': the replication id
+                  of the Redis that created it ('' where INFO is denied). Decisions wait until
+                  ready_ms (store clock), so that every live process has put back its calls before
+                  anything new is decided. An epoch that names another Redis than this one came with
+                  a failover (a replica promoted, which may have missed the latest writes): it counts
+                  as no epoch, so the namespace is recovered as after a loss (vt_epoch, includes/log.lua).
+  ARGV[1]  ID     a random id for a new epoch (the script adds '@<replid>'); with MODE 'extend', the
+                  id of the epoch to extend
   ARGV[2]  GRACE  ms from now until a new epoch is ready
   ARGV[3]  MODE   'lost': a process found the data lost; a missing epoch is created ready GRACE
                   from now.
@@ -23,6 +28,8 @@
 
   Returns the epoch in force (nil when 'extend' found none).
 ]]
+--- @include "log"
+
 local time = redis.call('TIME')
 local now_ms = math.ceil(tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000)
 local ready = now_ms + tonumber(ARGV[2])
@@ -49,7 +56,11 @@ local function vt_lost_sign()
   return false
 end
 
+local replid = vt_replid()
 local value = redis.call('GET', KEYS[1])
+-- Replicated from another Redis before a failover: as good as none, and a sign of a loss.
+local moved = value and vt_epoch_moved(value, replid)
+if moved then value = false end
 if mode == 'extend' then
   if value == false then return nil end
   local id, old = string.match(value, '^(.*):(%d+)$')
@@ -59,7 +70,7 @@ if mode == 'extend' then
   return value
 end
 if value then return value end
-if mode == 'first' and not vt_lost_sign() then ready = now_ms end
-value = ARGV[1] .. ':' .. ready
+if mode == 'first' and not moved and not vt_lost_sign() then ready = now_ms end
+value = ARGV[1] .. '@' .. replid .. ':' .. ready
 redis.call('SET', KEYS[1], value)
 return value

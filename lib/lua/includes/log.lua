@@ -9,8 +9,9 @@
 --         score + WINDOW > t.
 --   meta  hash: pause = no start before this (ms), w = a decision is waiting for a completion,
 --         h = no decision before this (ms): the key lost data, and processes put back their calls
---         (includes/check.lua), r = the replication id of the Redis that took the key's last
---         booking (a failover since changes it: vt_replid), b:<WINDOW>:<BUCKET>:* = calls folded
+--         (includes/check.lua), r = on a Cluster, the replication id of the Redis that took the
+--         key's last booking (a failover since changes it: vt_replid; on a standalone Redis the
+--         namespace's epoch names it once for every key), b:<WINDOW>:<BUCKET>:* = calls folded
 --         into buckets (includes/buckets.lua)
 
 -- The store clock: Redis TIME as fractional milliseconds.
@@ -32,14 +33,30 @@ local function vt_keep(key, ttl_ms)
   if left == -1 or (left >= 0 and left < ttl_ms) then redis.call('PEXPIRE', key, math.max(1, math.ceil(ttl_ms))) end
 end
 
--- The namespace's epoch (see epoch.lua): EPOCH_KEY must hold EXPECTED, the value the caller knows.
--- A store that lost its data has no epoch, or a newer one. Returns 'lost' when the value differs,
--- else the time (ms) before which nothing may be decided while live processes put back what they
--- know (0 when no check was asked for: EPOCH_KEY nil).
+-- The replication id of this Redis (INFO replication): a replica promoted takes a new one, and so
+-- does a Redis restarted without its data. '' where INFO is not allowed.
+local function vt_replid()
+  local info = redis.pcall('INFO', 'replication')
+  if type(info) ~= 'string' then return '' end
+  return string.match(info, 'master_replid:(%x+)') or ''
+end
+
+-- Whether an epoch VALUE ('<random>@<replid>:<ready>', epoch.lua) was created by another Redis than
+-- this one (REPLID): a failover since. Unknown on either side ('' where INFO is denied): no.
+local function vt_epoch_moved(value, replid)
+  local created_by = string.match(value, '@(%x*):%d+$') or ''
+  return replid ~= '' and created_by ~= '' and created_by ~= replid
+end
+
+-- The namespace's epoch (see epoch.lua): EPOCH_KEY must hold EXPECTED, the value the caller knows,
+-- created by this Redis. A store that lost its data has no epoch, or a newer one; one promoted from
+-- a replica holds one that names its former master. Returns 'lost' then, else the time (ms) before
+-- which nothing may be decided while live processes put back what they know (0 when no check was
+-- asked for: EPOCH_KEY nil).
 local function vt_epoch(epoch_key, expected)
   if epoch_key == nil then return 0 end
   local value = redis.call('GET', epoch_key)
-  if value ~= expected then return 'lost' end
+  if value ~= expected or vt_epoch_moved(value, vt_replid()) then return 'lost' end
   return tonumber(string.match(value, ':(%d+)$')) or 0
 end
 
@@ -48,14 +65,6 @@ end
 -- Encoded keys hold no braces (lib/keys.ts).
 local function vt_user_key(log)
   return string.match(log, '{([^{}]*)}:log$') or string.match(log, '}:([^{}]*):log$')
-end
-
--- The replication id of this Redis (INFO replication): a replica promoted takes a new one, and so
--- does a Redis restarted without its data. '' where INFO is not allowed.
-local function vt_replid()
-  local info = redis.pcall('INFO', 'replication')
-  if type(info) ~= 'string' then return '' end
-  return string.match(info, 'master_replid:(%x+)') or ''
 end
 
 -- Holds a key: no decision on it before GRACE ms from now (meta `h`), never shortening a hold.

@@ -1,0 +1,94 @@
+/**
+ * A standalone Redis replaced by its replica (a Sentinel failover, a managed Redis's), which had
+ * not received the latest writes (docs/design.md §9). The namespace's epoch names the Redis that
+ * created it: on the promoted replica it names the former master, so the first decision of any
+ * process, or the lookup of a new one, finds the failover, and every live process puts back its
+ * calls before anything new is decided. No key records a Redis of its own on a standalone Redis.
+ */
+import { expect } from 'chai';
+import { Redis } from 'ioredis';
+import { keyNames } from '../lib/keys.js';
+import { parseRule } from '../lib/rules.js';
+import type { ReserveRequest } from '../lib/store.js';
+import type { RedisStore } from '../lib/stores/redis-store.js';
+import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
+import { redisStore, uniquePrefix } from './support/hooks.js';
+
+const RULES = [parseRule('5/2s')];
+const NAMESPACE = 'acme';
+const RECOVERY = { heartbeatMs: 100, graceMs: 800 };
+
+function request(key: string, maxDelayMs = 10_000): ReserveRequest {
+  return { namespace: NAMESPACE, key, rules: RULES, cost: 1, maxDelayMs, maxHoldMs: 10_000, retainMs: 2_000 };
+}
+
+/** Books `count` calls of `key` in `store`, each completed at once. */
+async function book(store: RedisStore, key: string, count: number): Promise<void> {
+  for (let i = 0; i < count; i++) {
+    const result = await store.reserve(request(key));
+    expect(result.status).to.equal('booked');
+    await store.settle(
+      NAMESPACE,
+      key,
+      result.members.map((member) => ({ member, releaseAt: result.now })),
+    );
+  }
+}
+
+/** The client's connection moves to `server`, as a client behind Sentinel or a DNS name follows a failover. */
+function follow(client: Redis, server: RedisServer): void {
+  client.options.port = server.port;
+  client.disconnect(true);
+}
+
+describe('a standalone Redis replaced by a replica that missed writes (a failover)', function () {
+  this.timeout(20_000);
+
+  it('is found by the epoch, by processes that hold calls there and those that do not, and nothing goes over the limit', async () => {
+    const primary = await startRedis();
+    const replica = await startRedis();
+    const clients = [new Redis(primary.url), new Redis(primary.url), new Redis(replica.url)];
+    const [admin, adminReplica] = [new Redis(primary.url), new Redis(replica.url)];
+    try {
+      // The first sync starts at once, not after Redis's 5 s wait for more replicas.
+      await admin.config('SET', 'repl-diskless-sync-delay', '0');
+      await adminReplica.replicaof('127.0.0.1', String(primary.port));
+      const prefix = uniquePrefix();
+      const [a, b] = [redisStore(clients[0]!, { prefix, recovery: RECOVERY }), redisStore(clients[1]!, { prefix, recovery: RECOVERY })];
+      await book(a, 'u', 3);
+      await book(b, 'v', 1);
+      expect(await admin.wait(1, 5_000), 'the replica has every write so far').to.equal(1);
+      // The replica stops following (it is about to be promoted) and misses a's next 2 calls.
+      await adminReplica.replicaof('NO', 'ONE');
+      await book(a, 'u', 2);
+      const { log, meta } = keyNames(prefix, NAMESPACE, 'u');
+      expect(await admin.zcard(log)).to.equal(5);
+      expect(await adminReplica.zcard(log)).to.equal(3);
+
+      // The failover: both processes now reach the promoted replica, where u shows 3 calls of 5.
+      follow(clients[0]!, replica);
+      follow(clients[1]!, replica);
+      // b holds nothing on u: its decision finds the epoch of the former master, and waits.
+      const first = await b.reserve(request('u', 0));
+      expect(first.status).to.equal('refused');
+      expect(first.ruleIndex, 'held while processes put back their calls').to.equal(-3);
+      // A process started after the failover waits as well.
+      const late = redisStore(clients[2]!, { prefix, recovery: RECOVERY });
+      expect((await late.reserve(request('u', 0))).ruleIndex).to.equal(-3);
+      // a finds it by its heartbeat, deciding nothing, and puts back its 5 calls.
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      expect(a.recoveries).to.equal(1);
+      expect(await adminReplica.zcard(log)).to.equal(5);
+      // The window holds the 5 calls the vendor saw: no process books a sixth in it.
+      for (const store of [b, late]) {
+        const after = await store.reserve(request('u', 0));
+        expect(after.status).to.equal('refused');
+        expect(after.ruleIndex).to.equal(0);
+      }
+      expect(await adminReplica.hget(meta, 'r'), 'no key records a Redis of its own').to.equal(null);
+    } finally {
+      for (const client of [...clients, admin, adminReplica]) client.disconnect();
+      await Promise.all([primary.stop(), replica.stop()]);
+    }
+  });
+});
