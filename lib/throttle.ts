@@ -144,7 +144,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (typeof fn !== 'function') throw new TypeError(`Expected fn to be a function, got ${describe(fn)}`);
     this.#activity.entered();
     try {
-      const call = await prepareCall(this.#callDefaults, key, options);
+      // Synchronous for fixed rules: awaited only when rules depend on the key.
+      const prepared = prepareCall(this.#callDefaults, key, options);
+      const call = prepared instanceof Promise ? await prepared : prepared;
       if (call.also.length > 0 && !this.store.multiKey)
         throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
       const life = this.#listened() ? new CallLife(this, call) : undefined;

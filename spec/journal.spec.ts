@@ -9,6 +9,9 @@ const RETAIN = 1_000;
 const MAX_HOLD = 500;
 const member = (number: number): string => `${number}.tag`;
 const numberOf = (name: string): number => Number.parseInt(name, 10);
+/** Completions as the store sends them to the journal: NUMBER, RELEASE_AT pairs (-1: given back). */
+const pairsOf = (settle: ReadonlyArray<{ member: string; releaseAt: number | null }>): number[] =>
+  settle.flatMap(({ member, releaseAt }) => [numberOf(member), releaseAt ?? -1]);
 
 describe('recovery journal', () => {
   it('lists calls in flight by their bound and completed calls by their completion; a released call is gone', () => {
@@ -17,14 +20,13 @@ describe('recovery journal', () => {
     journal.settle(
       'ns',
       'k',
-      [
+      pairsOf([
         { member: '1.tag', releaseAt: 140 },
         { member: '2.tag', releaseAt: null },
-      ],
-      numberOf,
+      ]),
     );
     // A completion sent again (a retried write) changes nothing.
-    journal.settle('ns', 'k', [{ member: '1.tag', releaseAt: 145 }], numberOf);
+    journal.settle('ns', 'k', pairsOf([{ member: '1.tag', releaseAt: 145 }]));
     const [key] = journal.entriesOf('ns', 150);
     expect(key!.key).to.equal('k');
     expect(key!.retainMs).to.equal(RETAIN);
@@ -34,8 +36,8 @@ describe('recovery journal', () => {
     ]);
     expect(journal.prune(150)).to.equal(2);
     // Settles of another key, or of slots it never booked, change nothing.
-    journal.settle('ns', 'other', [{ member: '3.tag', releaseAt: 150 }], numberOf);
-    journal.settle('ns', 'k', [{ member: '9.tag', releaseAt: 150 }], numberOf);
+    journal.settle('ns', 'other', pairsOf([{ member: '3.tag', releaseAt: 150 }]));
+    journal.settle('ns', 'k', pairsOf([{ member: '9.tag', releaseAt: 150 }]));
     expect(journal.keyEntries('ns', 'k', 150)).to.have.length(2);
     expect(journal.keyEntries('ns', 'other', 150)).to.deep.equal([]);
   });
@@ -43,7 +45,7 @@ describe('recovery journal', () => {
   it('keeps a completion that came after the bound at the bound, as the store does', () => {
     const journal = new Journal(member);
     journal.book('ns', 'k', 7, 1, 100 + MAX_HOLD, RETAIN, 100);
-    journal.settle('ns', 'k', [{ member: '7.tag', releaseAt: 100 + MAX_HOLD + 250 }], numberOf);
+    journal.settle('ns', 'k', pairsOf([{ member: '7.tag', releaseAt: 100 + MAX_HOLD + 250 }]));
     expect(journal.keyEntries('ns', 'k', 700)).to.deep.equal([{ member: '7.tag', score: 100 + MAX_HOLD }]);
     expect(journal.prune(100 + MAX_HOLD + RETAIN - 1)).to.equal(1);
     expect(journal.prune(100 + MAX_HOLD + RETAIN)).to.equal(0);
@@ -52,7 +54,7 @@ describe('recovery journal', () => {
   it('drops a completed call once its window is over, and a call without a completion once its bound is', () => {
     const journal = new Journal(member);
     journal.book('ns', 'k', 1, 2, 100 + MAX_HOLD, RETAIN, 100);
-    journal.settle('ns', 'k', [{ member: '1.tag', releaseAt: 100 }], numberOf);
+    journal.settle('ns', 'k', pairsOf([{ member: '1.tag', releaseAt: 100 }]));
     expect(journal.prune(100 + RETAIN - 1)).to.equal(2);
     expect(journal.prune(100 + RETAIN)).to.equal(1);
     expect(journal.keyEntries('ns', 'k', 100 + RETAIN)).to.deep.equal([{ member: '2.tag', score: 100 + MAX_HOLD }]);
@@ -78,8 +80,8 @@ describe('recovery journal', () => {
     const journal = new Journal(member);
     journal.book('ns', 'k', 1, 2, 100 + MAX_HOLD, RETAIN, 100);
     // The later completion is written first.
-    journal.settle('ns', 'k', [{ member: '2.tag', releaseAt: 300 }], numberOf);
-    journal.settle('ns', 'k', [{ member: '1.tag', releaseAt: 100 }], numberOf);
+    journal.settle('ns', 'k', pairsOf([{ member: '2.tag', releaseAt: 300 }]));
+    journal.settle('ns', 'k', pairsOf([{ member: '1.tag', releaseAt: 100 }]));
     const at = 100 + RETAIN;
     expect(journal.keyEntries('ns', 'k', at)).to.deep.equal([{ member: '2.tag', score: 300 }]);
     expect(journal.entriesOf('ns', at)[0]!.entries).to.deep.equal([{ member: '2.tag', score: 300 }]);
@@ -89,12 +91,7 @@ describe('recovery journal', () => {
   it('keeps every call of a long window, and forgets them as they leave it (thousands per key)', () => {
     const journal = new Journal(member);
     journal.book('ns', 'k', 1, 5_000, 10_000, RETAIN, 0);
-    journal.settle(
-      'ns',
-      'k',
-      Array.from({ length: 5_000 }, (_, i) => ({ member: member(i + 1), releaseAt: i })),
-      numberOf,
-    );
+    journal.settle('ns', 'k', pairsOf(Array.from({ length: 5_000 }, (_, i) => ({ member: member(i + 1), releaseAt: i }))));
     expect(journal.prune(0)).to.equal(5_000);
     // 3,000 have left their window (the arrays are compacted): the rest is listed exactly, in full.
     expect(journal.prune(2_999 + RETAIN)).to.equal(2_000);

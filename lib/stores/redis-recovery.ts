@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError } from '../errors.js';
 import type { KeyNames } from '../keys.js';
 import { MAX_TIMER_MS } from '../sleep.js';
-import type { Settlement } from '../store.js';
 import { scripts } from './redis-scripts.js';
 
 /*
@@ -92,19 +91,19 @@ export class Journal {
     for (const { number, score } of entries) this.#complete(journal, number, score);
   }
 
-  /** Completions and releases, as sent to the store; `numberOf` reads a member's slot number. */
-  settle(namespace: string, key: string, settle: readonly Settlement[], numberOf: (member: string) => number): void {
-    if (settle.length === 0) return;
+  /** Completions and releases, as sent to the store: NUMBER, RELEASE_AT pairs (RELEASE_AT -1: given back, never started). */
+  settle(namespace: string, key: string, pairs: readonly number[]): void {
     const journal = this.#namespaces.get(namespace)?.get(key);
     if (!journal) return;
-    for (const { member, releaseAt } of settle) {
-      const number = numberOf(member);
+    for (let i = 0; i < pairs.length; i += 2) {
+      const number = pairs[i]!;
       const bound = journal.pending.get(number);
       // Only a call without a completion is settled; a completion sent again is already here.
       if (bound === undefined) continue;
       journal.pending.delete(number);
       this.#size -= 1;
-      if (releaseAt !== null) this.#complete(journal, number, Math.min(bound, releaseAt));
+      const releaseAt = pairs[i + 1]!;
+      if (releaseAt >= 0) this.#complete(journal, number, Math.min(bound, releaseAt));
     }
   }
 

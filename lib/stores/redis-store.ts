@@ -135,13 +135,13 @@ export class RedisStore implements Store {
    */
   async settle(namespace: string, key: string, settle: readonly Settlement[], coalesceMs = 0): Promise<void> {
     if (settle.length === 0) return;
-    this.#recovery?.journal.settle(namespace, key, settle, numberOf);
     const pairs: number[] = [];
     for (const { member, releaseAt } of settle) {
       // Members of another store (or none) are in no log of this one: nothing to change.
       if (member.endsWith(this.#tag)) pairs.push(Number.parseInt(member, 10), releaseAt === null ? -1 : Math.ceil(releaseAt));
     }
     if (pairs.length === 0) return;
+    this.#recovery?.journal.settle(namespace, key, pairs);
     await this.#enqueue('c', namespace, key, 0, 0, 0, NO_RULES, 0, 0, pairs, coalesceMs);
   }
 
@@ -406,8 +406,4 @@ const STATUSES: Record<number, ReserveResult['status']> = {
   [CODES.status.refused]: 'refused',
 };
 
-/** The slot number of one of this store's members, `<number><tag>`. */
-function numberOf(member: string): number {
-  return Number.parseInt(member, 10);
-}
 const NO_RULES: readonly Rule[] = [];
