@@ -313,8 +313,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
 
   /** One booking: the wait in line, then the sleep until the slot starts. */
   async #book(call: Call): Promise<Grant> {
-    const signals = [call.signal, this.#closing.signal];
-    signals.find((signal) => signal?.aborted)?.throwIfAborted();
+    call.signal?.throwIfAborted();
+    this.#closing.signal.throwIfAborted();
     this.#refusals.check(call.line, call.cost, call.deadline - performance.now());
     const grant = await this.#inLine(call);
     const { result } = grant;
@@ -323,7 +323,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       const keys = keysOf(call);
       this.#sleeping.enter(keys);
       try {
-        await sleep(Math.max(0, grant.startsAt - performance.now()), signals);
+        await sleep(Math.max(0, grant.startsAt - performance.now()), [call.signal, this.#closing.signal]);
       } catch (reason) {
         this.#slots.release(call, grant);
         throw reason;
@@ -424,7 +424,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     };
   }
 
-  async #run<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>): Promise<Awaited<T>> {
+  #run<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>): Promise<Awaited<T>> {
     const startedAt = performance.now();
     const running = new Promise<Awaited<T>>((resolve) => resolve(fn() as Awaited<T>)).finally(() => this.#slots.complete(call, grant, startedAt));
     // Past timeoutMs the call may still reach the vendor: its slot counts to its bound unless it completes later.

@@ -225,7 +225,7 @@ export class Journal {
           journal.head += 1;
           this.#size -= 1;
         }
-        if (journal.head > 1_024 && journal.head * 2 > scores.length) {
+        if (journal.head > 32 && journal.head * 2 > scores.length) {
           journal.members = journal.members.slice(journal.head);
           journal.scores = scores.slice(journal.head);
           journal.head = 0;
