@@ -1,13 +1,14 @@
 import { CallLife, type LifeEvents } from './call-life.js';
 import { limitedError, oneKey, prepareCall, type CallDefaults } from './calls.js';
 import { checkDelay, checkKnown } from './validate.js';
-import { storeError, type StoreClient } from './store-client.js';
+import { storeError } from './store-client.js';
 import { ThrottleConfigError } from './errors.js';
 import type { KeyInput } from './keys.js';
 import type { KeyUsage, LimitOptions, LimitResult, ThrottleEvents } from './options.js';
 import { describe, MAX_WINDOW_MS } from './rules.js';
 import { grantOf, type Slots } from './completions.js';
 import { withRemaining, type Store } from './store.js';
+import type { Lines } from './waiting.js';
 
 /** What the operations on one key need of their throttle. */
 export interface KeyOpsContext {
@@ -16,7 +17,8 @@ export interface KeyOpsContext {
   readonly callDefaults: CallDefaults;
   readonly maxHoldMs: number;
   readonly closing: AbortSignal;
-  readonly storeClient: StoreClient;
+  /** The throttle's lines: `limit()` asks the store through them, as a call does. */
+  readonly lines: Lines;
   readonly slots: Slots;
   /** Calls of this process waiting for the (encoded) key: sleeping until their slot, or in line. */
   waitingHere(encoded: string): number;
@@ -83,7 +85,7 @@ export class KeyOps {
     const life = new CallLife(this.#c.events, call);
     let decided;
     try {
-      decided = await this.#c.storeClient.decide(call);
+      decided = await this.#c.lines.ask(call);
     } catch (error) {
       life.ended(error);
       throw error;

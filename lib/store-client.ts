@@ -55,26 +55,28 @@ export interface StoreClientOptions {
   readonly fallback: LocalFallback | undefined;
   readonly closing: AbortSignal;
   notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void;
-  /** A completion was announced on the (encoded) key: its line may ask again. */
-  wake(key: string): void;
-  /** Whether calls of several keys in this process wait on the (encoded) key (`ReserveRequest.stay`). */
-  stays(key: string): boolean;
-  /** The store answered a decision of the call, asked with `stay`. */
-  answered(call: Call, result: ReserveResult, stay: boolean): void;
-  /**
-   * The store answered an ask the call stopped waiting for (its `maxDelayMs` ran out while the store
-   * failed): a slot it booked is given back.
-   */
-  late(call: Call, result: ReserveResult, booking: Booking, stay: boolean): void;
 }
+
+/** A decision's answer: the store's, where it was taken, and whether this process asked to stay in the key's waiting list (`ReserveRequest.stay`). */
+export interface Decided {
+  readonly result: ReserveResult;
+  readonly extra: Booking;
+  readonly stay: boolean;
+}
+
+/**
+ * An answer that came after the call stopped waiting for it (its `maxDelayMs` ran out while the
+ * store failed): a slot it booked is to be given back.
+ */
+export type LateAnswer = (call: Call, decided: Decided) => void;
 
 const NO_KEYS: readonly never[] = [];
 
 /**
  * The throttle's side of the store protocol: one decision per call, with `onStoreError` applied
  * when the store fails ('fail' rejects, 'wait' asks again with backoff within the call's
- * `maxDelayMs`, 'local' decides in this process with a share of each limit), and the store's
- * completion announcements listened to from the first decision that waits for one.
+ * `maxDelayMs`, 'local' decides in this process with a share of each limit); the store's
+ * completion announcements, once a waiting line asks for them (`listen`); leaving waiting lists.
  */
 export class StoreClient {
   readonly #options: StoreClientOptions;
@@ -95,38 +97,40 @@ export class StoreClient {
     this.#options = options;
   }
 
+  /** The throttle's store (a decision of the local fallback names the fallback instead: `Booking.store`). */
+  get store(): Store {
+    return this.#options.store;
+  }
+
   /** The store failed and has not answered since: why (a call that runs out of time then says so). */
   get failure(): StoreUnavailableError | undefined {
     return this.#failure;
   }
 
-  async decide(call: Call): Promise<{ result: ReserveResult; extra: Booking }> {
+  /**
+   * The store's answer for `call`. `stays(call)`, read at each ask (time passes, and the lines of
+   * this process change, while it backs off): whether this process stays in the key's waiting list
+   * (calls of several keys wait on it). `late` gets an answer that came after the call's deadline.
+   */
+  async decide(call: Call, stays: (call: Call) => boolean, late: LateAnswer): Promise<Decided> {
     const { namespace, store, maxHoldMs, policy, fallback, closing } = this.#options;
     const also = call.also.length === 0 ? NO_KEYS : call.also.map(({ encoded, rules, retainMs }) => ({ key: encoded, rules, retainMs }));
     for (let attempt = 0; ; attempt++) {
       const sentAt = performance.now();
-      // Read at each ask: time passes, and the lines of this process change, while it backs off.
-      const stay = also.length === 0 && this.#options.stays(call.encoded);
+      const stay = also.length === 0 && stays(call);
       const maxDelayMs = Math.max(0, call.deadline - sentAt);
       const request = { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs, retainMs: call.retainMs, also, stay };
       if (fallback?.active) {
         const result = await fallback.reserve(request);
-        return { result, extra: this.#booking(fallback, sentAt, result) };
+        return { result, extra: this.#booking(fallback, sentAt, result), stay };
       }
       try {
         if (fallback?.owing) await fallback.putBack();
         // Once the store failed, 'wait' asks again only until the call's maxDelayMs runs out.
-        const result = await (attempt === 0 ? store.reserve(request) : this.#byDeadline(call, store.reserve(request), sentAt, stay));
-        this.#options.answered(call, result, stay);
+        const result = await (attempt === 0 ? store.reserve(request) : this.#byDeadline(call, store.reserve(request), sentAt, stay, late));
         this.#failure = undefined;
         fallback?.recovered();
-        if (result.status === 'deferred' && !this.#listened && store.listen && performance.now() >= this.#retryListenAt) {
-          // Waits for completions before this process listens for them: listen, then ask again
-          // (one may have come meanwhile).
-          await this.#listen(store.listen.bind(store));
-          continue;
-        }
-        return { result, extra: this.#booking(store, sentAt, result) };
+        return { result, extra: this.#booking(store, sentAt, result), stay };
       } catch (error) {
         const failure = storeError(error);
         if (!(failure instanceof StoreUnavailableError)) throw failure;
@@ -147,18 +151,37 @@ export class StoreClient {
   }
 
   /**
+   * Listens for the store's completion announcements (a line that waits for one calls this):
+   * resolves to true when it listens from now on (a completion may have come before: ask again),
+   * false when it listened already, or cannot (a subscription that failed is tried again at most
+   * every LISTEN_RETRY_MS; meanwhile calls ask again at their bounds).
+   */
+  async listen(listener: (key: string) => void): Promise<boolean> {
+    const { store } = this.#options;
+    if (this.#listened || !store.listen || performance.now() < this.#retryListenAt) return false;
+    await this.#listen(store.listen.bind(store), listener);
+    return this.#listened;
+  }
+
+  /** Leaves the keys' waiting lists in the store (this process's calls there went away); never rejects. */
+  leave(keys: readonly string[]): Promise<unknown> {
+    const { store, namespace } = this.#options;
+    return Promise.all(keys.map((key) => store.leave?.(namespace, key).catch(() => undefined)));
+  }
+
+  /**
    * The store's answer, or the store's failure once the call's deadline passes first; an answer
    * that comes after it goes to `late` (a slot it booked is given back).
    */
-  #byDeadline(call: Call, asked: Promise<ReserveResult>, sentAt: number, stay: boolean): Promise<ReserveResult> {
+  #byDeadline(call: Call, asked: Promise<ReserveResult>, sentAt: number, stay: boolean, late: LateAnswer): Promise<ReserveResult> {
     const expired = (): Error => {
       const last = this.#failure;
       const error = new StoreUnavailableError(`${last?.message ?? 'The store did not answer'}; the call's maxDelayMs ran out`, last?.cause ?? last);
       this.#deadlines.add(error);
       return error;
     };
-    const late = (result: ReserveResult): void => this.#options.late(call, result, this.#booking(this.#options.store, sentAt, result), stay);
-    return withTimeout(asked, Math.max(0, call.deadline - performance.now()), expired, late);
+    const answered = (result: ReserveResult): void => late(call, { result, extra: this.#booking(this.#options.store, sentAt, result), stay });
+    return withTimeout(asked, Math.max(0, call.deadline - performance.now()), expired, answered);
   }
 
   #booking(store: Store, askedAt: number, result: ReserveResult): Booking {
@@ -180,8 +203,8 @@ export class StoreClient {
     this.#unlisten?.();
   }
 
-  #listen(listen: NonNullable<Store['listen']>): Promise<void> {
-    this.#listening ??= listen(this.#options.namespace, (key) => this.#options.wake(key)).then(
+  #listen(listen: NonNullable<Store['listen']>, listener: (key: string) => void): Promise<void> {
+    this.#listening ??= listen(this.#options.namespace, listener).then(
       (stop) => {
         this.#listened = true;
         if (this.#options.closing.aborted) stop();

@@ -9,7 +9,7 @@ import { throttleWrap } from './adapters/wrap.js';
 import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, ruleAt, type CallDefaults } from './calls.js';
 import { Completions, grantOf, Slots, type Grant } from './completions.js';
 import { CallTimeoutError, QueueFullError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
-import { StoreClient, type Booking, type Call } from './store-client.js';
+import { StoreClient, type Call } from './store-client.js';
 import { LocalFallback } from './fallback.js';
 import type { KeyInput, KeysInput } from './keys.js';
 import { KeyOps } from './key-ops.js';
@@ -27,7 +27,7 @@ import { Refusals } from './refusals.js';
 import { describe } from './rules.js';
 import { sleep, withTimeout } from './sleep.js';
 import { MemoryStore } from './stores/memory-store.js';
-import type { ReserveResult, Store } from './store.js';
+import type { Store } from './store.js';
 import { KeyLine, Lines, waitInLine, type WaiterHooks } from './waiting.js';
 
 /** Times a call that woke too late books again before it starts anyway (and says so in a `debug` event). */
@@ -54,7 +54,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #completions: Completions;
   readonly #slots: Slots;
   readonly #closing = new AbortController();
-  readonly #lines = new Lines();
+  readonly #lines: Lines;
   readonly #sleeping = new Sleeping();
   readonly #activity = new Activity();
   readonly #refusals = new Refusals();
@@ -87,10 +87,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       fallback: this.#fallback,
       closing: this.#closing.signal,
       notify: (event, ...args) => this.notify(event, ...args),
-      wake: (key) => this.#lines.wake(key),
-      stays: (key) => this.#lines.stays(key),
-      answered: (call, result, stay) => this.#lines.answered(call, result, stay),
-      late: (call, result, booking, stay) => this.#late(call, result, booking, stay),
     });
     this.#completions = new Completions(
       this.name,
@@ -100,13 +96,14 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         this.notify('debug', { message: 'a completion or release did not reach the store; it is sent again (until then the slot counts to its bound)', error }),
     );
     this.#slots = new Slots(this.#completions, this.#maxHoldMs, (message, key) => this.notify('debug', { message, key }));
+    this.#lines = new Lines(this.#storeClient, this.#slots);
     this.#keyOps = new KeyOps({
       name: this.name,
       store: this.store,
       callDefaults: this.#callDefaults,
       maxHoldMs: this.#maxHoldMs,
       closing: this.#closing.signal,
-      storeClient: this.#storeClient,
+      lines: this.#lines,
       slots: this.#slots,
       waitingHere: (encoded) => this.#sleeping.on(encoded) + this.#lines.queued(encoded),
       freed: (encoded) => {
@@ -277,7 +274,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     // Asks under way answer first: slots booked for calls just rejected are given back. This
     // process leaves the waiting lists it may be on, so that the next process is woken.
     await Promise.all(lines.map((line) => line.clear(closed)));
-    await this.#leave(listed);
+    await this.#storeClient.leave(listed);
     // Calls asked without a line give back what was booked for them once answered.
     await Promise.allSettled([...this.#lines.asking]);
     // The calls just rejected give their slots back once their rejections have run (microtasks).
@@ -344,7 +341,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     let first = false;
     if (line === undefined && !this.#lines.isAlone(call.line)) {
       // Calls of the line that come meanwhile wait in a held line, behind this one.
-      const asked = this.#storeClient.decide(call);
+      const asked = this.#lines.ask(call);
       this.#lines.alone(call, asked);
       let answer;
       try {
@@ -362,7 +359,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         const leave = line?.size ? [] : this.#lines.leaving(call);
         this.#lines.doneAlone(call);
         line?.resume();
-        void this.#leave(leave);
+        void this.#storeClient.leave(leave);
         if (result.status === 'booked') {
           const grant = grantOf(result, extra);
           if (!aborted) return grant;
@@ -376,12 +373,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
     if (line === undefined) {
       const created: KeyLine<Call> = new KeyLine<Call>(
-        (queued) => this.#storeClient.decide(queued),
+        (queued) => this.#lines.ask(queued),
         () => {
           // Its calls went away: leave the waiting lists it may be on, so that the next process is woken.
           const leave = this.#closing.signal.aborted ? [] : this.#lines.leaving(call);
           this.#lines.delete(call, created);
-          void this.#leave(leave);
+          void this.#storeClient.leave(leave);
         },
         this.#lines.isAlone(call.line),
       );
@@ -396,19 +393,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     const { result, booking } = await waiting;
     this.#lines.served(call);
     return grantOf(result, booking);
-  }
-
-  /** Leaves the keys' waiting lists in the store (this process's calls there went away); never rejects. */
-  #leave(keys: readonly string[]): Promise<unknown> {
-    return Promise.all(keys.map((key) => this.store.leave?.(this.name, key).catch(() => undefined)));
-  }
-
-  /** An answer the call stopped waiting for: its slot given back, its keys' waiting lists left. */
-  #late(call: Call, result: ReserveResult, booking: Booking, stay: boolean): void {
-    this.#lines.answered(call, result, stay);
-    if (result.status === 'booked') this.#slots.release(call, grantOf(result, booking));
-    const leave = this.#lines.get(call.line)?.size ? [] : this.#lines.leaving(call);
-    void this.#leave(leave);
   }
 
   #hooks(call: Call): WaiterHooks {

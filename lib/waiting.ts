@@ -1,5 +1,6 @@
 import { keysOf } from './calls.js';
-import type { Booking, Call } from './store-client.js';
+import { grantOf, type Slots } from './completions.js';
+import type { Booking, Call, Decided, StoreClient } from './store-client.js';
 import { RateLimitedError, type WaitReason } from './errors.js';
 import { MAX_TIMER_MS } from './sleep.js';
 import type { ReserveResult } from './store.js';
@@ -313,6 +314,8 @@ export function waitInLine(
  * list of waiting processes only when no line of it holds the key any more.
  */
 export class Lines {
+  readonly #client: StoreClient;
+  readonly #slots: Slots;
   readonly #lines = new Map<string, KeyLine<Call>>();
   /** Lines with a call asked without a line (none of the line's calls waited), until it is answered. */
   readonly #alone = new Map<string, Promise<unknown>>();
@@ -323,6 +326,36 @@ export class Lines {
   /** Per line of several keys, its turn (see `#turn`), while it is held. */
   readonly #turns = new Map<string, number>();
   #served = 0;
+
+  constructor(client: StoreClient, slots: Slots) {
+    this.#client = client;
+    this.#slots = slots;
+  }
+
+  /**
+   * Asks the store for `call`'s slot, keeping this process's waiting lists in step with the
+   * store's answer (the local fallback's lists none). A deferral that finds this process not yet
+   * listening for completions starts listening and asks again (one may have come meanwhile):
+   * every line then hears the completions it waits for.
+   */
+  async ask(call: Call): Promise<Decided> {
+    for (;;) {
+      const decided = await this.#client.decide(call, this.#stays, this.#late);
+      if (decided.extra.store !== this.#client.store) return decided;
+      this.answered(call, decided.result, decided.stay);
+      if (decided.result.status !== 'deferred' || !(await this.#client.listen(this.#wake))) return decided;
+    }
+  }
+
+  readonly #stays = (call: Call): boolean => this.stays(call.encoded);
+  readonly #wake = (key: string): void => this.wake(key);
+
+  /** An answer the call stopped waiting for: its slot given back, its keys' waiting lists left. */
+  readonly #late = (call: Call, { result, extra, stay }: Decided): void => {
+    this.answered(call, result, stay);
+    if (result.status === 'booked') this.#slots.release(call, grantOf(result, extra));
+    void this.#client.leave(this.get(call.line)?.size ? [] : this.leaving(call));
+  };
 
   get(line: string): KeyLine<Call> | undefined {
     return this.#lines.get(line);
