@@ -1,5 +1,6 @@
 import type { StoreClock } from './clock.js';
 import type { Booking, Call } from './store-client.js';
+import type { Refusals } from './refusals.js';
 import type { Rule } from './rules.js';
 import type { ReserveResult, Settlement, Store } from './store.js';
 
@@ -112,7 +113,7 @@ export const RESEND_MS = 1_000;
 export class Completions {
   readonly #namespace: string;
   readonly #store: Store;
-  readonly #onWritten: (key: string) => void;
+  readonly #refusals: Refusals;
   readonly #onFailure: (error: unknown) => void;
   /** Writes under way, and who waits for them to end (close). */
   #writing = 0;
@@ -121,10 +122,11 @@ export class Completions {
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
 
-  constructor(namespace: string, store: Store, onWritten: (key: string) => void, onFailure: (error: unknown) => void) {
+  /** `refusals`: the throttle's, forgotten for a key once a completion there is written (room may have come). */
+  constructor(namespace: string, store: Store, refusals: Refusals, onFailure: (error: unknown) => void) {
     this.#namespace = namespace;
     this.#store = store;
-    this.#onWritten = onWritten;
+    this.#refusals = refusals;
     this.#onFailure = onFailure;
   }
 
@@ -137,7 +139,7 @@ export class Completions {
     store.settle(this.#namespace, key, settle, coalesceMs).then(
       () => {
         this.#ended();
-        this.#onWritten(key);
+        this.#refusals.forget(key);
       },
       (error: unknown) => {
         this.#ended();
@@ -185,7 +187,7 @@ export class Completions {
         if (performance.now() > until) return;
         try {
           await this.#store.settle(this.#namespace, key, settle);
-          this.#onWritten(key);
+          this.#refusals.forget(key);
         } catch {
           if (!this.#closed) this.#keep(key, settle, until);
         }

@@ -88,12 +88,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       closing: this.#closing.signal,
       notify: (event, ...args) => this.notify(event, ...args),
     });
-    this.#completions = new Completions(
-      this.name,
-      this.store,
-      (key) => this.#refusals.forget(key),
-      (error) =>
-        this.notify('debug', { message: 'a completion or release did not reach the store; it is sent again (until then the slot counts to its bound)', error }),
+    this.#completions = new Completions(this.name, this.store, this.#refusals, (error) =>
+      this.notify('debug', { message: 'a completion or release did not reach the store; it is sent again (until then the slot counts to its bound)', error }),
     );
     this.#slots = new Slots(this.#completions, this.#maxHoldMs, (message, key) => this.notify('debug', { message, key }));
     this.#lines = new Lines(this.#storeClient, this.#slots);

@@ -260,8 +260,6 @@ export interface RecoveryDeps {
   run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown>;
   /** The Redis keys of a user key (the store's layout). */
   names(namespace: string, key: string): KeyNames;
-  /** Checks keys against the journal (lua/includes/check.lua) in the store's next batch. */
-  check(namespace: string, keys: readonly string[]): Promise<unknown>;
 }
 
 /**
@@ -279,7 +277,6 @@ export class Recovery {
   readonly #client: Pick<RecoveryDeps, 'get'>;
   readonly #run: RecoveryDeps['run'];
   readonly #names: RecoveryDeps['names'];
-  readonly #check: RecoveryDeps['check'];
   /**
    * Namespace → the epoch value this process knows (see lua/epoch.lua): set once this process has
    * put back its journal under it (or, for a namespace seen for the first time, adopted it).
@@ -291,8 +288,6 @@ export class Recovery {
   readonly #unrecovered = new Set<string>();
   /** Bumped by every recovery: a batch that met a changed epoch after one is just sent again. */
   generation = 0;
-  #heartbeat: NodeJS.Timeout | undefined;
-  #closed = false;
   /** Times this process found that Redis had lost its data and put back its journal. */
   recoveries = 0;
 
@@ -304,7 +299,6 @@ export class Recovery {
     this.#graceMs = deps.graceMs;
     this.#client = { get: deps.get };
     this.#run = deps.run;
-    this.#check = deps.check;
   }
 
   /** Keys found without this process's calls (a check failed) and put back one by one. */
@@ -345,13 +339,6 @@ export class Recovery {
 
   epochKey(namespace: string): string {
     return `${this.#prefix}:${namespace}:epoch`;
-  }
-
-  /** Stops the heartbeat. */
-  close(): void {
-    this.#closed = true;
-    clearTimeout(this.#heartbeat);
-    this.#heartbeat = undefined;
   }
 
   /**
@@ -565,45 +552,35 @@ export class Recovery {
     return Date.now() + (this.journal.clockOffsetMs ?? 0);
   }
 
-  /**
-   * While the journal holds calls, checks every `heartbeatMs` that each namespace's epoch is the one
-   * this process knows, so that an idle process puts back its calls within the grace period too.
-   */
-  startHeartbeat(): void {
-    if (this.#heartbeat !== undefined || this.#closed) return;
-    this.#heartbeat = setTimeout(() => {
-      this.#heartbeat = undefined;
-      void this.#beat().finally(() => {
-        if (this.journal.prune(this.storeNow()) > 0) this.startHeartbeat();
-      });
-    }, this.#heartbeatMs);
-    this.#heartbeat.unref();
+  get heartbeatMs(): number {
+    return this.#heartbeatMs;
   }
 
-  async #beat(): Promise<void> {
-    for (const namespace of this.journal.namespaces()) {
-      try {
-        // Keys no decision checked within a beat: a key that lost data, or that another process holds,
-        // is found within about two beats (the next beat starts a beat after this one ends) even when
-        // this process decides nothing there.
-        const storeNow = this.storeNow();
-        const keys = this.journal
-          .unchecked(namespace, Date.now() - this.#heartbeatMs)
-          .filter((key) => this.journal.witness(namespace, key, storeNow) !== undefined);
-        if (keys.length > 0) await this.#check(namespace, keys);
-        // A put-back that failed is tried again at once.
-        if (this.#unrecovered.has(namespace)) {
-          await this.recover(namespace);
-          continue;
-        }
-        const known = this.#epochs.get(namespace);
-        const value = await this.#client.get(this.epochKey(namespace));
-        if (known === undefined) await this.#epochOf(namespace);
-        else if (value !== known) await this.recover(namespace);
-      } catch {
-        // Redis unreachable: the next beat, or the next decision, tries again.
-      }
+  /**
+   * The namespace's keys no decision checked within a beat, that this process holds calls on: the
+   * store's heartbeat checks them (lib/stores/redis-store.ts), so that a key that lost data, or that
+   * another process holds, is found within about two beats (the next beat starts a beat after this
+   * one ends) even when this process decides nothing there.
+   */
+  unchecked(namespace: string): string[] {
+    const storeNow = this.storeNow();
+    return this.journal.unchecked(namespace, Date.now() - this.#heartbeatMs).filter((key) => this.journal.witness(namespace, key, storeNow) !== undefined);
+  }
+
+  /**
+   * The heartbeat's check of the namespace's epoch: the one this process knows, or it puts back its
+   * calls (an idle process too finds a loss within the grace period); a put-back that failed is
+   * tried again at once.
+   */
+  async checkEpoch(namespace: string): Promise<void> {
+    if (this.#unrecovered.has(namespace)) {
+      await this.recover(namespace);
+      return;
     }
+    const known = this.#epochs.get(namespace);
+    const value = await this.#client.get(this.epochKey(namespace));
+    if (known === undefined) await this.#epochOf(namespace);
+    else if (value !== known) await this.recover(namespace);
   }
 }
 

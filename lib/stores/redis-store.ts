@@ -43,6 +43,9 @@ export class RedisStore implements Store {
   #flushScheduled: 'none' | 'now' | NodeJS.Timeout = 'none';
   /** `performance.now()` when the timer of `#flushScheduled` fires. */
   #flushAt = Infinity;
+  /** The recovery heartbeat's next beat, while the journal holds calls. */
+  #heartbeat: NodeJS.Timeout | undefined;
+  #closed = false;
   readonly #wakes: Wakes;
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
@@ -64,7 +67,6 @@ export class RedisStore implements Store {
         graceMs,
         get: (key) => this.#scripts.timed(this.#scripts.client['get']!(key) as Promise<string | null>),
         run: (name, keys, args) => this.#scripts.run(name, keys, args),
-        check: (namespace, keys) => this.#check(namespace, keys),
         names: (namespace, key) => this.#names(namespace, key),
       });
     }
@@ -124,7 +126,7 @@ export class RedisStore implements Store {
       members = cost === 1 ? [this.#member(first)] : Array.from({ length: cost }, (_, i) => this.#member(first + i));
       this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now);
       for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now);
-      this.#recovery?.startHeartbeat();
+      this.#startHeartbeat();
     }
     return { status: STATUSES[status]!, waitMs, retryMs, startAt, now, ruleIndex, members };
   }
@@ -206,7 +208,7 @@ export class RedisStore implements Store {
         restored.map(({ number, releaseInMs }) => ({ number, score: now + releaseInMs })),
         retainMs,
       );
-      this.#recovery.startHeartbeat();
+      this.#startHeartbeat();
     }
     const { log, meta } = this.#names(namespace, key);
     await this.#scripts.run(scripts.restore.name, [log, meta], args);
@@ -224,7 +226,9 @@ export class RedisStore implements Store {
 
   /** Stops the epoch heartbeat and the store's subscriber. The client belongs to the caller and stays open. */
   async close(): Promise<void> {
-    this.#recovery?.close();
+    this.#closed = true;
+    clearTimeout(this.#heartbeat);
+    this.#heartbeat = undefined;
     this.#wakes.close();
     this.#scripts.close();
   }
@@ -391,9 +395,32 @@ export class RedisStore implements Store {
     }
   }
 
-  /** Checks keys of the namespace against this process's journal (the heartbeat's, for keys no decision checked lately). */
-  #check(namespace: string, keys: readonly string[]): Promise<unknown> {
-    return Promise.all(keys.map((key) => this.#enqueue('k', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE)));
+  /**
+   * While the recovery journal holds calls: every `heartbeatMs`, checks (in the next batch) the
+   * keys of each namespace that no decision checked within a beat, and the namespace's epoch.
+   */
+  #startHeartbeat(): void {
+    const recovery = this.#recovery;
+    if (recovery === undefined || this.#heartbeat !== undefined || this.#closed) return;
+    this.#heartbeat = setTimeout(() => {
+      this.#heartbeat = undefined;
+      void this.#beat(recovery).finally(() => {
+        if (recovery.journal.prune(recovery.storeNow()) > 0) this.#startHeartbeat();
+      });
+    }, recovery.heartbeatMs);
+    this.#heartbeat.unref();
+  }
+
+  async #beat(recovery: Recovery): Promise<void> {
+    for (const namespace of recovery.journal.namespaces()) {
+      try {
+        const keys = recovery.unchecked(namespace);
+        await Promise.all(keys.map((key) => this.#enqueue('k', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE)));
+        await recovery.checkEpoch(namespace);
+      } catch {
+        // Redis unreachable: the next beat, or the next decision, tries again.
+      }
+    }
   }
 }
 
