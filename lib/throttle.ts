@@ -145,7 +145,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       const life = this.#listened() ? new CallLife(this, call) : undefined;
       let grant: Grant;
       try {
-        grant = await this.#acquire(call);
+        grant = await this.#book(call);
+        // A call that woke too late for its slot books again (rare: a stalled event loop).
+        if (this.#lateBy(grant) > this.#maxHoldMs / 2) grant = await this.#rebook(call, grant);
       } catch (error) {
         life?.notStarted(error);
         throw error;
@@ -283,24 +285,29 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (this.#ownsStore) await this.store.close();
   }
 
+  /** How late the call woke for its slot: from the earliest the slot can have started (the store decided after the ask was sent). */
+  #lateBy(grant: Grant): number {
+    return performance.now() - (grant.due + 1);
+  }
+
   /**
-   * Waits in the key's line for a booked slot, then sleeps until it starts. A call that wakes so
-   * late (a stalled event loop) that half of `maxHoldMs` has passed gives its slot back and books
-   * again: its slot counts only until start + `maxHoldMs`, which must cover the call's way to the vendor.
+   * A call that woke so late (a stalled event loop) that half of `maxHoldMs` has passed gives its
+   * slot back and books again: its slot counts only until start + `maxHoldMs`, which must cover
+   * the call's way to the vendor. After MAX_REBOOKS new bookings it starts anyway.
    */
-  async #acquire(call: Call): Promise<Grant> {
-    for (let late = 0; ; late++) {
-      const grant = await this.#book(call);
-      // Late from the earliest the slot can have started (the store decided after the ask was sent).
-      const lateBy = performance.now() - (grant.due + 1);
+  async #rebook(call: Call, late: Grant): Promise<Grant> {
+    let grant = late;
+    for (let rebooks = 0; ; rebooks++) {
+      const lateBy = this.#lateBy(grant);
       if (lateBy <= this.#maxHoldMs / 2) return grant;
       const message = `woke ${Math.round(lateBy)} ms after its slot, over half of maxHoldMs (${this.#maxHoldMs} ms)`;
-      if (late >= MAX_REBOOKS) {
+      if (rebooks >= MAX_REBOOKS) {
         this.notify('debug', { message: `${message}: starting anyway after ${MAX_REBOOKS} new bookings`, key: call.key });
         return grant;
       }
       this.notify('debug', { message: `${message}: booking again`, key: call.key });
       this.#slots.release(call, grant);
+      grant = await this.#book(call);
     }
   }
 
