@@ -61,6 +61,10 @@ describe('a standalone Redis replaced by a replica that missed writes (a failove
       // The first sync starts at once, not after Redis's 5 s wait for more replicas.
       await admin.config('SET', 'repl-diskless-sync-delay', '0');
       await adminReplica.replicaof('127.0.0.1', String(primary.port));
+      // Synced before the throttle starts: a master changes its replication id when its first
+      // replica attaches, which the epoch would take for a failover (held once, needlessly).
+      await admin.set('synced', '1');
+      expect(await admin.wait(1, 5_000), 'the replica follows').to.equal(1);
       const prefix = uniquePrefix();
       const [a, b] = [redisStore(clients[0]!, { prefix, recovery: RECOVERY }), redisStore(clients[1]!, { prefix, recovery: RECOVERY })];
       await book(a, 'u', 3);

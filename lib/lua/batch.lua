@@ -32,8 +32,9 @@
            VT_STATUS_NOT_MADE. On a key held (VT_CHECK_HELD) it is made, and waits for the hold.
 
   Returns { VT_BATCH_EPOCH_CHANGED } when the epoch changed (the store lost its data; nothing was
-  done), else { VT_BATCH_DONE, NOW_MS, then five values per decided call in order, then one per
-  check (includes/check.lua) }: NOW_MS is the store clock (0 when no decision or check was asked for).
+  done), else { VT_BATCH_DONE, NOW_MS, then per decided call in order its five values, or the one
+  VT_STATUS_BOOKED_NOW (includes/decide.lua), then one per check (includes/check.lua) }: NOW_MS is
+  the store clock (0 when no decision or check was asked for).
 ]]
 --- @include "log"
 --- @include "buckets"

@@ -185,6 +185,11 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       let at = 2;
       for (const group of decided) {
         for (const op of group) {
+          if (r[at] === STATUS.bookedNow) {
+            op.resolve([STATUS.booked, 0, now, CODES.rule.none, now, 0]);
+            at += 1;
+            continue;
+          }
           if (r[at] === STATUS.notMade) again.push(op);
           else {
             if (r[at] !== STATUS.booked && r[at + 3] === CODES.rule.recovering) for (const key of [op.key, ...op.also.map((part) => part.key)]) held.add(key);
@@ -208,8 +213,8 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       let at = 2;
       for (const group of decided) {
         for (const op of group) {
-          if (reply[at] === STATUS.booked) out.push(op);
-          at += 5;
+          if (reply[at] === STATUS.booked || reply[at] === STATUS.bookedNow) out.push(op);
+          at += reply[at] === STATUS.bookedNow ? 1 : 5;
         }
       }
       return out;

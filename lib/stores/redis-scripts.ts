@@ -11,8 +11,11 @@ import type { RedisClientLike } from './redis-options.js';
 export const CODES = {
   /** lua/batch.lua: the first field of each operation (its fields: the script's header). */
   op: { decide: 1, decideKeys: 2, complete: 3, leave: 4, check: 5, checkFull: 6, tidy: 7 },
-  /** A decided call's status (lua/includes/decide.lua); `notMade`: its key was found lost, asked again once put back. */
-  status: { refused: 0, booked: 1, deferred: 2, notMade: 3 },
+  /**
+   * A decided call's status (lua/includes/decide.lua); `notMade`: its key was found lost, asked
+   * again once put back; `bookedNow`: booked to start at once, answered in this one value.
+   */
+  status: { refused: 0, booked: 1, deferred: 2, notMade: 3, bookedNow: 4 },
   /** The first value of a batch's reply: done, or nothing done because the namespace's epoch changed. */
   batch: { done: 1, epochChanged: 3 },
   /** What a key's check found (lua/includes/check.lua). */
@@ -35,7 +38,7 @@ function snakeCase(name: string): string {
  * lines replaced by `lib/lua/includes/name.lua`. Command names carry a version so that two library
  * versions sharing one client never run each other's script.
  */
-export const SCRIPT_VERSION = 13;
+export const SCRIPT_VERSION = 14;
 
 /** A script, registered with ioredis `defineCommand` without a fixed number of keys: each call passes it first. */
 export interface ScriptDefinition {

@@ -25,7 +25,9 @@
                      of the call's first member; members are FIRST .. FIRST+COST-1, each followed by TAG)
   A call of several keys is decided by vt_decide_keys (below): one call, every key's rules.
 
-  Appends to OUT, per call, five values: status, wait_ms, start_at, rule_index, retry_ms
+  Appends to OUT, per call, five values: status, wait_ms, start_at, rule_index, retry_ms; or, for
+  a call booked to start at once (the usual answer), the one value VT_STATUS_BOOKED_NOW (wait 0,
+  start at NOW_MS, no rule, no retry: the other four are known).
   status: VT_STATUS_BOOKED (start in wait_ms), VT_STATUS_REFUSED (wait_ms: no slot before then),
   VT_STATUS_DEFERRED (ask again after a completion on the key, or in retry_ms at the latest; no
   slot before wait_ms).
@@ -158,9 +160,9 @@ local function vt_bounds(pending, start_at, now_ms, max_hold, rule_index)
   return bound, earliest, rule_index
 end
 
--- Appends the answer to one call to OUT: status, wait_ms, start_at, rule_index, retry_ms (see the
--- header). Returns its status, whether to book it, whether it waits for a completion (deferred by a
--- bound), and its start (ms, rounded up).
+-- Appends the answer to one call to OUT: status, wait_ms, start_at, rule_index, retry_ms, or
+-- VT_STATUS_BOOKED_NOW alone (see the header). Returns its status, whether to book it, whether it
+-- waits for a completion (deferred by a bound), and its start (ms, rounded up).
 local function vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index)
   local wait = 0
   if earliest > now then wait = math.ceil(earliest - now) end
@@ -184,7 +186,11 @@ local function vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest,
     status, book = VT_STATUS_REFUSED, false
   end
   local n = #out
-  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, wait, start_at, rule_index, retry
+  if book and wait == 0 and rule_index == VT_RULE_NONE and start_at == now_ms then
+    out[n + 1] = VT_STATUS_BOOKED_NOW
+  else
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, wait, start_at, rule_index, retry
+  end
   return status, book, waits, start_at
 end
 
