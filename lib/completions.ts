@@ -1,4 +1,4 @@
-import type { StoreClock } from './clock.js';
+import type { StoreClock } from './time.js';
 import type { Booking, Call } from './store-client.js';
 import type { Refusals } from './refusals.js';
 import type { Rule } from './rules.js';
@@ -32,7 +32,7 @@ export function grantOf(result: ReserveResult, booking: Booking): Grant {
   // one is reached by a timer that may fire up to 1 ms early.
   const due = booking.sentAt + result.waitMs - (result.waitMs > 0 ? 1 : 0);
   // A later slot: counted from this answer's arrival, or from the store clock as the quickest
-  // answers placed it (lib/clock.ts), whichever is sooner. The first ignores drift over the wait
+  // answers placed it (lib/time.ts), whichever is sooner. The first ignores drift over the wait
   // itself (docs/design.md §5, Clocks).
   const startsAt = result.waitMs > 0 ? Math.min(booking.receivedAt + result.waitMs, booking.clock.localTime(result.startAt)) : booking.receivedAt;
   return { result, store: booking.store, clock: booking.clock, due, startsAt };

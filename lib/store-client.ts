@@ -1,9 +1,8 @@
-import { StoreClock } from './clock.js';
 import { StoreUnavailableError, ThrottleError } from './errors.js';
 import type { LocalFallback } from './fallback.js';
 import type { StoreErrorPolicy, ThrottleEvents } from './options.js';
 import type { Rule } from './rules.js';
-import { sleep, withTimeout } from './sleep.js';
+import { sleep, StoreClock, withTimeout } from './time.js';
 import type { ReserveResult, Store } from './store.js';
 
 /** How long after a failed subscription to completions the next wait tries again. */

@@ -144,7 +144,7 @@ export interface Store {
   /**
    * Every decision reads one clock (true: one Redis, or this process). A store whose decisions read
    * several clocks (a Redis Cluster: each master's `TIME`) leaves it out, and each decision's own
-   * round trip then places its call (lib/clock.ts).
+   * round trip then places its call (lib/time.ts).
    */
   readonly singleClock?: boolean;
   /**

@@ -25,7 +25,7 @@ import {
 } from './options.js';
 import { Refusals } from './refusals.js';
 import { describe } from './rules.js';
-import { sleep, withTimeout } from './sleep.js';
+import { sleep, withTimeout } from './time.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { Store } from './store.js';
 import { KeyLine, Lines, waitInLine, type WaiterHooks } from './waiting.js';

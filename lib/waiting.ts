@@ -2,7 +2,7 @@ import { keysOf } from './calls.js';
 import { grantOf, type Slots } from './completions.js';
 import type { Booking, Call, Decided, StoreClient } from './store-client.js';
 import { RateLimitedError, type WaitReason } from './errors.js';
-import { MAX_TIMER_MS } from './sleep.js';
+import { MAX_TIMER_MS } from './time.js';
 import type { ReserveResult } from './store.js';
 
 /**

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { MAX_DRIFT, StoreClock } from '../lib/clock.js';
+import { MAX_DRIFT, StoreClock } from '../lib/time.js';
 
 describe('StoreClock: where the store clock stands, from round trips', () => {
   it('keeps the tightest bounds: the quickest round trip places slots and releases', () => {

@@ -51,7 +51,7 @@ describe("Throttle: the line of a key ('wait' mode; 'queue' and 'delay' read as 
     expect(usage.waitingHere).to.equal(4);
     await fake.clock.tickAsync(2_000);
     await Promise.all(calls);
-    // Completion times are read late, never early (lib/clock.ts: by the clock drift allowed since
+    // Completion times are read late, never early (lib/time.ts: by the clock drift allowed since
     // the store's latest answer, under 1 ms here): calls 5 and 6 start at 2,000 or 1 ms after.
     expect(starts.slice(0, 4)).to.deep.equal([0, 0, 1_000, 1_000]);
     for (const start of starts.slice(4)) expect(start).to.be.within(2_000, 2_001);

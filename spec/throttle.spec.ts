@@ -49,7 +49,7 @@ describe('Throttle: delay mode', () => {
     const { starts, done } = burst(throttle, 'u1', 7, t0);
     await fake.clock.tickAsync(2_500);
     expect(await done).to.deep.equal([0, 1, 2, 3, 4, 5, 6]);
-    // Completions are read late, never early (lib/clock.ts: by the clock drift allowed since the
+    // Completions are read late, never early (lib/time.ts: by the clock drift allowed since the
     // store's latest answer, under 1 ms here): the last call starts at 2,000 or 1 ms after.
     expect(starts.slice(0, 6)).to.deep.equal([0, 0, 0, 1_000, 1_000, 1_000]);
     expect(starts[6]).to.be.within(2_000, 2_001);

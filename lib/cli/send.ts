@@ -1,5 +1,5 @@
 import { formatRule, RateLimitedError, StoreUnavailableError, type Throttle } from '../index.js';
-import { sleep } from '../sleep.js';
+import { sleep } from '../time.js';
 import { readVendorSignal } from '../vendor-signals.js';
 import type { SendSettings } from './args.js';
 import { errorText } from './errors.js';

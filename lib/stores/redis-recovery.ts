@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError } from '../errors.js';
 import type { KeyNames } from '../keys.js';
-import { MAX_TIMER_MS } from '../sleep.js';
+import { MAX_TIMER_MS } from '../time.js';
 import { scripts } from './redis-scripts.js';
 
 /*

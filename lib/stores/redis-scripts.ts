@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { StoreUnavailableError } from '../errors.js';
 import { PAUSED, RECOVERING } from '../slot-plan.js';
-import { withTimeout } from '../sleep.js';
+import { withTimeout } from '../time.js';
 import type { RedisClientLike } from './redis-options.js';
 
 /**
