@@ -12,7 +12,7 @@ import { parseRule } from '../lib/rules.js';
 import type { ReserveRequest } from '../lib/store.js';
 import type { RedisStore } from '../lib/stores/redis-store.js';
 import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
-import { redisStore, uniquePrefix } from './support/hooks.js';
+import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 
 const RULES = [parseRule('5/2s')];
 const NAMESPACE = 'acme';
@@ -102,5 +102,15 @@ describe('a standalone Redis replaced by a replica that missed writes (a failove
       for (const client of [...clients, admin, adminReplica]) client.disconnect();
       await Promise.all([primary.stop(), replica.stop()]);
     }
+  });
+
+  it('under an epoch of an earlier version, which names no Redis, each key names the Redis that took its last booking', async () => {
+    const prefix = uniquePrefix();
+    const admin = redisClient();
+    await admin.set(`${prefix}:${NAMESPACE}:epoch`, 'earlier:0');
+    const store = redisStore(redisClient(), { prefix, recovery: RECOVERY });
+    await book(store, 'u', 1);
+    expect(await admin.get(`${prefix}:${NAMESPACE}:epoch`), 'kept until a loss').to.equal('earlier:0');
+    expect(await admin.hget(keyNames(prefix, NAMESPACE, 'u').meta, 'r')).to.match(/^[0-9a-f]{40}$/);
   });
 });

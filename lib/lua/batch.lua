@@ -47,7 +47,7 @@ local A = cmsgpack.unpack(ARGV[5])
 
 local epoch_key = nil
 if ARGV[1] ~= '' then epoch_key = KEYS[#KEYS] end
-local ready = vt_epoch(epoch_key, ARGV[1])
+local ready, epoch_names_redis = vt_epoch(epoch_key, ARGV[1])
 if ready == 'lost' then return { VT_BATCH_EPOCH_CHANGED } end
 
 local tag, channel = ARGV[2], ARGV[3]
@@ -99,11 +99,12 @@ local last = #A
 -- Keys whose check failed (by K), and the checks' answers. ENV: what a key's check or decision needs
 -- besides its own arguments: the grace period, and the replication id each key records and compares
 -- (meta `r`) where the epoch cannot tell a failover: a batch without it (a Cluster script cannot
--- reach it), recovery on (GRACE > 0). Read with the clock.
+-- reach it), or an epoch that names no Redis (written by an earlier version), recovery on
+-- (GRACE > 0). Read with the clock.
 local lost = {}
 local checks = {}
 local env = { grace = tonumber(ARGV[4]), replid = '' }
-local per_key_replid = epoch_key == nil and env.grace > 0
+local per_key_replid = not epoch_names_redis and env.grace > 0
 -- A VT_STATUS_NOT_MADE answer per call: a decision on a key that lost its data is not made.
 local function vt_not_made(calls)
   for c = 1, calls do

@@ -3,14 +3,15 @@
   that lost its data (restart without persistence, FLUSHALL) has none, or another one, so the next
   decision tells its caller, which puts back the calls it knows it made.
 
-  KEYS[1]  epoch  string '<id>:<ready_ms>', where <id> is '<random>@<replid>': the replication id
-                  of the Redis that created it ('' where INFO is denied). Decisions wait until
+  KEYS[1]  epoch  string '<id>:<ready_ms>', where <id> is '<random>@<replid>' on a standalone
+                  Redis: the replication id of the Redis that created it ('' where INFO is denied;
+                  '<random>' alone on a Cluster, and in epochs of earlier versions). Decisions wait until
                   ready_ms (store clock), so that every live process has put back its calls before
                   anything new is decided. An epoch that names another Redis than this one came with
                   a failover (a replica promoted, which may have missed the latest writes): it counts
                   as no epoch, so the namespace is recovered as after a loss (vt_epoch, includes/log.lua).
-  ARGV[1]  ID     a random id for a new epoch (the script adds '@<replid>'); with MODE 'extend', the
-                  id of the epoch to extend
+  ARGV[1]  ID     a random id for a new epoch (the script adds '@<replid>' with NAMES); with MODE
+                  'extend', the id of the epoch to extend
   ARGV[2]  GRACE  ms from now until a new epoch is ready
   ARGV[3]  MODE   'lost': a process found the data lost; a missing epoch is created ready GRACE
                   from now.
@@ -21,6 +22,10 @@
                   'extend': moves the ready time of epoch ID to at least GRACE from now (a process
                   still putting back its calls keeps every decision waiting); an epoch with another
                   id, or none, is left as it is.
+  ARGV[4]  NAMES  '1': the epoch names the Redis that created it, and one that names another is
+                  taken as none (a standalone Redis: every decision there checks the epoch). On a
+                  Cluster ('0') no script but this one reads the epoch, and each key names its
+                  Redis itself (meta `r`).
 
   The epoch has no time to live: only a loss removes it (a restart without persistence, FLUSHALL,
   or an `allkeys-*` eviction), so a namespace left idle for any time never looks like a lost one.
@@ -56,10 +61,11 @@ local function vt_lost_sign()
   return false
 end
 
-local replid = vt_replid()
+local names = ARGV[4] == '1'
+local replid = names and vt_replid() or ''
 local value = redis.call('GET', KEYS[1])
 -- Replicated from another Redis before a failover: as good as none, and a sign of a loss.
-local moved = value and vt_epoch_moved(value, replid)
+local moved = names and value and vt_epoch_moved(value, replid)
 if moved then value = false end
 if mode == 'extend' then
   if value == false then return nil end
@@ -71,6 +77,6 @@ if mode == 'extend' then
 end
 if value then return value end
 if mode == 'first' and not moved and not vt_lost_sign() then ready = now_ms end
-value = ARGV[1] .. '@' .. replid .. ':' .. ready
+if names then value = ARGV[1] .. '@' .. replid .. ':' .. ready else value = ARGV[1] .. ':' .. ready end
 redis.call('SET', KEYS[1], value)
 return value

@@ -260,6 +260,8 @@ export interface RecoveryDeps {
   run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown>;
   /** The Redis keys of a user key (the store's layout). */
   names(namespace: string, key: string): KeyNames;
+  /** A Cluster: no batch reaches the epoch, and the epoch names no Redis (each key does, lua/epoch.lua). */
+  readonly cluster: boolean;
 }
 
 /**
@@ -274,6 +276,7 @@ export class Recovery {
   readonly #prefix: string;
   readonly #heartbeatMs: number;
   readonly #graceMs: number;
+  readonly #cluster: boolean;
   readonly #client: Pick<RecoveryDeps, 'get'>;
   readonly #run: RecoveryDeps['run'];
   readonly #names: RecoveryDeps['names'];
@@ -297,6 +300,7 @@ export class Recovery {
     this.#prefix = deps.prefix;
     this.#heartbeatMs = deps.heartbeatMs;
     this.#graceMs = deps.graceMs;
+    this.#cluster = deps.cluster;
     this.#client = { get: deps.get };
     this.#run = deps.run;
   }
@@ -366,7 +370,7 @@ export class Recovery {
   /** Runs lua/epoch.lua: the epoch in force, created (ready `graceMs` from now, see its MODE) if missing. */
   #newEpoch(namespace: string, graceMs: number, mode: 'lost' | 'first' = 'lost'): Promise<string> {
     const id = randomBytes(6).toString('base64url');
-    return this.#run(scripts.epoch.name, [this.epochKey(namespace)], [id, graceMs, mode]) as Promise<string>;
+    return this.#run(scripts.epoch.name, [this.epochKey(namespace)], [id, graceMs, mode, this.#cluster ? 0 : 1]) as Promise<string>;
   }
 
   /**
@@ -518,7 +522,7 @@ export class Recovery {
     let writing: Promise<void> = Promise.resolve();
     const extend = async (): Promise<boolean> => {
       try {
-        const now = (await this.#run(scripts.epoch.name, [key], [idOf(value), this.#graceMs, 'extend'])) as string | null;
+        const now = (await this.#run(scripts.epoch.name, [key], [idOf(value), this.#graceMs, 'extend', this.#cluster ? 0 : 1])) as string | null;
         if (now !== null && idOf(now) === idOf(value)) value = now;
         else stopped = true;
         return true;

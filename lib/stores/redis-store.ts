@@ -68,6 +68,7 @@ export class RedisStore implements Store {
         get: (key) => this.#scripts.timed(this.#scripts.client['get']!(key) as Promise<string | null>),
         run: (name, keys, args) => this.#scripts.run(name, keys, args),
         names: (namespace, key) => this.#names(namespace, key),
+        cluster: this.#cluster,
       });
     }
   }

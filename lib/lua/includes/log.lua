@@ -52,12 +52,13 @@ end
 -- created by this Redis. A store that lost its data has no epoch, or a newer one; one promoted from
 -- a replica holds one that names its former master. Returns 'lost' then, else the time (ms) before
 -- which nothing may be decided while live processes put back what they know (0 when no check was
--- asked for: EPOCH_KEY nil).
+-- asked for: EPOCH_KEY nil), and whether the epoch names its Redis (an epoch of an earlier version
+-- does not: each key then names the Redis that took its last booking, meta `r`).
 local function vt_epoch(epoch_key, expected)
-  if epoch_key == nil then return 0 end
+  if epoch_key == nil then return 0, false end
   local value = redis.call('GET', epoch_key)
-  if value ~= expected or vt_epoch_moved(value, vt_replid()) then return 'lost' end
-  return tonumber(string.match(value, ':(%d+)$')) or 0
+  if value ~= expected or vt_epoch_moved(value, vt_replid()) then return 'lost', false end
+  return tonumber(string.match(value, ':(%d+)$')) or 0, string.find(value, '@', 1, true) ~= nil
 end
 
 -- The encoded user key of LOG ('<prefix>:<name>:{<key>}:log', or '<prefix>:<name>:{<name>}:<key>:log'
