@@ -110,8 +110,10 @@ export class StoreClient {
    * The store's answer for `call`. `stays(call)`, read at each ask (time passes, and the lines of
    * this process change, while it backs off): whether this process stays in the key's waiting list
    * (calls of several keys wait on it). `late` gets an answer that came after the call's deadline.
+   * `again`: the call was asked before (a deferral that started the subscription to completions):
+   * its answer is bounded by the call's deadline as every ask after the first is.
    */
-  async decide(call: Call, stays: (call: Call) => boolean, late: LateAnswer): Promise<Decided> {
+  async decide(call: Call, stays: (call: Call) => boolean, late: LateAnswer, again = false): Promise<Decided> {
     const { namespace, store, maxHoldMs, policy, fallback, closing } = this.#options;
     const also = call.also.length === 0 ? NO_KEYS : call.also.map(({ encoded, rules, retainMs }) => ({ key: encoded, rules, retainMs }));
     for (let attempt = 0; ; attempt++) {
@@ -126,7 +128,7 @@ export class StoreClient {
       try {
         if (fallback?.owing) await fallback.putBack();
         // Once the store failed, 'wait' asks again only until the call's maxDelayMs runs out.
-        const result = await (attempt === 0 ? store.reserve(request) : this.#byDeadline(call, store.reserve(request), sentAt, stay, late));
+        const result = await (attempt === 0 && !again ? store.reserve(request) : this.#byDeadline(call, store.reserve(request), sentAt, stay, late));
         this.#failure = undefined;
         fallback?.recovered();
         return { result, extra: this.#booking(store, sentAt, result), stay };

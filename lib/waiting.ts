@@ -339,8 +339,8 @@ export class Lines {
    * every line then hears the completions it waits for.
    */
   async ask(call: Call): Promise<Decided> {
-    for (;;) {
-      const decided = await this.#client.decide(call, this.#stays, this.#late);
+    for (let again = false; ; again = true) {
+      const decided = await this.#client.decide(call, this.#stays, this.#late, again);
       if (decided.extra.store !== this.#client.store) return decided;
       this.answered(call, decided.result, decided.stay);
       if (decided.result.status !== 'deferred' || !(await this.#client.listen(this.#wake))) return decided;
