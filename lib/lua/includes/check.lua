@@ -31,9 +31,7 @@ local function vt_check(log, meta, tag, now, grace, replid, a, i, full)
     vt_hold(log, meta, now, grace)
   elseif full then
     local hold, taken_by = unpack(redis.call('HMGET', meta, 'h', 'r'))
-    if replid ~= '' and taken_by and taken_by ~= replid then
-      redis.call('HSET', meta, 'r', replid)
-      vt_hold(log, meta, now, grace)
+    if vt_failed_over(log, meta, taken_by, replid, now, grace) then
       status = VT_CHECK_HELD
     elseif tonumber(hold or 0) > now then
       status = VT_CHECK_HELD

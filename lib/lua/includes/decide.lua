@@ -58,15 +58,11 @@ local vt_none = {}
 
 -- One key of a decision: its state, read once per operation. Trims the log when it holds 32 more than
 -- the history kept and the bookings ahead can count (entries older than the history sit below
--- every index a rule looks at: trimming them only bounds memory). A key whose last booking was
--- taken by another Redis than this one (meta `r`: a failover since, maybe to a replica that missed
--- writes) is held for ENV.grace ms, so that the processes that know calls on it put them back
--- first (includes/check.lua).
+-- every index a rule looks at: trimming them only bounds memory). A key that failed over since its
+-- last booking is held (vt_failed_over, includes/log.lua).
 local function vt_key_open(log, meta, set, cut, now, env)
   local state = redis.call('HMGET', meta, unpack(set.meta_fields))
-  if state[VT_STATE_REPLID] and env.replid ~= '' and state[VT_STATE_REPLID] ~= env.replid then
-    vt_hold(log, meta, now, env.grace)
-    redis.call('HSET', meta, 'r', env.replid)
+  if vt_failed_over(log, meta, state[VT_STATE_REPLID], env.replid, now, env.grace) then
     state[VT_STATE_HOLD] = math.max(tonumber(state[VT_STATE_HOLD] or 0), math.ceil(now + env.grace))
     state[VT_STATE_REPLID] = env.replid
   end

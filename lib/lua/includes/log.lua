@@ -78,3 +78,14 @@ local function vt_hold(log, meta, now, grace)
     vt_keep(meta, math.max(hold - now, redis.call('PTTL', log)))
   end
 end
+
+-- A key whose last booking was taken by another Redis than this one (meta `r`, TAKEN_BY, against
+-- REPLID: a failover since, maybe to a replica that missed writes) is held for GRACE ms, so that
+-- the processes that know calls on it put them back first, and names this Redis from now on.
+-- Returns whether it was. Unknown on either side ('' or none): no.
+local function vt_failed_over(log, meta, taken_by, replid, now, grace)
+  if replid == '' or not taken_by or taken_by == replid then return false end
+  vt_hold(log, meta, now, grace)
+  redis.call('HSET', meta, 'r', replid)
+  return true
+end
