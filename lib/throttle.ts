@@ -311,10 +311,15 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
   }
 
+  /** The call's signal if aborted, else the throttle's if it closes, else undefined. */
+  #aborted(call: Call): AbortSignal | undefined {
+    if (call.signal?.aborted) return call.signal;
+    return this.#closing.signal.aborted ? this.#closing.signal : undefined;
+  }
+
   /** One booking: the wait in line, then the sleep until the slot starts. */
   async #book(call: Call): Promise<Grant> {
-    call.signal?.throwIfAborted();
-    this.#closing.signal.throwIfAborted();
+    this.#aborted(call)?.throwIfAborted();
     this.#refusals.check(call.line, call.cost, call.deadline - performance.now());
     const grant = await this.#inLine(call);
     const { result } = grant;
@@ -356,7 +361,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
       const { result, extra } = answer;
       line = this.#lines.get(call.line);
-      const aborted = [call.signal, this.#closing.signal].find((signal) => signal?.aborted);
+      const aborted = this.#aborted(call);
       if (aborted || result.status !== 'deferred') {
         // Listed in its keys' waiting processes, but gone: leave those no line here holds.
         const leave = line?.size ? [] : this.#lines.leaving(call);

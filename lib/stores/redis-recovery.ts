@@ -276,7 +276,8 @@ export class Recovery {
   readonly #prefix: string;
   readonly #heartbeatMs: number;
   readonly #graceMs: number;
-  readonly #cluster: boolean;
+  /** lua/epoch.lua's NAMES: 1 on a standalone Redis, where the epoch names the Redis that created it. */
+  readonly #epochNames: 0 | 1;
   readonly #client: Pick<RecoveryDeps, 'get'>;
   readonly #run: RecoveryDeps['run'];
   readonly #names: RecoveryDeps['names'];
@@ -300,7 +301,7 @@ export class Recovery {
     this.#prefix = deps.prefix;
     this.#heartbeatMs = deps.heartbeatMs;
     this.#graceMs = deps.graceMs;
-    this.#cluster = deps.cluster;
+    this.#epochNames = deps.cluster ? 0 : 1;
     this.#client = { get: deps.get };
     this.#run = deps.run;
   }
@@ -370,7 +371,7 @@ export class Recovery {
   /** Runs lua/epoch.lua: the epoch in force, created (ready `graceMs` from now, see its MODE) if missing. */
   #newEpoch(namespace: string, graceMs: number, mode: 'lost' | 'first' = 'lost'): Promise<string> {
     const id = randomBytes(6).toString('base64url');
-    return this.#run(scripts.epoch.name, [this.epochKey(namespace)], [id, graceMs, mode, this.#cluster ? 0 : 1]) as Promise<string>;
+    return this.#run(scripts.epoch.name, [this.epochKey(namespace)], [id, graceMs, mode, this.#epochNames]) as Promise<string>;
   }
 
   /**
@@ -522,7 +523,7 @@ export class Recovery {
     let writing: Promise<void> = Promise.resolve();
     const extend = async (): Promise<boolean> => {
       try {
-        const now = (await this.#run(scripts.epoch.name, [key], [idOf(value), this.#graceMs, 'extend', this.#cluster ? 0 : 1])) as string | null;
+        const now = (await this.#run(scripts.epoch.name, [key], [idOf(value), this.#graceMs, 'extend', this.#epochNames])) as string | null;
         if (now !== null && idOf(now) === idOf(value)) value = now;
         else stopped = true;
         return true;
@@ -553,7 +554,7 @@ export class Recovery {
   }
 
   storeNow(): number {
-    return Date.now() + (this.journal.clockOffsetMs ?? 0);
+    return Date.now() + this.journal.clockOffsetMs;
   }
 
   get heartbeatMs(): number {

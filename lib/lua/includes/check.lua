@@ -31,11 +31,7 @@ local function vt_check(log, meta, tag, now, grace, replid, a, i, full)
     vt_hold(log, meta, now, grace)
   elseif full then
     local hold, taken_by = unpack(redis.call('HMGET', meta, 'h', 'r'))
-    if vt_failed_over(log, meta, taken_by, replid, now, grace) then
-      status = VT_CHECK_HELD
-    elseif tonumber(hold or 0) > now then
-      status = VT_CHECK_HELD
-    end
+    if vt_failed_over(log, meta, taken_by, replid, now, grace) or tonumber(hold or 0) > now then status = VT_CHECK_HELD end
   end
   return status, i + 3
 end
