@@ -140,6 +140,10 @@ export class LocalFallback implements Store {
     return this.#local.pause(namespace, key, ms);
   }
 
+  pausedUntil(namespace: string, key: string): Promise<number> {
+    return this.#local.pausedUntil(namespace, key);
+  }
+
   restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number): Promise<void> {
     return this.#local.restore(namespace, key, slots, retainMs);
   }

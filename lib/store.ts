@@ -183,6 +183,12 @@ export interface Store {
    */
   pause(namespace: string, key: string, ms: number): Promise<number>;
   /**
+   * Optional: the end of the key's vendor pause (store clock, ms; 0 or past when none). A call booked
+   * to start later reads it when its start comes: a pause that ends after its start was set after the
+   * booking (a decision never books into a pause), so the call gives its slot back and books again.
+   */
+  pausedUntil?(namespace: string, key: string): Promise<number>;
+  /**
    * Adds calls that started without this store deciding them (decided by a process's local fallback
    * while the store was down), so that the store's next decisions count them.
    */

@@ -335,8 +335,30 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       } finally {
         this.#sleeping.leave(keys);
       }
+      if (await this.#pausedSinceBooked(call, grant, keys)) {
+        this.#slots.release(call, grant);
+        return this.#book(call);
+      }
     }
     return grant;
+  }
+
+  /**
+   * Whether a vendor pause set after the call's slot was booked (by any process sharing the store)
+   * covers the slot's start: a decision never books into a pause, so a pause that ends after the
+   * start is newer than the booking. Read when a slot booked ahead comes due; a store that cannot
+   * tell (no `pausedUntil`, or failing now) lets the call start on the slot it was given.
+   */
+  async #pausedSinceBooked(call: Call, grant: Grant, keys: readonly string[]): Promise<boolean> {
+    const { store } = grant;
+    if (store.pausedUntil === undefined) return false;
+    try {
+      const ends = await Promise.all(keys.map((key) => store.pausedUntil!(this.name, key)));
+      return ends.some((end) => end > grant.result.startAt);
+    } catch (error) {
+      this.notify('debug', { message: 'cannot read the vendor pause before a slot booked ahead starts; starting on it', key: call.key, error });
+      return false;
+    }
   }
 
   /**

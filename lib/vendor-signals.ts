@@ -47,7 +47,8 @@ const REFUSAL_WITH_SIGNAL = new Set([403, 503]);
  * Decides whether a response says the vendor's limit was hit, and for how long the key should pause:
  * - `refused` (retry the request): status 429; 403 or 503 with a valid `Retry-After` or a limit with
  *   nothing remaining; or `flagged`;
- * - `pauseMs`, for a refused response: `Retry-After`, else the reset of the limits that are used up
+ * - `pauseMs`, for a refused response: `Retry-After` (or `Retry-After-Ms`, the longer of the two),
+ *   else the reset of the limits that are used up
  *   (`parseRateLimitHeaders`), else `undefined`; for any other response: the reset of the limits that
  *   are used up, if any (`Retry-After` is read only on refusals).
  *
@@ -68,6 +69,10 @@ export function readVendorSignal(info: VendorResponseInfo): VendorSignal {
     const text = headerValue(headers, 'retry-after');
     retryAfter = text === undefined ? undefined : parseRetryAfter(text, now);
     if (text !== undefined && retryAfter === undefined) report?.(`ignored malformed Retry-After header ${quote(text)}`);
+    // `Retry-After-Ms` (Azure and others): the same wait in ms. With both, the longer is obeyed:
+    // delay-seconds are often the ms rounded up, and a send before either has passed may be refused.
+    const ms = nonNegative(headerValue(headers, 'retry-after-ms'), 'Retry-After-Ms', report);
+    if (ms !== undefined) retryAfter = Math.max(retryAfter ?? 0, Math.ceil(ms));
   }
   const refused = status === 429 || flagged || (REFUSAL_WITH_SIGNAL.has(status) && (retryAfter !== undefined || limits.exhausted));
   const pauseMs = refused ? (retryAfter ?? limits.exhaustedResetMs ?? limits.unknownResetMs) : limits.exhaustedResetMs;

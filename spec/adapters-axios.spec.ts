@@ -304,6 +304,43 @@ describe('throttle.axios()', function () {
       expect(paused).to.deep.equal([{ key: 'u1', ms: 1_000, source: 'axios 429' }]);
     });
 
+    it('a loud vendor whose limit is below the rules: no process sends before its Retry-After, and every call ends 2xx', async function () {
+      this.timeout(20_000);
+      // The vendor allows 5 calls in any second per user and answers the rest 429, with the seconds
+      // until a call fits again (rounded up) and the same in ms; the throttle is told 10/s.
+      const prefix = uniquePrefix();
+      const processes = [1, 2].map(() => make({ name: 'acme', rules: ['10/s'], store: redisStore(redisClient(), { prefix }) }));
+      const accepted: number[] = [];
+      const refusals: Array<{ at: number; until: number }> = [];
+      vendor = nockVendor(ORIGIN, (arrival) => {
+        const inWindow = accepted.filter((at) => at > arrival.at - 1_000);
+        if (inWindow.length < 5) {
+          accepted.push(arrival.at);
+          return { status: 200, body: { ok: true } };
+        }
+        const waitMs = inWindow[inWindow.length - 5]! + 1_000 - arrival.at;
+        refusals.push({ at: arrival.at, until: arrival.at + Math.ceil(waitMs / 1_000) * 1_000 });
+        return { status: 429, headers: { 'Retry-After': String(Math.ceil(waitMs / 1_000)), 'Retry-After-Ms': String(Math.ceil(waitMs)) } };
+      });
+      const clients = processes.map((throttle) => acmeFor(throttle, { retries: 3 }));
+      const statuses = await Promise.all(
+        clients.flatMap((acme) =>
+          Array.from({ length: 15 }, (_, n) =>
+            acme.get(`/v1/orders/${n}`, as('u1')).then(
+              (response) => response.status,
+              (error: unknown) => (error as AxiosError).response?.status ?? String(error),
+            ),
+          ),
+        ),
+      );
+      // Sent while a Retry-After was running: arrived more than 50 ms after a 429 (so not already on
+      // its way when that 429 came back) and before the end of the pause it asked for.
+      const early = vendor.arrivals.filter((arrival) => refusals.some((r) => arrival.at > r.at + 50 && arrival.at < r.until));
+      timings('loud vendor 5/s, throttle 10/s, 2 × 15 calls: arrivals (ms)', vendor.times('u1', vendor.arrivals[0]!.at));
+      expect(early.map((arrival) => Math.round(arrival.at - vendor!.arrivals[0]!.at))).to.deep.equal([]);
+      expect(statuses.filter((status) => status !== 200)).to.deep.equal([]);
+    });
+
     it('retries go through the throttle: every arrival, retries included, keeps the rules', async () => {
       const throttle = make({ rules: ['2/300ms'] });
       vendor = nockVendor(ORIGIN, (arrival, index) =>

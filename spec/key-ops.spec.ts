@@ -43,6 +43,22 @@ for (const [name, make] of stores) {
       return { a, b };
     }
 
+    it('pause(): a call booked ahead before another process paused the key starts after the pause, on a slot booked again', async () => {
+      const { a, b } = pair();
+      const t0 = performance.now();
+      const starts = [1, 2, 3].map(() => a.schedule('u', () => performance.now() - t0));
+      // The third is booked to start a window (400 ms) later; then the vendor says wait 600 ms.
+      await sleep(50);
+      expect((await b.inspect('u')).bookedAhead).to.equal(1);
+      await b.pause('u', 600);
+      const pausedAt = performance.now() - t0;
+      const [, , third] = await Promise.all(starts);
+      expect(third, 'start of the call booked ahead, ms').to.be.at.least(pausedAt + 600 - 5);
+      const usage = await a.inspect('u');
+      expect(usage.bookedAhead).to.equal(0);
+      expect(usage.rules[0]!.used, 'the slot given back is not counted twice').to.equal(1);
+    });
+
     it('inspect(): calls booked ahead apart from used (never above the limit), remaining, and whether anything is stored', async () => {
       const { a, b } = pair();
       const empty = await b.inspect('u');

@@ -212,6 +212,22 @@ describe('vendor signals: readVendorSignal (the policy)', () => {
     expect(read(429, { 'retry-after': '2', ratelimit: '"default";r=0;t=30' })).to.deep.equal({ refused: true, pauseMs: 2_000 });
   });
 
+  it('Retry-After-Ms is read too, and with Retry-After the longer wait is obeyed', () => {
+    expect(read(429, { 'retry-after-ms': '734.2' })).to.deep.equal({ refused: true, pauseMs: 735 });
+    expect(read(429, { 'retry-after': '1', 'retry-after-ms': '734' })).to.deep.equal({ refused: true, pauseMs: 1_000 });
+    expect(read(429, { 'retry-after': '1', 'retry-after-ms': '1500' })).to.deep.equal({ refused: true, pauseMs: 1_500 });
+    expect(read(503, { 'retry-after-ms': '200' })).to.deep.equal({ refused: true, pauseMs: 200 });
+    const problems: string[] = [];
+    const signal = readVendorSignal({
+      status: 429,
+      headers: { 'retry-after': '2', 'retry-after-ms': 'soon' },
+      now,
+      report: (problem) => problems.push(problem),
+    });
+    expect(signal).to.deep.equal({ refused: true, pauseMs: 2_000 });
+    expect(problems).to.deep.equal(['ignored malformed Retry-After-Ms value "soon"']);
+  });
+
   it('503 and 403 are refusals only with Retry-After or a used-up limit (GitHub answers 403)', () => {
     expect(read(503)).to.deep.equal({ refused: false, pauseMs: undefined });
     expect(read(503, { 'retry-after': '7' })).to.deep.equal({ refused: true, pauseMs: 7_000 });

@@ -94,7 +94,7 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
   for (let attempt = 0; ; attempt++) {
     let outcome: Outcome<R>;
     try {
-      outcome = await throttle.schedule(request.key, () => attemptOnce(exchange, attempt), request.schedule);
+      outcome = await throttle.schedule(request.key, () => attemptOnce(exchange, attempt), attempt === 0 ? request.schedule : retryOptions(request.schedule));
     } catch (error) {
       if (last === undefined || request.schedule.signal?.aborted) throw error;
       debug(`retry ${attempt} was not sent (${error instanceof Error ? error.message : String(error)}); returning the vendor's last answer`, error);
@@ -141,6 +141,14 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
     exchange.discard?.(outcome);
     throttle.notify('retried', { key, client: request.client, attempt: attempt + 1, status: answer.status, ...(pauseMs === undefined ? {} : { pauseMs }) });
   }
+}
+
+/**
+ * A retry waits ahead of this process's calls of the key that were never sent (highest priority):
+ * the vendor refused it once already, and it must get its turn within its retries.
+ */
+function retryOptions(options: ScheduleOptions): ScheduleOptions {
+  return { ...options, priority: Number.MAX_VALUE };
 }
 
 /** Sends once; the client's failure becomes an outcome, so that `schedule()` rejects only for the throttle's own reasons. */

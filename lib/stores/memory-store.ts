@@ -237,6 +237,10 @@ export class MemoryStore implements Store {
     return log.pausedUntil;
   }
 
+  async pausedUntil(namespace: string, key: string): Promise<number> {
+    return this.#logs.get(`${namespace}\n${key}`)?.pausedUntil ?? 0;
+  }
+
   async close(): Promise<void> {
     this.#logs.clear();
     this.#listeners.clear();

@@ -184,6 +184,11 @@ export class RedisStore implements Store {
     return (await this.#scripts.run(scripts.pause.name, [this.#names(namespace, key).meta], [Math.ceil(ms)])) as number;
   }
 
+  async pausedUntil(namespace: string, key: string): Promise<number> {
+    const hget = this.#scripts.client['hget']!(this.#names(namespace, key).meta, 'pause') as Promise<string | null>;
+    return Number((await this.#scripts.timed(hget)) ?? 0);
+  }
+
   async restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number): Promise<void> {
     if (slots.length === 0) return;
     // Not before every live process has put back its journal: the calls it restores would be
