@@ -6,6 +6,7 @@
  */
 import { expect } from 'chai';
 import { Redis } from 'ioredis';
+import { RateLimitedError, Throttle } from '../lib/index.js';
 import { keyNames } from '../lib/keys.js';
 import { parseRule } from '../lib/rules.js';
 import type { ReserveRequest } from '../lib/store.js';
@@ -143,6 +144,46 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
       for (const client of clients) client.disconnect();
       await server.stop();
     }
+  });
+
+  describe('a Redis that has just started', () => {
+    // Heartbeats of 5 s: the first epoch's sign of a restart (uptime under two heartbeats) lasts 10 s,
+    // far longer than these specs take, so that each runs inside it.
+    const recovery = { heartbeatMs: 5_000, graceMs: 15_000 };
+
+    it('a process alone on it serves its first calls at once: throw mode refuses only calls over the limit', async () => {
+      const server = await startRedis();
+      const client = new Redis(server.url);
+      const throttle = new Throttle({ name: 'fresh', rules: ['5/s'], mode: 'throw', store: redisStore(client, { recovery }) });
+      try {
+        const outcomes = await Promise.all(Array.from({ length: 6 }, () => throttle.schedule('u', () => 'ran').catch((error: unknown) => error)));
+        expect(outcomes.slice(0, 5)).to.deep.equal(['ran', 'ran', 'ran', 'ran', 'ran']);
+        expect(outcomes[5]).to.be.instanceOf(RateLimitedError).and.to.include({ reason: 'rule' });
+        expect(await client.info('server')).to.match(/uptime_in_seconds:\d\r?\n/); // still within its first 10 s
+      } finally {
+        await throttle.close();
+        client.disconnect();
+        await server.stop();
+      }
+    });
+
+    it('with another client connected (a process that knew the namespace may be back), the first calls wait for it: reason recovering', async () => {
+      const server = await startRedis();
+      const other = new Redis(server.url);
+      const client = new Redis(server.url);
+      const throttle = new Throttle({ name: 'fresh', rules: ['5/s'], mode: 'throw', store: redisStore(client, { recovery }) });
+      try {
+        await other.ping();
+        const error = await throttle.schedule('u', () => 'ran').catch((e: unknown) => e);
+        expect(error).to.be.instanceOf(RateLimitedError).and.to.include({ reason: 'recovering' });
+        expect((error as Error).message).to.match(/lost data/);
+      } finally {
+        await throttle.close();
+        client.disconnect();
+        other.disconnect();
+        await server.stop();
+      }
+    });
   });
 
   it('a hold ends a grace period after the loss was found, however many processes put their calls back', async () => {

@@ -19,6 +19,10 @@
                   means a new namespace, or a loss no live process has noticed yet. It is created
                   ready at once, unless this Redis shows a sign of a loss (vt_lost_sign): then
                   GRACE from now, time for the processes that hold calls to notice and hold it longer.
+                  A Redis that started less than GRACE ago is such a sign only while another
+                  client than the caller's is connected (a process that knew the namespace before
+                  a restart reconnects to find the loss; so does this process's own subscriber,
+                  which only makes it wait): a process alone on a fresh Redis is ready at once.
                   'extend': moves the ready time of epoch ID to at least GRACE from now (a process
                   still putting back its calls keeps every decision waiting); an epoch with another
                   id, or none, is left as it is.
@@ -41,8 +45,8 @@ local ready = now_ms + tonumber(ARGV[2])
 local mode = ARGV[3]
 
 -- Whether this Redis may have lost data lately: it started GRACE ago or less (a restart without
--- persistence), it was a replica promoted (a second replication id), it evicted keys, or someone
--- ran FLUSHALL or FLUSHDB (counted since it started).
+-- persistence) and another client is connected, it was a replica promoted (a second replication
+-- id), it evicted keys, or someone ran FLUSHALL or FLUSHDB (counted since it started).
 local function vt_lost_sign()
   -- A Redis that refuses INFO (an ACL without it) shows nothing: taken as a sign.
   for _, section in ipairs({ 'server', 'replication', 'stats', 'commandstats' }) do
@@ -50,7 +54,11 @@ local function vt_lost_sign()
   end
   local server = redis.call('INFO', 'server')
   local uptime = tonumber(string.match(server, 'uptime_in_seconds:(%d+)') or 0)
-  if uptime * 1000 < tonumber(ARGV[2]) then return true end
+  if uptime * 1000 < tonumber(ARGV[2]) then
+    local clients = redis.pcall('INFO', 'clients')
+    if type(clients) ~= 'string' then return true end
+    if tonumber(string.match(clients, 'connected_clients:(%d+)') or 0) > 1 then return true end
+  end
   local replid2 = string.match(redis.call('INFO', 'replication'), 'master_replid2:(%x+)') or ''
   if string.find(replid2, '[1-9a-f]') then return true end
   if tonumber(string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)') or 0) > 0 then return true end

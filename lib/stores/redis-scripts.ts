@@ -38,7 +38,7 @@ function snakeCase(name: string): string {
  * lines replaced by `lib/lua/includes/name.lua`. Command names carry a version so that two library
  * versions sharing one client never run each other's script.
  */
-export const SCRIPT_VERSION = 16;
+export const SCRIPT_VERSION = 17;
 
 /** A script, registered with ioredis `defineCommand` without a fixed number of keys: each call passes it first. */
 export interface ScriptDefinition {
