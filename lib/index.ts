@@ -49,7 +49,7 @@ export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
 export { RedisStore } from './stores/redis-store.js';
 export type { RedisClientLike, RedisStoreOptions } from './stores/redis-options.js';
-export type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, RuleUsage, Settlement, Store } from './store.js';
+export type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, RuleUsage, Settlement, Store, StoreNotice } from './store.js';
 export {
   CallTimeoutError,
   QueueFullError,

@@ -103,6 +103,7 @@ export interface ThrottleMetricNames {
   readonly refused: string;
   readonly pauses: string;
   readonly storeErrors: string;
+  readonly storeWarnings: string;
   readonly completed: string;
   readonly failed: string;
   readonly retried: string;
@@ -135,6 +136,7 @@ interface Metrics {
   readonly refused: PromCounterLike;
   readonly pauses: PromCounterLike;
   readonly storeErrors: PromCounterLike;
+  readonly storeWarnings: PromCounterLike;
   readonly completed: PromCounterLike;
   readonly failed: PromCounterLike;
   readonly retried: PromCounterLike;
@@ -218,6 +220,9 @@ export function throttleMetrics(throttle: MetricsSource, options: ThrottleMetric
     subscribe(throttle, 'storeError', ({ policy }) => {
       metrics.storeErrors.inc({ throttle: name, policy });
     }),
+    subscribe(throttle, 'storeWarning', ({ kind }) => {
+      metrics.storeWarnings.inc({ throttle: name, kind });
+    }),
     subscribe(throttle, 'completed', ({ durationMs }) => {
       metrics.completed.inc({ throttle: name });
       metrics.duration.observe({ throttle: name, outcome: 'completed' }, durationMs / 1000);
@@ -277,6 +282,7 @@ function metricNames(prefix: string): ThrottleMetricNames {
     refused: `${prefix}calls_refused_total`,
     pauses: `${prefix}pauses_total`,
     storeErrors: `${prefix}store_errors_total`,
+    storeWarnings: `${prefix}store_warnings_total`,
     completed: `${prefix}calls_completed_total`,
     failed: `${prefix}calls_failed_total`,
     retried: `${prefix}calls_retried_total`,
@@ -318,6 +324,12 @@ function sharedMetrics(client: PromClientLike, registry: PromRegistryLike, prefi
       config(names.pauses, 'Keys paused for every process sharing the store (vendor 429s, pause()), by source.', ['throttle', 'source']),
     ),
     storeErrors: new client.Counter(config(names.storeErrors, 'Store failures seen by calls, by the onStoreError policy applied.', ['throttle', 'policy'])),
+    storeWarnings: new client.Counter(
+      config(names.storeWarnings, 'What the store said while it happened (Redis evicting keys, evictions stopped, INFO denied), by kind.', [
+        'throttle',
+        'kind',
+      ]),
+    ),
     completed: new client.Counter(config(names.completed, 'Calls whose fn resolved.', ['throttle'])),
     failed: new client.Counter(config(names.failed, 'Calls whose fn threw, rejected or outlasted timeoutMs.', ['throttle'])),
     retried: new client.Counter(

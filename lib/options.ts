@@ -2,7 +2,7 @@ import { ThrottleConfigError, type QueueFullError, type RateLimitedError, type S
 import { checkNamespace } from './keys.js';
 import { compileRules, type RuleSource } from './rule-source.js';
 import { describe, MAX_WINDOW_MS, type RuleInput } from './rules.js';
-import type { RuleUsage, Store } from './store.js';
+import type { RuleUsage, Store, StoreNotice } from './store.js';
 import { checkCount, checkDelay, checkKnown, checkWhole } from './validate.js';
 
 /**
@@ -222,6 +222,12 @@ export interface ThrottleEvents {
   refused: [event: { readonly key: string; readonly cost: number; readonly error: RateLimitedError | QueueFullError; readonly also?: readonly string[] }];
   /** The store failed (unreachable, timed out, out of memory); `onStoreError` says what the call did. */
   storeError: [event: { readonly key: string; readonly error: StoreUnavailableError; readonly policy: StoreErrorPolicy }];
+  /**
+   * The store says what its users should know while it happens: Redis evicting keys (`evicting`,
+   * then `evictionsStopped`), or what it cannot watch (`cannotWatch`). `message` is a sentence for
+   * a log: the cause, what the store does, and the fix.
+   */
+  storeWarning: [event: StoreNotice];
 }
 
 /** What a throttle holds in this process (see `Throttle.stats`). */

@@ -95,6 +95,23 @@ export interface RestoredSlot {
   readonly cost: number;
 }
 
+/**
+ * Something about the store its users should know while it happens (a `storeWarning` event of
+ * every throttle on the store):
+ * - `evicting`: Redis evicts keys under `maxmemory`, and what the store does about it;
+ * - `evictionsStopped`: none for a while, and the store works as before;
+ * - `cannotWatch`: the store cannot read what it watches (`INFO` denied to its user).
+ */
+export interface StoreNotice {
+  readonly kind: 'evicting' | 'evictionsStopped' | 'cannotWatch';
+  /** A sentence for a log: the cause, what the store does, and the fix. */
+  readonly message: string;
+  /** Redis's `maxmemory-policy` ('unknown' where it cannot be read). */
+  readonly policy?: string;
+  /** Redis's `evicted_keys` (INFO stats) at the time. */
+  readonly evictedKeys?: number;
+}
+
 /** Usage of one rule of a key (see `InspectResult`). */
 export interface RuleUsage {
   readonly limit: number;
@@ -205,6 +222,8 @@ export interface Store {
    * bounds of the calls booked there shortens them to what the slots still need.
    */
   tidy?(namespace: string): Promise<void>;
+  /** Optional: calls `listener` with each {@link StoreNotice}; returns a function that stops it. */
+  watch?(listener: (notice: StoreNotice) => void): () => void;
   /** Frees what the store itself owns. A client passed in by the user is left open. */
   close(): Promise<void>;
 }

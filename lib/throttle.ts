@@ -59,6 +59,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #activity = new Activity();
   readonly #refusals = new Refusals();
   readonly #keyOps: KeyOps;
+  /** Stops listening to the store's notices. */
+  readonly #unwatch: (() => void) | undefined;
   #closed: Promise<void> | undefined;
 
   constructor(options: ThrottleOptions) {
@@ -109,6 +111,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       notify: (event, ...args) => this.notify(event, ...args),
       events: this,
     });
+    this.#unwatch = this.store.watch?.((notice) => this.notify('storeWarning', notice));
     // Every waiting call listens to this signal; their number is bounded by the work, not a leak.
     setMaxListeners(0, this.#closing.signal);
   }
@@ -268,6 +271,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   async #shutdown(): Promise<void> {
     const closed = new ThrottleClosedError();
     this.#closing.abort(closed);
+    this.#unwatch?.();
     const { lines, listed } = this.#lines.drain();
     // Asks under way answer first: slots booked for calls just rejected are given back. This
     // process leaves the waiting lists it may be on, so that the next process is woken.

@@ -40,6 +40,48 @@ describe('Redis evicts keys of the throttle under maxmemory (a cache shares it)'
     });
   }
 
+  describe('a Redis that keeps evicting', () => {
+    // One user at twice 10/s for 2 s; Redis evicts from 0.5 s on (a cache writing 4 KB every 10 ms).
+    const shape: Partial<EvictionRunOptions> = {
+      users: 1,
+      limit: 10,
+      windowMs: 1_000,
+      arrivalMs: 2_000,
+      evictAtMs: 500,
+      cacheValueBytes: 4_000,
+      cacheEveryMs: 10,
+    };
+
+    it("volatile-ttl for 1.5 s: the throttle's keys are kept out of the policy's reach, every call runs once, none over, and it says so while it happens and when it stops", async () => {
+      const result = await run({ ...shape, recovery: true, policy: 'volatile-ttl', pressureMs: 1_500 });
+      expect(result.overLimit).to.equal(0);
+      const kinds = result.warnings.map((warning) => warning.kind);
+      expect(kinds).to.deep.equal(['evicting', 'evictionsStopped']);
+      expect(result.warnings[0]!.message).to.match(/maxmemory-policy volatile-ttl; evicted_keys \d+/);
+      expect(result.warnings[0]!.message).to.match(/kept without a time to live/);
+      expect(result.warnings[0]!.message).to.match(/Fix: /);
+    });
+
+    it('allkeys-lru to the end, default configuration: calls fail at once with StoreUnavailableError naming the policy, none over', async () => {
+      const result = await runEvictions({ ...shape, recovery: true, defaults: true, policy: 'allkeys-lru' });
+      expect(result.overLimit).to.equal(0);
+      expect(result.errors.length, 'calls that failed').to.be.above(0);
+      // Redis also refuses a write when evicting cannot free enough in time (OOM under any policy).
+      for (const error of result.errors)
+        expect(error).to.match(/StoreUnavailableError: Redis is (evicting keys under maxmemory \(maxmemory-policy allkeys-lru|out of memory)/);
+      expect(result.errors.some((error) => /allkeys-lru/.test(error))).to.equal(true);
+      expect(result.ranOnce + result.errors.length).to.equal(result.scheduled);
+      expect(result.warnings.map((warning) => warning.kind)).to.include('evicting');
+    });
+
+    it('noeviction: Redis refuses writes when full, and calls fail with StoreUnavailableError saying it is out of memory', async () => {
+      const result = await runEvictions({ ...shape, recovery: true, defaults: true, policy: 'noeviction' });
+      expect(result.overLimit).to.equal(0);
+      expect(result.errors.length, 'calls that failed').to.be.above(0);
+      for (const error of result.errors) expect(error).to.match(/StoreUnavailableError: Redis is out of memory/);
+    });
+  });
+
   it('the same evictions without the journal (recovery: false) let calls over the limit: the fault is real', async () => {
     const result = await run({ recovery: false });
     expect(result.overLimit).to.be.above(0);

@@ -303,7 +303,9 @@ describe("faults: a Redis ACL user that may only touch the throttle's prefix and
 
   /**
    * What the library sends itself, besides its scripts' commands: EVALSHA (EVAL on NOSCRIPT), and
-   * SUBSCRIBE on the subscriber connection it opens (`duplicate()`) to hear of completions.
+   * SUBSCRIBE on the subscriber connection it opens (`duplicate()`) to hear of completions. (INFO,
+   * for the eviction watch, and HGET, for the pause a call booked ahead reads, are script commands
+   * too.)
    */
   const clientCommands = ['evalsha', 'eval', 'subscribe'];
 
@@ -365,6 +367,21 @@ describe("faults: a Redis ACL user that may only touch the throttle's prefix and
     // wait: 8 + 1 after the pause; throw: 6 (one refused per key), none after the pause.
     expect(ran).to.have.length(8 + 1 + 6);
     expect(refusedAfter - refusedBefore, 'commands Redis refused (ACL, background writes included)').to.equal(0);
+  });
+
+  it('without INFO: calls run, and the store says once that it cannot watch evictions (storeWarning cannotWatch)', async () => {
+    await setUser([...clientCommands, ...scriptCommands().filter((command) => command !== 'info')]);
+    const store = redisStore(userClient(), { prefix, recovery: { heartbeatMs: 50, graceMs: 150 } });
+    const throttle = new Throttle({ name: 'acl-no-info', rules: ['3/150ms'], store });
+    const warnings: Array<{ kind: string; message: string }> = [];
+    throttle.on('storeWarning', (warning) => warnings.push(warning));
+    const ran = await Promise.all(Array.from({ length: 4 }, (_, i) => throttle.schedule('u', () => i)));
+    expect(ran).to.deep.equal([0, 1, 2, 3]);
+    // Two heartbeats, each reading INFO stats.
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    await throttle.close();
+    expect(warnings.map((warning) => warning.kind)).to.deep.equal(['cannotWatch']);
+    expect(warnings[0]!.message).to.match(/^Cannot read INFO stats \(NOPERM.*allow INFO/);
   });
 
   it('cannot touch a key outside the prefix, directly or from a script, so a library that did would be noticed', async () => {

@@ -8,6 +8,7 @@
 import { expect } from 'chai';
 import type { Redis } from 'ioredis';
 import { RedisStore, Throttle } from '../lib/index.js';
+import { scripts } from '../lib/stores/redis-scripts.js';
 import { redisClient, uniquePrefix } from './support/hooks.js';
 
 /** Every key under `prefix`, with its time to live in ms (-1: none). */
@@ -61,6 +62,41 @@ describe('keyspace: nothing left behind', function () {
     const idleMs = windowMs + 100;
     for (const [key, ttl] of left) expect(ttl, key).to.be.at.most(idleMs);
     await new Promise((resolve) => setTimeout(resolve, idleMs - (performance.now() - closedAt)));
+    expect([...(await keysOf(client, prefix)).keys()]).to.deep.equal([epoch]);
+  });
+
+  it('while Redis evicts (a kept namespace), the same run leaves its keys without a time to live, their lifetimes in the index, which gives them back: nothing left after the window either', async () => {
+    const client = redisClient();
+    const prefix = uniquePrefix();
+    const kept = `${prefix}:acme:kept`;
+    // What the store's eviction watch does when Redis starts evicting under a volatile-* policy.
+    await client.zadd(kept, '+inf', '');
+    // A key whose time passed while kept: the next batch deletes it, as its time to live would have.
+    await client.set(`${prefix}:acme:{acme}:gone:log`, 'x');
+    await client.zadd(kept, '1', `${prefix}:acme:{acme}:gone:log`);
+    await run(client, prefix);
+    const left = await keysOf(client, prefix);
+    expect(left.has(`${prefix}:acme:{acme}:gone:log`), 'a kept key past its time').to.equal(false);
+    const epoch = `${prefix}:acme:epoch`;
+    const index = new Map<string, number>();
+    const entries = await client.zrange(kept, '0', '-1', 'WITHSCORES');
+    for (let i = 0; i < entries.length; i += 2) index.set(entries[i]!, Number(entries[i + 1]));
+    expect(left.size).to.be.above(5);
+    for (const [key, ttl] of left) {
+      if (key === epoch || key === kept) continue;
+      expect(ttl, `${key} has no time to live`).to.equal(-1);
+      expect(index.get(key), `${key} in the index`).to.be.a('number');
+    }
+    // The evictions stop: the index gives every key its time to live back, then goes.
+    const store = new RedisStore(client, { prefix, hashTag: 'name', recovery });
+    const keep = (client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>)[scripts.keep.name]!;
+    expect(await keep.call(client, 1, kept, 'off', 1000)).to.equal(0);
+    await store.close();
+    const after = await keysOf(client, prefix);
+    expect(after.has(kept), 'the index').to.equal(false);
+    after.delete(epoch);
+    for (const [key, ttl] of after) expect(ttl, key).to.be.within(1, windowMs + 100);
+    await new Promise((resolve) => setTimeout(resolve, windowMs + 100));
     expect([...(await keysOf(client, prefix)).keys()]).to.deep.equal([epoch]);
   });
 });

@@ -4,8 +4,9 @@ import { QueueFullError, RateLimitedError, StoreUnavailableError, ThrottleClosed
 import { DEFAULT_WAIT_BUCKETS, loadPromClient, throttleMetrics, type PromClientLike } from '../lib/metrics.js';
 import type { ThrottleOptions } from '../lib/options.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
-import type { Store } from '../lib/store.js';
+import type { Store, StoreNotice } from '../lib/store.js';
 import { Throttle } from '../lib/throttle.js';
+import { delegatingStore } from './support/delegating-store.js';
 import { useFakeClock } from './support/fake-clock.js';
 
 /**
@@ -151,6 +152,30 @@ describe('metrics: throttleMetrics() with prom-client', () => {
     expect(await rejection(throttle.schedule('bob', () => undefined))).to.be.instanceOf(StoreUnavailableError);
     const text = await registry.getSingleMetricAsString(metrics.names.storeErrors);
     expect(sample(text, metrics.names.storeErrors, { throttle: 'acme', policy: 'fail' })).to.equal(2);
+  });
+
+  it('counts what the store says (storeWarning) by kind, and the throttle stops listening when it closes', async () => {
+    const listeners = new Set<(notice: StoreNotice) => void>();
+    const store = delegatingStore(new MemoryStore(), {
+      watch: (listener) => {
+        listeners.add(listener);
+        return () => listeners.delete(listener);
+      },
+    });
+    const throttle = make({ store });
+    const metrics = throttleMetrics(throttle, { client, registry });
+    const heard: StoreNotice[] = [];
+    throttle.on('storeWarning', (notice) => heard.push(notice));
+    const evicting: StoreNotice = { kind: 'evicting', message: 'Redis is evicting keys', policy: 'volatile-ttl', evictedKeys: 3 };
+    for (const listener of listeners) listener(evicting);
+    for (const listener of listeners) listener({ kind: 'evictionsStopped', message: 'Redis has evicted no key for 10 s' });
+    expect(heard.map((notice) => notice.kind)).to.deep.equal(['evicting', 'evictionsStopped']);
+    expect(heard[0]).to.deep.equal(evicting);
+    const text = await registry.getSingleMetricAsString(metrics.names.storeWarnings);
+    expect(sample(text, metrics.names.storeWarnings, { throttle: 'acme', kind: 'evicting' })).to.equal(1);
+    expect(sample(text, metrics.names.storeWarnings, { throttle: 'acme', kind: 'evictionsStopped' })).to.equal(1);
+    await throttle.close();
+    expect(listeners.size).to.equal(0);
   });
 
   it('reads queued and sleeping calls from throttle.stats when scraped, and maxHoldMs', async () => {

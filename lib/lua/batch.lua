@@ -4,7 +4,8 @@
   script only reaches keys of one slot). Each operation is described in its include.
 
   KEYS     for each key used, its two keys: log, meta (includes/log.lua); then, when EPOCH is not
-           empty, the namespace's epoch key (epoch.lua)
+           empty, the namespace's epoch key (epoch.lua); then, when KEPT is '1', the namespace's
+           index of kept keys (includes/log.lua)
   ARGV[1]  EPOCH    the epoch value the caller knows ('' = no check)
   ARGV[2]  TAG      this process's member suffix (members are <number><TAG>), which also names it
                     in a key's list of waiting processes
@@ -14,6 +15,7 @@
   ARGV[5]  FIELDS   everything else, as one MessagePack array of numbers, A below (unpacked in C:
                     far cheaper than hundreds of arguments, or a text to split; packNumbers in
                     lib/stores/redis-batch.ts):
+  ARGV[6]  KEPT     '1': the last key is the index of kept keys (a standalone Redis)
   A[1]     S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
                     LIMIT, WINDOW, BUCKET (includes/decide.lua)
            then the operations, to the end of A, each its code (VT_OP_*, declared with the other
@@ -46,7 +48,12 @@
 local A = cmsgpack.unpack(ARGV[5])
 
 local epoch_key = nil
-if ARGV[1] ~= '' then epoch_key = KEYS[#KEYS] end
+local last_key = #KEYS
+if ARGV[6] == '1' then
+  vt_kept(KEYS[last_key])
+  last_key = last_key - 1
+end
+if ARGV[1] ~= '' then epoch_key = KEYS[last_key] end
 local ready, epoch_names_redis = vt_epoch(epoch_key, ARGV[1])
 if ready == 'lost' then return { VT_BATCH_EPOCH_CHANGED } end
 
@@ -172,4 +179,5 @@ while i <= last do
   end
 end
 for _, status in ipairs(checks) do out[#out + 1] = status end
+vt_sweep(now or vt_now())
 return out

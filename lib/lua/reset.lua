@@ -6,6 +6,7 @@
 
   KEYS[1]  log   sorted set of slots (includes/log.lua)
   KEYS[2]  meta  hash of the key
+  KEYS[3]  kept  the namespace's index of kept keys (includes/log.lua); none on a Cluster
   ARGV[1]  RETAIN    ms of history the key keeps (its longest window at least)
   ARGV[2]  CHANNEL   the namespace's channel prefix (includes/waiters.lua)
   ARGV[3]  MAX_HOLD  ms: a slot released later than now + MAX_HOLD was booked ahead, and stays
@@ -18,6 +19,7 @@
 --- @include "waiters"
 
 local log, meta = KEYS[1], KEYS[2]
+vt_kept(KEYS[3])
 local now = vt_now()
 local cut = vt_booked_ahead_above(now, tonumber(ARGV[3]))
 local top = redis.call('ZREVRANGEBYSCORE', log, cut, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -28,7 +30,7 @@ local highest = math.max(tonumber(top[2] or 0), tonumber(folded_to or 0))
 local until_ms = highest + tonumber(ARGV[1])
 if until_ms > now then
   redis.call('HSET', meta, 'f', string.format('%d', math.ceil(highest)))
-  redis.call('PEXPIRE', meta, math.ceil(until_ms - now))
+  vt_expire(meta, until_ms - now, now)
 end
 -- Every waiting process asks again: the whole key is free, not one completion's room.
 for _, w in ipairs(vt_waiters_parse(waiting)) do

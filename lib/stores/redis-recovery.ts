@@ -260,6 +260,8 @@ export interface RecoveryDeps {
   run(name: string, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown>;
   /** The Redis keys of a user key (the store's layout). */
   names(namespace: string, key: string): KeyNames;
+  /** The namespace's index of kept keys, as the last key of a script; none on a Cluster. */
+  kept(namespace: string): string[];
   /** A Cluster: no batch reaches the epoch, and the epoch names no Redis (each key does, lua/epoch.lua). */
   readonly cluster: boolean;
 }
@@ -281,6 +283,7 @@ export class Recovery {
   readonly #client: Pick<RecoveryDeps, 'get'>;
   readonly #run: RecoveryDeps['run'];
   readonly #names: RecoveryDeps['names'];
+  readonly #kept: RecoveryDeps['kept'];
   /**
    * Namespace → the epoch value this process knows (see lua/epoch.lua): set once this process has
    * put back its journal under it (or, for a namespace seen for the first time, adopted it).
@@ -298,6 +301,7 @@ export class Recovery {
   constructor(deps: RecoveryDeps) {
     this.journal = deps.journal;
     this.#names = deps.names;
+    this.#kept = deps.kept;
     this.#prefix = deps.prefix;
     this.#heartbeatMs = deps.heartbeatMs;
     this.#graceMs = deps.graceMs;
@@ -494,7 +498,7 @@ export class Recovery {
           for (const { member, score } of entries) args.push(member, score);
           const { log, meta } = this.#names(namespace, key);
           try {
-            await this.#run(scripts.restore.name, [log, meta], args);
+            await this.#run(scripts.restore.name, [log, meta, ...this.#kept(namespace)], args);
           } catch (error) {
             failure ??= error;
             failed.push(item);

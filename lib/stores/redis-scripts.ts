@@ -60,6 +60,7 @@ export const scripts = {
   restore: { name: `vtRestore${SCRIPT_VERSION}`, lua: load('restore') },
   epoch: { name: `vtEpoch${SCRIPT_VERSION}`, lua: load('epoch') },
   reset: { name: `vtReset${SCRIPT_VERSION}`, lua: load('reset') },
+  keep: { name: `vtKeep${SCRIPT_VERSION}`, lua: load('keep') },
 } as const satisfies Record<string, ScriptDefinition>;
 
 type ScriptFn = (...args: Array<string | number | Buffer>) => Promise<unknown>;
@@ -74,7 +75,7 @@ interface ClientEvents {
 export type ScriptedClient = RedisClientLike & Record<string, ScriptFn> & ClientEvents & { readonly isCluster?: boolean };
 
 /** Keys of each script on a Cluster, where a batch holds one user key's two keys and no epoch key. */
-const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 2, epoch: 1, reset: 2 } as const satisfies Record<keyof typeof scripts, number>;
+const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 2, epoch: 1, reset: 2, keep: 1 } as const satisfies Record<keyof typeof scripts, number>;
 
 /**
  * Runs the scripts on one ioredis client, standalone or Cluster, each call bounded by the store's

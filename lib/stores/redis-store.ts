@@ -2,8 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
 import { encodeKey, keyNames, type HashTag, type KeyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
-import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
+import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
 import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
+import { EvictionWatch } from './redis-evictions.js';
 import { Journal, MAX_RECOVERIES, Recovery } from './redis-recovery.js';
 import { redisStoreSettings, type RedisClientLike, type RedisStoreOptions } from './redis-options.js';
 import { CODES, ScriptRunner, scripts } from './redis-scripts.js';
@@ -47,6 +48,9 @@ export class RedisStore implements Store {
   #heartbeat: NodeJS.Timeout | undefined;
   #closed = false;
   readonly #wakes: Wakes;
+  /** Redis's evictions, watched by the heartbeat (a standalone Redis, with recovery). */
+  readonly #evictions: EvictionWatch | undefined;
+  readonly #watchers = new Set<(notice: StoreNotice) => void>();
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
     if (client === null || typeof client !== 'object' || typeof client.defineCommand !== 'function') {
@@ -68,9 +72,28 @@ export class RedisStore implements Store {
         get: (key) => this.#scripts.timed(this.#scripts.client['get']!(key) as Promise<string | null>),
         run: (name, keys, args) => this.#scripts.run(name, keys, args),
         names: (namespace, key) => this.#names(namespace, key),
+        kept: (namespace) => this.#kept(namespace),
         cluster: this.#cluster,
       });
+      if (!this.#cluster) {
+        const recovery = this.#recovery;
+        this.#evictions = new EvictionWatch({
+          info: (section) => this.#scripts.timed(this.#scripts.client['info']!(section) as Promise<string>),
+          keep: async (namespace, mode, max) => (await this.#scripts.run(scripts.keep.name, this.#kept(namespace), [mode, max])) as number,
+          namespaces: () => recovery.journal.namespaces(),
+          notify: (notice) => {
+            for (const listener of this.#watchers) listener(notice);
+          },
+          quietMs: Math.max(20 * heartbeatMs, graceMs),
+        });
+      }
     }
+  }
+
+  /** Calls `listener` with what the store notices (evictions): every throttle on it emits them as `storeWarning`. */
+  watch(listener: (notice: StoreNotice) => void): () => void {
+    this.#watchers.add(listener);
+    return () => this.#watchers.delete(listener);
   }
 
   /** A call may count in several keys at once (`ReserveRequest.also`): on a Cluster, keys of one slot. */
@@ -100,6 +123,9 @@ export class RedisStore implements Store {
   }
 
   async reserve(request: ReserveRequest): Promise<ReserveResult> {
+    // Redis evicts under an allkeys-* policy: no key can be trusted, this one's included.
+    const evicting = this.#evictions?.failure;
+    if (evicting) throw evicting;
     const first = this.#seq + 1;
     this.#seq += request.cost;
     const { namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs } = request;
@@ -176,12 +202,12 @@ export class RedisStore implements Store {
   async reset(namespace: string, key: string, retainMs: number, maxHoldMs: number): Promise<void> {
     await this.#recovery?.recovered(namespace);
     const { log, meta } = this.#names(namespace, key);
-    await this.#scripts.run(scripts.reset.name, [log, meta], [retainMs, this.#channel(namespace), maxHoldMs]);
+    await this.#scripts.run(scripts.reset.name, [log, meta, ...this.#kept(namespace)], [retainMs, this.#channel(namespace), maxHoldMs]);
   }
 
   async pause(namespace: string, key: string, ms: number): Promise<number> {
     await this.#recovery?.recovered(namespace);
-    return (await this.#scripts.run(scripts.pause.name, [this.#names(namespace, key).meta], [Math.ceil(ms)])) as number;
+    return (await this.#scripts.run(scripts.pause.name, [this.#names(namespace, key).meta, ...this.#kept(namespace)], [Math.ceil(ms)])) as number;
   }
 
   async pausedUntil(namespace: string, key: string): Promise<number> {
@@ -217,7 +243,7 @@ export class RedisStore implements Store {
       this.#startHeartbeat();
     }
     const { log, meta } = this.#names(namespace, key);
-    await this.#scripts.run(scripts.restore.name, [log, meta], args);
+    await this.#scripts.run(scripts.restore.name, [log, meta, ...this.#kept(namespace)], args);
   }
 
   /**
@@ -241,6 +267,14 @@ export class RedisStore implements Store {
 
   #names(namespace: string, key: string): KeyNames {
     return keyNames(this.prefix, namespace, key, this.hashTag);
+  }
+
+  /**
+   * The namespace's index of kept keys, as the last key of a script (lua/includes/log.lua, "Key
+   * lifetimes"); none on a Cluster, where a script reaches one slot.
+   */
+  #kept(namespace: string): string[] {
+    return this.#cluster ? [] : [`${this.prefix}:${namespace}:kept`];
   }
 
   #member(number: number): string {
@@ -339,6 +373,7 @@ export class RedisStore implements Store {
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
       if (checked !== '') keys.push(recovery!.epochKey(namespace));
+      for (const kept of this.#kept(namespace)) keys.push(kept);
       // A batch that answers after commandTimeoutMs: its callers got StoreUnavailableError, and the
       // slots it booked for them are given back.
       const late = (reply: unknown): void => this.#giveBack(booked(reply as unknown[]));
@@ -346,7 +381,7 @@ export class RedisStore implements Store {
         scripts.batch.name,
         keys,
         // The operations as one string of fields (lua/batch.lua's FIELDS): far cheaper to send than one argument each.
-        [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, fields],
+        [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, fields, this.#cluster ? '0' : '1'],
         late,
       )) as unknown[];
       if (reply[0] === CODES.batch.epochChanged && recovery) {
@@ -363,6 +398,8 @@ export class RedisStore implements Store {
       const { again, lost, held } = deliver(reply);
       if (!recovery) return;
       if (lost.length > 0 || held.length > 0) {
+        // Evicted, most likely: the watch finds out at once, and keeps the keys put back now.
+        if (lost.length > 0) await this.#evictions?.check().catch(() => undefined);
         await recovery.restoreKeys(namespace, lost, held);
         // Its waiting list may be gone with the key: this process's calls waiting there ask again
         // (deferred while the key is held) instead of waiting for a wake that may never come.
@@ -377,7 +414,8 @@ export class RedisStore implements Store {
       }
       if (retry.length > 0) await this.#send(retry);
     } catch (error) {
-      for (const op of ops) op.reject(error);
+      const failure = outOfMemory(error) ?? error;
+      for (const op of ops) op.reject(failure);
     }
   }
 
@@ -411,13 +449,14 @@ export class RedisStore implements Store {
     this.#heartbeat = setTimeout(() => {
       this.#heartbeat = undefined;
       void this.#beat(recovery).finally(() => {
-        if (recovery.journal.prune(recovery.storeNow()) > 0) this.#startHeartbeat();
+        if (recovery.journal.prune(recovery.storeNow()) > 0 || this.#evictions?.active) this.#startHeartbeat();
       });
     }, recovery.heartbeatMs);
     this.#heartbeat.unref();
   }
 
   async #beat(recovery: Recovery): Promise<void> {
+    await this.#evictions?.check().catch(() => undefined);
     for (const namespace of recovery.journal.namespaces()) {
       try {
         const keys = recovery.unchecked(namespace);
@@ -431,6 +470,18 @@ export class RedisStore implements Store {
 }
 
 const NONE: readonly never[] = [];
+
+/**
+ * Redis refusing a write at `maxmemory` (`OOM command not allowed …`: every write once full under
+ * `noeviction`, and under other policies when evicting cannot free enough), as the store failure it is.
+ */
+function outOfMemory(error: unknown): StoreUnavailableError | undefined {
+  if (!(error instanceof Error) || !error.message.startsWith('OOM')) return undefined;
+  return new StoreUnavailableError(
+    `Redis is out of memory: it refused the throttle's write at maxmemory (${error.message}). Fix: give Redis more memory (maxmemory) or free some; under maxmemory-policy noeviction it refuses every write until then`,
+    error,
+  );
+}
 
 /** A decided call's status, by its code. */
 const STATUSES: Record<number, ReserveResult['status']> = {

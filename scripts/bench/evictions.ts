@@ -8,6 +8,7 @@
  * this script prints the counts for docs/benchmarks.md:
  *
  *     npx tsx scripts/bench/evictions.ts [--runs=1] [--policy=volatile-ttl] [--pressure-ms=300]
+ *     npx tsx scripts/bench/evictions.ts --sustained   # every policy, evicting to the end, default configuration
  */
 import { Redis } from 'ioredis';
 import { RedisStore, Throttle } from '../../lib/index.js';
@@ -18,7 +19,16 @@ import { startRedis } from '../support/redis-server.js';
 export interface EvictionRunOptions {
   readonly recovery: boolean;
   /** @default 'volatile-ttl' */
-  readonly policy?: 'volatile-ttl' | 'volatile-lru' | 'allkeys-lru';
+  readonly policy?: EvictionPolicy;
+  /**
+   * The store and the throttle as a user leaves them (`new RedisStore(client)`, no
+   * `onStoreError`, `maxDelayMs` or `maxHoldMs`) instead of the bench's quick recovery and
+   * `onStoreError: 'wait'`. @default false
+   */
+  readonly defaults?: boolean;
+  /** The cache's values, bytes, and the pause between its writes (one value each). @default 1_000 B, 50 at once every 5 ms */
+  readonly cacheValueBytes?: number;
+  readonly cacheEveryMs?: number;
   /** @default 4 */
   readonly processes?: number;
   /** @default 3 */
@@ -39,8 +49,12 @@ export interface EvictionRunOptions {
   readonly pressureMs?: number;
 }
 
+export type EvictionPolicy = 'volatile-ttl' | 'volatile-lru' | 'volatile-random' | 'allkeys-lru' | 'allkeys-random' | 'noeviction';
+
 export interface EvictionRunResult {
   readonly recovery: boolean;
+  /** `storeWarning` events of the first process, in order (kind, and ms after the first arrival). */
+  readonly warnings: ReadonlyArray<{ readonly kind: string; readonly atMs: number; readonly message: string }>;
   readonly policy: string;
   readonly pressureMs: number;
   readonly scheduled: number;
@@ -78,15 +92,24 @@ export async function runEvictions(options: EvictionRunOptions): Promise<Evictio
   for (let p = 0; p < processes; p++) {
     const client = new Redis(server.url);
     clients.push(client);
-    const store = new RedisStore(client, {
-      prefix: 'vt',
-      commandTimeoutMs: 1_000,
-      recovery: options.recovery ? { heartbeatMs: 100, graceMs: options.graceMs ?? 1_000 } : false,
-    });
+    const store = options.defaults
+      ? new RedisStore(client, options.recovery ? {} : { recovery: false })
+      : new RedisStore(client, {
+          prefix: 'vt',
+          commandTimeoutMs: 1_000,
+          recovery: options.recovery ? { heartbeatMs: 100, graceMs: options.graceMs ?? 1_000 } : false,
+        });
     stores.push(store);
-    throttles.push(new Throttle({ name: 'acme', rules: [`${limit}/${windowMs}ms`], store, onStoreError: 'wait', maxDelayMs: 60_000, maxHoldMs: 1_000 }));
+    const rules = [{ limit, windowMs }];
+    throttles.push(
+      options.defaults
+        ? new Throttle({ name: 'acme', rules, store })
+        : new Throttle({ name: 'acme', rules, store, onStoreError: 'wait', maxDelayMs: 60_000, maxHoldMs: 1_000 }),
+    );
   }
   const startedAt = performance.now();
+  const warnings: Array<{ kind: string; atMs: number; message: string }> = [];
+  throttles[0]!.on('storeWarning', ({ kind, message }) => warnings.push({ kind, atMs: Math.round(performance.now() - startedAt), message }));
   let filling = true;
   const fill = (async () => {
     await sleep(evictAtMs);
@@ -96,13 +119,14 @@ export async function runEvictions(options: EvictionRunOptions): Promise<Evictio
     // The cache: keys of 1 KB with an hour to live, as fast as Redis takes them (OOM errors, once it
     // can evict nothing more, are the cache's problem and ignored).
     let n = 0;
-    const value = 'x'.repeat(1_000);
+    const value = 'x'.repeat(options.cacheValueBytes ?? 1_000);
+    const perWrite = options.cacheEveryMs === undefined ? 50 : 1;
     const until = performance.now() + pressureMs;
     while (filling && performance.now() < until) {
       const batch = cache.pipeline();
-      for (let i = 0; i < 50; i++) batch.set(`cache:${n++}`, value, 'EX', 3_600);
+      for (let i = 0; i < perWrite; i++) batch.set(`cache:${n++}`, value, 'EX', 3_600);
       await batch.exec().catch(() => undefined);
-      await sleep(5);
+      await sleep(options.cacheEveryMs ?? 5);
     }
     await admin.config('SET', 'maxmemory', '0');
   })();
@@ -113,6 +137,7 @@ export async function runEvictions(options: EvictionRunOptions): Promise<Evictio
   const stats = vendor.stats();
   const result: EvictionRunResult = {
     recovery: options.recovery,
+    warnings,
     policy,
     pressureMs,
     ...load,
@@ -130,7 +155,50 @@ export async function runEvictions(options: EvictionRunOptions): Promise<Evictio
   return result;
 }
 
+/** The sustained case, under each policy: Redis keeps evicting from mid-run to the end, in the default configuration. */
+const SUSTAINED_POLICIES: readonly EvictionPolicy[] = ['volatile-ttl', 'volatile-lru', 'volatile-random', 'allkeys-lru', 'allkeys-random', 'noeviction'];
+
+/**
+ * One user, 240 calls arriving evenly over 6 s at twice a 20/s limit, 4 processes; at 3 s Redis
+ * gets a `maxmemory` just above its use while a cache sharing it writes 4 KB every 25 ms with an
+ * hour to live, to the end. The store and the throttle in their default configuration.
+ */
+async function sustained(): Promise<void> {
+  const limit = 20;
+  const calls = 240;
+  const idealMs = ((calls - limit) / limit) * 1_000;
+  console.log(`## Sustained eviction, default configuration (ideal: the last call starts ${idealMs} ms after the first)\n`);
+  console.log('| policy | calls | done | failed | over the limit | ran twice | run ms | × ideal | what the throttle said (ms after the first arrival) |');
+  console.log('|---|---:|---:|---:|---:|---:|---:|---:|---|');
+  const said: string[] = [];
+  for (const policy of SUSTAINED_POLICIES) {
+    const r = await runEvictions({
+      recovery: true,
+      defaults: true,
+      policy,
+      users: 1,
+      limit,
+      windowMs: 1_000,
+      arrivalMs: 6_000,
+      evictAtMs: 3_000,
+      cacheValueBytes: 4_000,
+      cacheEveryMs: 25,
+    });
+    const warnings = r.warnings.map((w) => `${w.kind} ${w.atMs}`).join(', ') || 'nothing';
+    const failures = [...new Set(r.errors.map((e) => e.replace(/^[^:]*: /, '').slice(0, 60)))];
+    console.log(
+      `| ${policy} | ${r.scheduled} | ${r.ranOnce} | ${r.errors.length} | ${r.overLimit} | ${r.ranTwice} | ${r.totalMs} | ${(r.totalMs / idealMs).toFixed(2)} | ${warnings} |`,
+    );
+    said.push(`- ${policy}: ${r.warnings[0]?.message ?? 'no storeWarning'}${failures.length ? `; calls failed with: ${failures.join(' / ')}` : ''}`);
+  }
+  console.log(`\n${said.join('\n')}\n`);
+}
+
 async function main(): Promise<void> {
+  if (process.argv.includes('--sustained')) {
+    await sustained();
+    return;
+  }
   const runs = Number(process.argv.find((arg) => arg.startsWith('--runs='))?.slice(7) ?? 1);
   const policy = (process.argv.find((arg) => arg.startsWith('--policy='))?.slice(9) ?? 'volatile-ttl') as EvictionRunOptions['policy'];
   const pressure = process.argv.find((arg) => arg.startsWith('--pressure-ms='))?.slice(14);

@@ -139,7 +139,7 @@ local function vt_fold(log, meta, a, rules_at, rule_count, at, f)
     if until_ms == 0 then
       local longest = 0
       for _, group in ipairs(groups) do longest = math.max(longest, group.window) end
-      vt_keep(meta, longest)
+      vt_keep(meta, longest, at)
     end
   end
   return until_ms, totals, removed

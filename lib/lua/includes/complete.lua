@@ -56,9 +56,9 @@ local function vt_tidy(log, meta, now, retain)
   local until_ms = 0
   if top[2] then
     until_ms = tonumber(top[2]) + retain
-    redis.call('PEXPIRE', log, math.max(1, math.ceil(until_ms - now)), 'LT')
+    vt_expire(log, until_ms - now, now, 'LT')
   end
   local fields = redis.call('HMGET', meta, 'pause', 'h', 'f')
   until_ms = math.max(until_ms, tonumber(fields[1]) or 0, tonumber(fields[2]) or 0, (tonumber(fields[3]) or -retain) + retain)
-  redis.call('PEXPIRE', meta, math.max(1, math.ceil(until_ms - now)), 'LT')
+  vt_expire(meta, until_ms - now, now, 'LT')
 end

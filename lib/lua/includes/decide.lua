@@ -96,7 +96,7 @@ local function vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index
     local folded_until, removed
     folded_until, key.folded, removed = vt_fold(key.log, key.meta, a, set.rules_at, set.rule_count, cut, tonumber(key.state[set.f_at] or 0))
     -- Buckets count until their end plus the window: meta lives at least that long.
-    if folded_until > 0 then vt_keep(key.meta, folded_until - now) end
+    if folded_until > 0 then vt_keep(key.meta, folded_until - now, now) end
     key.size = key.size - removed
     key.unfolded = false
   end
@@ -221,12 +221,12 @@ end
 local function vt_key_close(key, now, now_ms, tag, channel, stay)
   if key.booked_until > 0 then
     local ttl = math.ceil(key.booked_until + key.set.retain - now)
-    if key.fresh then redis.call('PEXPIRE', key.log, ttl) else redis.call('PEXPIRE', key.log, ttl, 'GT') end
+    if key.fresh then vt_expire(key.log, ttl, now) else vt_expire(key.log, ttl, now, 'GT') end
     -- Which Redis took the booking: written when it changes (a new key, a failover, meta expired).
     if key.replid ~= '' and key.state[VT_STATE_REPLID] ~= key.replid then
       redis.call('HSET', key.meta, 'r', key.replid)
       -- Usually a meta just created (a new key): it has no time to live yet.
-      if redis.call('PEXPIRE', key.meta, ttl, 'NX') == 0 then vt_keep(key.meta, ttl) end
+      if vt_expire(key.meta, ttl, now, 'NX') == 0 then vt_keep(key.meta, ttl, now) end
     end
   end
   local waiting = key.state[VT_STATE_WAITING]

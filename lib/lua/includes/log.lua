@@ -26,11 +26,72 @@ local function vt_booked_ahead_above(now, max_hold)
   return math.ceil(now) + max_hold + 1
 end
 
--- Makes KEY live at least TTL_MS more: never shortens a time to live. A key that does not exist
--- is left alone.
-local function vt_keep(key, ttl_ms)
+-- Key lifetimes. A key normally has a time to live. While Redis evicts under a volatile-* policy,
+-- which picks only keys that have one, the namespace is kept: its index of kept keys exists (a
+-- sorted set without a time to live: member = a key's name, score = when it may go, store clock
+-- ms, and a sentinel '' at +inf), and every key a script sets a lifetime on is moved there (its
+-- time to live removed, PERSIST). Batches delete the kept keys whose time has passed (vt_sweep),
+-- and keep.lua gives them their times to live back once the evictions stop. Each script that sets
+-- lifetimes calls vt_kept with the index's name first (nil on a Cluster, where a script reaches
+-- one slot: keys there always have a time to live).
+local VT_KEPT = nil
+
+local function vt_kept(index)
+  if index ~= nil and redis.call('EXISTS', index) == 1 then VT_KEPT = index end
+end
+
+-- KEY's life left at NOW (ms): as PTTL (-1: none, -2: no key), from the index when kept.
+local function vt_left(key, now)
   local left = redis.call('PTTL', key)
-  if left == -1 or (left >= 0 and left < ttl_ms) then redis.call('PEXPIRE', key, math.max(1, math.ceil(ttl_ms))) end
+  if VT_KEPT ~= nil and left == -1 then
+    local at = redis.call('ZSCORE', VT_KEPT, key)
+    if at then return math.max(1, math.ceil(tonumber(at) - now)) end
+  end
+  return left
+end
+
+-- Sets KEY's life to MS from NOW, as PEXPIRE with HOW: nil (always), 'GT' (only longer; a key
+-- without one lives forever), 'LT' (only shorter), 'NX' (only where none). Returns 1 if set. A
+-- kept namespace moves the key into its index: a key the policy cannot pick.
+local function vt_expire(key, ms, now, how)
+  ms = math.max(1, math.ceil(ms))
+  if VT_KEPT == nil then
+    if how == nil then return redis.call('PEXPIRE', key, ms) end
+    return redis.call('PEXPIRE', key, ms, how)
+  end
+  local ttl = redis.call('PTTL', key)
+  if ttl == -2 then return 0 end
+  local left = ttl
+  if ttl == -1 then
+    local at = redis.call('ZSCORE', VT_KEPT, key)
+    if at then left = math.max(1, math.ceil(tonumber(at) - now)) end
+  else
+    redis.call('PERSIST', key)
+  end
+  local set = how == nil or (how == 'NX' and left == -1) or (how == 'GT' and left ~= -1 and ms > left) or (how == 'LT' and (left == -1 or ms < left))
+  if not set then
+    -- Moved out of its time to live all the same: as long as it had.
+    if ttl >= 0 then redis.call('ZADD', VT_KEPT, math.ceil(now) + ttl, key) end
+    return 0
+  end
+  redis.call('ZADD', VT_KEPT, math.ceil(now) + ms, key)
+  return 1
+end
+
+-- Makes KEY live at least TTL_MS more from NOW: never shortens a lifetime. A key that does not
+-- exist is left alone.
+local function vt_keep(key, ttl_ms, now)
+  local left = vt_left(key, now)
+  if left == -1 or (left >= 0 and left < ttl_ms) then vt_expire(key, ttl_ms, now) end
+end
+
+-- Deletes up to 32 kept keys whose time has passed (as their times to live would have).
+local function vt_sweep(now)
+  if VT_KEPT == nil then return end
+  local gone = redis.call('ZRANGEBYSCORE', VT_KEPT, '-inf', math.floor(now), 'LIMIT', 0, 32)
+  if #gone == 0 then return end
+  redis.call('DEL', unpack(gone))
+  redis.call('ZREM', VT_KEPT, unpack(gone))
 end
 
 -- The replication id of this Redis (INFO replication): a replica promoted takes a new one, and so
@@ -75,7 +136,7 @@ local function vt_hold(log, meta, now, grace)
   local hold = math.ceil(now + grace)
   if hold > tonumber(redis.call('HGET', meta, 'h') or 0) then
     redis.call('HSET', meta, 'h', hold)
-    vt_keep(meta, math.max(hold - now, redis.call('PTTL', log)))
+    vt_keep(meta, math.max(hold - now, vt_left(log, now)), now)
   end
 end
 

@@ -90,7 +90,7 @@ local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, ke
     -- meta lives until this process's time at least. Every writer of meta gives it a time to live, so
     -- one that held a list has one: GT extends it. A list just started may have created meta (NX).
     local ttl = math.max(1, math.ceil(mine - now_ms + 1))
-    if value or redis.call('PEXPIRE', meta, ttl, 'NX') == 0 then redis.call('PEXPIRE', meta, ttl, 'GT') end
+    if value or vt_expire(meta, ttl, now_ms, 'NX') == 0 then vt_expire(meta, ttl, now_ms, 'GT') end
   end
   if until_ms == 0 and was_head then vt_waiters_wake(kept, channel, key, now_ms) end
 end

@@ -1,0 +1,139 @@
+import { StoreUnavailableError } from '../errors.js';
+import type { StoreNotice } from '../store.js';
+
+/** Keys given back their times to live by one run of lua/keep.lua ('off'). */
+const KEEP_OFF_CHUNK = 1_000;
+
+/** What the watch needs of the store. */
+export interface EvictionWatchDeps {
+  /** `INFO <section>`, with the store's timeout. */
+  info(section: 'stats' | 'memory'): Promise<string>;
+  /** Runs lua/keep.lua on a namespace's index of kept keys; resolves to the keys still kept. */
+  keep(namespace: string, mode: 'on' | 'off', max: number): Promise<number>;
+  /** The namespaces this process holds calls in. */
+  namespaces(): readonly string[];
+  notify(notice: StoreNotice): void;
+  /** Evictions are over once none came for this long. */
+  readonly quietMs: number;
+}
+
+/**
+ * Watches a standalone Redis evict keys under `maxmemory` (`INFO stats` `evicted_keys`, read each
+ * recovery heartbeat, and at once when a key is found lost), says so while it happens and when it
+ * stops, and acts by the policy (`INFO memory` `maxmemory_policy`):
+ * - `volatile-*` (or unknown): the namespaces are kept (lua/keep.lua): their keys carry no time to
+ *   live, so the policy cannot pick them, until the evictions stop;
+ * - `allkeys-*`: any key may go, the throttle's included: decisions fail with
+ *   `StoreUnavailableError` (the throttle's `onStoreError` applies) until the evictions stop.
+ */
+export class EvictionWatch {
+  readonly #deps: EvictionWatchDeps;
+  #lastCount: number | undefined;
+  #lastRiseAt = 0;
+  #evicting: { readonly policy: string; readonly failure: StoreUnavailableError | undefined } | undefined;
+  readonly #kept = new Set<string>();
+  #deniedSaid = false;
+  #checking: Promise<void> | undefined;
+
+  constructor(deps: EvictionWatchDeps) {
+    this.#deps = deps;
+  }
+
+  /** Redis evicts (or did within `quietMs`): the heartbeat keeps running to see the end. */
+  get active(): boolean {
+    return this.#evicting !== undefined;
+  }
+
+  /** While Redis evicts under an `allkeys-*` policy: the error a decision fails with. */
+  get failure(): StoreUnavailableError | undefined {
+    return this.#evicting?.failure;
+  }
+
+  /** Reads `evicted_keys` and acts on what changed; one check at a time. */
+  check(): Promise<void> {
+    this.#checking ??= this.#check().finally(() => (this.#checking = undefined));
+    return this.#checking;
+  }
+
+  async #check(): Promise<void> {
+    let count: number;
+    try {
+      count = Number(/evicted_keys:(\d+)/.exec(await this.#deps.info('stats'))?.[1] ?? NaN);
+    } catch (error) {
+      this.#denied(error);
+      return;
+    }
+    if (!Number.isFinite(count)) return;
+    const now = Date.now();
+    const rose = this.#lastCount !== undefined && count > this.#lastCount;
+    const delta = this.#lastCount === undefined ? 0 : count - this.#lastCount;
+    this.#lastCount = count;
+    if (rose) {
+      this.#lastRiseAt = now;
+      if (this.#evicting === undefined) await this.#start(count, delta);
+    }
+    if (this.#evicting === undefined) return;
+    if (!rose && now - this.#lastRiseAt >= this.#deps.quietMs) {
+      await this.#stop(count);
+      return;
+    }
+    if (this.#evicting.failure === undefined) await this.#keepAll();
+  }
+
+  async #start(count: number, delta: number): Promise<void> {
+    let policy = 'unknown';
+    try {
+      policy = /maxmemory_policy:(\S+)/.exec(await this.#deps.info('memory'))?.[1] ?? 'unknown';
+    } catch {
+      // Denied: acted on as a volatile-* policy (keeping keys is harmless under any other).
+    }
+    const allKeys = policy.startsWith('allkeys-');
+    const what = `Redis is evicting keys under maxmemory (maxmemory-policy ${policy}; evicted_keys ${count}, ${delta} since the last check)`;
+    const fix = 'Fix: give Redis more memory (maxmemory), or set maxmemory-policy noeviction, or give the throttle a Redis of its own.';
+    const failure = allKeys
+      ? new StoreUnavailableError(`${what}: any key may go, the throttle's included, so no decision is trusted until the evictions stop. ${fix}`)
+      : undefined;
+    this.#evicting = { policy, failure };
+    const doing = allKeys
+      ? 'decisions fail with StoreUnavailableError (onStoreError applies) until the evictions stop'
+      : "the throttle's keys are kept without a time to live, so that the policy cannot pick them, until the evictions stop";
+    this.#deps.notify({ kind: 'evicting', policy, evictedKeys: count, message: `${what}: ${doing}. ${fix}` });
+  }
+
+  async #stop(count: number): Promise<void> {
+    const { policy } = this.#evicting!;
+    for (const namespace of [...this.#kept]) {
+      // Several rounds: keys decided on meanwhile are kept again, by this process or another.
+      for (let round = 0; round < 100; round++) {
+        if ((await this.#deps.keep(namespace, 'off', KEEP_OFF_CHUNK)) === 0) break;
+      }
+      this.#kept.delete(namespace);
+    }
+    this.#evicting = undefined;
+    const quietS = Math.round(this.#deps.quietMs / 1_000);
+    this.#deps.notify({
+      kind: 'evictionsStopped',
+      policy,
+      evictedKeys: count,
+      message: `Redis has evicted no key for ${quietS} s (maxmemory-policy ${policy}; evicted_keys ${count}): the throttle's keys carry times to live again, and decisions are trusted`,
+    });
+  }
+
+  async #keepAll(): Promise<void> {
+    for (const namespace of this.#deps.namespaces()) {
+      if (this.#kept.has(namespace)) continue;
+      await this.#deps.keep(namespace, 'on', 0);
+      this.#kept.add(namespace);
+    }
+  }
+
+  #denied(error: unknown): void {
+    if (this.#deniedSaid) return;
+    this.#deniedSaid = true;
+    const why = error instanceof Error ? error.message : String(error);
+    this.#deps.notify({
+      kind: 'cannotWatch',
+      message: `Cannot read INFO stats (${why}): evictions are found only when a key is found lost (it is then held and put back); allow INFO to this user to have them reported and acted on`,
+    });
+  }
+}
