@@ -70,6 +70,28 @@ interface ClientEvents {
   /** ioredis: 'wait', 'connecting', 'connect', 'ready', 'reconnecting', 'close', 'end'. */
   readonly status?: string;
 }
+
+/** An ioredis connection: its socket of the moment, if any (ioredis `Redis.stream`; a `Cluster` has none of its own). */
+interface Connection {
+  readonly stream?: unknown;
+}
+
+const heard = new WeakSet<object>();
+const ignore = (): void => undefined;
+
+/**
+ * Listens to the errors of the connection's socket, once a connection failed or is being ended.
+ * ioredis listens to its socket's first 'error' only (`once`), but a TLS socket can emit two: a
+ * handshake cut short by `disconnect()` fails its certificate check, then the server's alert to the
+ * cut handshake arrives ('tlsv1 alert decode error'). Unheard, the second is an uncaught exception:
+ * a crash. The client's own 'error' event, which the store hears, reports the first.
+ */
+export function hearLateErrors(connection: object): void {
+  const stream = (connection as Connection).stream as { on?: (event: 'error', listener: () => void) => unknown } | null | undefined;
+  if (stream === null || typeof stream !== 'object' || typeof stream.on !== 'function' || heard.has(stream)) return;
+  heard.add(stream);
+  stream.on('error', ignore);
+}
 /** The client as the runner uses it: the scripts it defined, GET, its events, and whether it is a Cluster. */
 export type ScriptedClient = RedisClientLike & Record<string, ScriptFn> & ClientEvents & { readonly isCluster?: boolean };
 
@@ -89,6 +111,7 @@ export class ScriptRunner {
   #lastError: unknown;
   readonly #onError = (error: unknown): void => {
     this.#lastError = error;
+    hearLateErrors(this.client);
   };
   readonly #onReady = (): void => {
     this.#lastError = undefined;

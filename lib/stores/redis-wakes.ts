@@ -1,4 +1,5 @@
 import { StoreUnavailableError } from '../errors.js';
+import { hearLateErrors } from './redis-scripts.js';
 
 /** A subscriber connection (ioredis `duplicate()` of the user's client). */
 interface Subscriber {
@@ -7,6 +8,8 @@ interface Subscriber {
   on(event: 'error', listener: (error: unknown) => void): unknown;
   on(event: 'ready', listener: () => void): unknown;
   disconnect(): void;
+  /** ioredis `Redis.stream`: its socket of the moment. */
+  readonly stream?: unknown;
 }
 
 /**
@@ -50,10 +53,7 @@ export class Wakes {
       this.#channels.delete(channel);
       // No one listens any more (every throttle on the store closed): the subscriber goes, so that
       // it does not keep the process alive; the next wait opens one again.
-      if (this.#channels.size === 0) {
-        this.#subscriber?.disconnect();
-        this.#subscriber = undefined;
-      }
+      if (this.#channels.size === 0) this.#end();
     };
   }
 
@@ -64,9 +64,18 @@ export class Wakes {
 
   close(): void {
     this.#closed = true;
-    this.#subscriber?.disconnect();
-    this.#subscriber = undefined;
+    this.#end();
     this.#channels.clear();
+  }
+
+  /** Closes the subscriber, if any. */
+  #end(): void {
+    const subscriber = this.#subscriber;
+    if (subscriber === undefined) return;
+    this.#subscriber = undefined;
+    // Ended in the middle of a TLS handshake, its socket may still report an error: heard.
+    hearLateErrors(subscriber);
+    subscriber.disconnect();
   }
 
   #open(): Subscriber {
@@ -76,6 +85,7 @@ export class Wakes {
     const subscriber = duplicate.call(this.#client);
     subscriber.on('error', () => {
       // A lost subscriber reconnects on its own; waiters ask again at their bounds meanwhile.
+      hearLateErrors(subscriber);
     });
     let connections = 0;
     subscriber.on('ready', () => {
