@@ -214,13 +214,20 @@ describe('RedisStore: a second error of a socket ioredis no longer listens to', 
     await store.close();
   });
 
-  it("the subscriber's socket, ended by store.close() mid-handshake: its second error is heard", async () => {
-    const client = new Connection();
-    const store = new RedisStore(client);
-    await store.listen('acme', () => undefined);
-    const [subscriber] = client.duplicates;
-    await store.close();
-    expect(subscriber!.status).to.equal('end');
-    expect(() => failTwice(subscriber!)).not.to.throw();
-  });
+  for (const how of ['store.close()', "the client's end"] as const) {
+    it(`the subscriber's socket, ended by ${how} mid-handshake: its second error is heard`, async () => {
+      const client = new Connection();
+      const store = new RedisStore(client);
+      await store.listen('acme', () => undefined);
+      const [subscriber] = client.duplicates;
+      if (how === 'store.close()') await store.close();
+      else {
+        client.status = 'end';
+        client.emit('end');
+      }
+      expect(subscriber!.status).to.equal('end');
+      expect(() => failTwice(subscriber!)).not.to.throw();
+      await store.close();
+    });
+  }
 });
