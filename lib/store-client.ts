@@ -121,7 +121,7 @@ export class StoreClient {
       const stay = also.length === 0 && stays(call);
       const maxDelayMs = Math.max(0, call.deadline - sentAt);
       const request = { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs, retainMs: call.retainMs, also, stay };
-      if (fallback?.active) {
+      if (fallback?.active && !store.ended) {
         const result = await fallback.reserve(request);
         return { result, extra: this.#booking(fallback, sentAt, result), stay };
       }
@@ -139,7 +139,8 @@ export class StoreClient {
         if (this.#deadlines.has(failure)) throw failure;
         this.#failure = failure;
         this.#options.notify('storeError', { key: call.key, error: failure, policy });
-        if (policy === 'fail') throw failure;
+        // A store whose client was closed answers again only if its owner reopens it: no waiting, no local decisions.
+        if (policy === 'fail' || store.ended) throw failure;
         if (fallback) {
           fallback.failed();
           continue;

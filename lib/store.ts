@@ -224,6 +224,12 @@ export interface Store {
   tidy?(namespace: string): Promise<void>;
   /** Optional: calls `listener` with each {@link StoreNotice}; returns a function that stops it. */
   watch?(listener: (notice: StoreNotice) => void): () => void;
+  /**
+   * Optional: true while the store can answer nothing because its owner closed what it runs on (a
+   * `RedisStore` whose client ended: `quit()`, `disconnect()`). Calls then fail with the store's
+   * error whatever `onStoreError` says: no backoff for a store nobody reopens, no local decisions.
+   */
+  readonly ended?: boolean;
   /** Frees what the store itself owns. A client passed in by the user is left open. */
   close(): Promise<void>;
 }

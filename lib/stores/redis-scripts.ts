@@ -66,11 +66,48 @@ export const scripts = {
 type ScriptFn = (...args: Array<string | number | Buffer>) => Promise<unknown>;
 /** The client's events the runner listens to (ioredis `Redis` and `Cluster` are EventEmitters). */
 interface ClientEvents {
-  on?(event: 'error' | 'ready', listener: (error?: unknown) => void): unknown;
-  off?(event: 'error' | 'ready', listener: (error?: unknown) => void): unknown;
+  on?(event: 'error' | 'ready' | 'end', listener: (error?: unknown) => void): unknown;
+  off?(event: 'error' | 'ready' | 'end', listener: (error?: unknown) => void): unknown;
   /** ioredis: 'wait', 'connecting', 'connect', 'ready', 'reconnecting', 'close', 'end'. */
   readonly status?: string;
 }
+
+/** What the store does when the client ends (`quit()`, `disconnect()`, a `retryStrategy` that gave up) and is ready again. */
+export interface ClientLife {
+  ended(): void;
+  ready(): void;
+}
+
+/** The failure of every command while the client has ended: nothing can reach Redis until its owner connects it again. */
+export function clientEnded(cause?: unknown): StoreUnavailableError {
+  return new StoreUnavailableError(
+    'The Redis client was closed (quit(), disconnect(), or its retryStrategy gave up): the store can reach Redis again only once the client connects again',
+    cause,
+  );
+}
+
+/** An ioredis connection: its socket of the moment, if any (ioredis `Redis.stream`; a `Cluster` has none of its own). */
+interface Connection {
+  readonly stream?: unknown;
+}
+
+const heard = new WeakSet<object>();
+const ignore = (): void => undefined;
+
+/**
+ * Listens to the errors of the connection's socket, once a connection failed or is being ended.
+ * ioredis listens to its socket's first 'error' only (`once`), but a TLS socket can emit two: a
+ * handshake cut short by `disconnect()` fails its certificate check, then the server's alert to the
+ * cut handshake arrives ('tlsv1 alert decode error'). Unheard, the second is an uncaught exception:
+ * a crash. The client's own 'error' event, which the store hears, reports the first.
+ */
+export function hearLateErrors(connection: object): void {
+  const stream = (connection as Connection).stream as { on?: (event: 'error', listener: () => void) => unknown } | null | undefined;
+  if (stream === null || typeof stream !== 'object' || typeof stream.on !== 'function' || heard.has(stream)) return;
+  heard.add(stream);
+  stream.on('error', ignore);
+}
+
 /** The client as the runner uses it: the scripts it defined, GET, its events, and whether it is a Cluster. */
 export type ScriptedClient = RedisClientLike & Record<string, ScriptFn> & ClientEvents & { readonly isCluster?: boolean };
 
@@ -90,20 +127,29 @@ export class ScriptRunner {
   #lastError: unknown;
   readonly #onError = (error: unknown): void => {
     this.#lastError = error;
+    hearLateErrors(this.client);
   };
   readonly #onReady = (): void => {
     this.#lastError = undefined;
+    this.#life?.ready();
   };
+  readonly #onEnd = (): void => {
+    this.#life?.ended();
+  };
+  readonly #life: ClientLife | undefined;
 
-  constructor(client: RedisClientLike, timeoutMs: number) {
+  /** `life`: told when the client ends, and when it is ready (again). */
+  constructor(client: RedisClientLike, timeoutMs: number, life?: ClientLife) {
     this.client = client as ScriptedClient;
     this.cluster = this.client.isCluster === true;
     this.#timeoutMs = timeoutMs;
+    this.#life = life;
     // Heard so that a command that times out can say why (the client retries a refused connection
     // and queues commands meanwhile: they only time out). Listening also keeps ioredis from
     // printing each error; the throttle reports them through its 'storeError' event instead.
     this.client.on?.('error', this.#onError);
     this.client.on?.('ready', this.#onReady);
+    this.client.on?.('end', this.#onEnd);
     for (const [op, { name, lua }] of Object.entries(scripts)) {
       // Standalone: no fixed number of keys, so the epoch key rides along in the same script. Cluster:
       // a fixed number, so that the first argument ioredis sees is a key, which it routes and
@@ -113,8 +159,14 @@ export class ScriptRunner {
     }
   }
 
+  /** The client has ended (`quit()`, `disconnect()`): every command fails at once until it connects again. */
+  get ended(): boolean {
+    return this.client.status === 'end';
+  }
+
   /** Runs one script with the timeout; `late` gets the reply of a script that answered after it. */
   run(name: string, keys: readonly string[], args: ReadonlyArray<string | number | Buffer>, late?: (reply: unknown) => void): Promise<unknown> {
+    if (this.ended) return Promise.reject(clientEnded());
     return this.timed(this.#call(name, keys, args), late);
   }
 
@@ -136,10 +188,12 @@ export class ScriptRunner {
   /**
    * Rejects with `StoreUnavailableError` when `promise` takes longer than `commandTimeoutMs`; its
    * message and `cause` carry the client's latest error when it is not connected (ECONNREFUSED,
-   * NOAUTH, a TLS failure).
+   * NOAUTH, a TLS failure). A command the client dropped as it ended says so.
    */
   timed<T>(promise: Promise<T>, late?: (value: T) => void): Promise<T> {
-    return withTimeout(promise, this.#timeoutMs, () => this.#timedOut(), late);
+    return withTimeout(promise, this.#timeoutMs, () => this.#timedOut(), late).catch((error: unknown) => {
+      throw this.ended && !(error instanceof StoreUnavailableError) ? clientEnded(error) : error;
+    });
   }
 
   #timedOut(): StoreUnavailableError {
@@ -155,5 +209,6 @@ export class ScriptRunner {
   close(): void {
     this.client.off?.('error', this.#onError);
     this.client.off?.('ready', this.#onReady);
+    this.client.off?.('end', this.#onEnd);
   }
 }

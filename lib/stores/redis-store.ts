@@ -27,7 +27,9 @@ const MAX_BATCH = 256;
  * on its key, to the first in the key's waiting list (they take turns): it alone hears it and asks again
  * (lua/includes/waiters.lua).
  *
- * The client stays the caller's: `close()` does not quit it (only the store's own subscriber).
+ * The client stays the caller's: `close()` does not quit it (only the store's own subscriber). The
+ * subscriber follows it: when the client ends (`quit()`, `disconnect()`), the subscriber closes too,
+ * so that a process that closed its client exits even without `close()`.
  */
 export class RedisStore implements Store {
   readonly prefix: string;
@@ -59,7 +61,8 @@ export class RedisStore implements Store {
     const { prefix, hashTag, timeoutMs, recovery } = redisStoreSettings(options);
     this.prefix = prefix;
     this.hashTag = hashTag;
-    this.#scripts = new ScriptRunner(client, timeoutMs);
+    // The subscriber follows the client: it closes when the client ends, and opens again when it is back.
+    this.#scripts = new ScriptRunner(client, timeoutMs, { ended: () => this.#wakes.ended(), ready: () => this.#wakes.ready() });
     this.#cluster = this.#scripts.cluster;
     this.#wakes = new Wakes(client, (promise) => this.#scripts.timed(promise));
     if (recovery !== false) {
@@ -102,6 +105,15 @@ export class RedisStore implements Store {
   /** One Redis: one clock (`TIME`). On a Cluster each master has its own. */
   get singleClock(): boolean {
     return !this.#cluster;
+  }
+
+  /**
+   * The client has ended (`quit()`, `disconnect()`, or its `retryStrategy` gave up): every call
+   * fails at once with `StoreUnavailableError`, whatever `onStoreError` says, until the client
+   * connects again.
+   */
+  get ended(): boolean {
+    return this.#scripts.ended;
   }
 
   /** The ioredis client this store runs on. */
