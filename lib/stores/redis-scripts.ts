@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { StoreUnavailableError } from '../errors.js';
 import { PAUSED, RECOVERING } from '../slot-plan.js';
@@ -65,8 +66,8 @@ export const scripts = {
 type ScriptFn = (...args: Array<string | number | Buffer>) => Promise<unknown>;
 /** The client's events the runner listens to (ioredis `Redis` and `Cluster` are EventEmitters). */
 interface ClientEvents {
-  on?(event: 'error' | 'ready', listener: (error?: unknown) => void): unknown;
-  off?(event: 'error' | 'ready', listener: (error?: unknown) => void): unknown;
+  on?(event: 'error' | 'connect' | 'ready', listener: (error?: unknown) => void): unknown;
+  off?(event: 'error' | 'connect' | 'ready', listener: (error?: unknown) => void): unknown;
   /** ioredis: 'wait', 'connecting', 'connect', 'ready', 'reconnecting', 'close', 'end'. */
   readonly status?: string;
 }
@@ -78,7 +79,8 @@ const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 2, epoch: 1, res
 
 /**
  * Runs the scripts on one ioredis client, standalone or Cluster, each call bounded by the store's
- * `commandTimeoutMs`. The scripts are registered with `defineCommand` (EVALSHA, EVAL on NOSCRIPT).
+ * `commandTimeoutMs`, and failed at once while the client cannot connect. The scripts are
+ * registered with `defineCommand` (EVALSHA, EVAL on NOSCRIPT).
  */
 export class ScriptRunner {
   readonly client: ScriptedClient;
@@ -87,21 +89,38 @@ export class ScriptRunner {
   readonly #timeoutMs: number;
   /** The client's latest error while it has not been ready since (a refused connection, a TLS failure). */
   #lastError: unknown;
+  /**
+   * Aborted, with a `StoreUnavailableError` saying why, when an attempt to connect fails (a refused
+   * connection, a TLS failure): commands under way stop waiting, and new ones fail at once, until
+   * the client connects. ioredis would only queue them while it retries.
+   */
+  #connection = connection();
   readonly #onError = (error: unknown): void => {
     this.#lastError = error;
+    // An error of a connection that is up (a reset before ioredis reconnects, NOAUTH at the ready
+    // check) says nothing of the next attempt: commands wait in the client's queue for it.
+    const status = this.client.status;
+    if (status === undefined || status === 'ready' || status === 'connect' || this.#connection.signal.aborted) return;
+    this.#connection.abort(this.#unreachable());
+  };
+  readonly #onConnect = (): void => {
+    if (this.#connection.signal.aborted) this.#connection = connection();
   };
   readonly #onReady = (): void => {
     this.#lastError = undefined;
+    this.#onConnect();
   };
 
   constructor(client: RedisClientLike, timeoutMs: number) {
     this.client = client as ScriptedClient;
     this.cluster = this.client.isCluster === true;
     this.#timeoutMs = timeoutMs;
-    // Heard so that a command that times out can say why (the client retries a refused connection
-    // and queues commands meanwhile: they only time out). Listening also keeps ioredis from
-    // printing each error; the throttle reports them through its 'storeError' event instead.
+    // Heard so that commands fail at once while the client cannot connect, saying why (it retries a
+    // refused connection and would queue them meanwhile), and so that one that times out can say
+    // why. Listening also keeps ioredis from printing each error; the throttle reports them
+    // through its 'storeError' event instead.
     this.client.on?.('error', this.#onError);
+    this.client.on?.('connect', this.#onConnect);
     this.client.on?.('ready', this.#onReady);
     for (const [op, { name, lua }] of Object.entries(scripts)) {
       // Standalone: no fixed number of keys, so the epoch key rides along in the same script. Cluster:
@@ -112,9 +131,24 @@ export class ScriptRunner {
     }
   }
 
-  /** Runs one script with the timeout; `late` gets the reply of a script that answered after it. */
+  /**
+   * Runs one script with the timeout, or fails at once while the client cannot connect; `late` gets
+   * the reply of a script that answered after the call gave up on it.
+   */
   run(name: string, keys: readonly string[], args: ReadonlyArray<string | number | Buffer>, late?: (reply: unknown) => void): Promise<unknown> {
-    return this.timed(this.#call(name, keys, args), late);
+    return this.#send(() => this.#call(name, keys, args), late);
+  }
+
+  /** GET, as `run` sends a script. */
+  get(key: string): Promise<string | null> {
+    return this.#send(() => this.client['get']!(key) as Promise<string | null>);
+  }
+
+  /** Sends a command unless the client cannot connect, bounded by the timeout and by a failed attempt to connect. */
+  #send<T>(send: () => Promise<T>, late?: (value: T) => void): Promise<T> {
+    const { signal } = this.#connection;
+    if (signal.aborted) return Promise.reject(this.#unreachable());
+    return withTimeout(send(), this.#timeoutMs, () => this.#timedOut(), late, signal);
   }
 
   /** Calls a script: with the number of keys first on a standalone Redis, without it on a Cluster (fixed there). */
@@ -134,8 +168,8 @@ export class ScriptRunner {
 
   /**
    * Rejects with `StoreUnavailableError` when `promise` takes longer than `commandTimeoutMs`; its
-   * message and `cause` carry the client's latest error when it is not connected (ECONNREFUSED,
-   * NOAUTH, a TLS failure).
+   * message and `cause` carry the client's latest error when it is not connected (NOAUTH, a lost
+   * connection).
    */
   timed<T>(promise: Promise<T>, late?: (value: T) => void): Promise<T> {
     return withTimeout(promise, this.#timeoutMs, () => this.#timedOut(), late);
@@ -145,14 +179,30 @@ export class ScriptRunner {
     const message = `Redis did not answer within ${this.#timeoutMs} ms (commandTimeoutMs)`;
     const status = this.client.status;
     if (status === undefined || status === 'ready') return new StoreUnavailableError(message);
+    return new StoreUnavailableError(`${message}; the client is ${status} (${this.#why()})`, this.#lastError);
+  }
+
+  /** The client cannot connect: its state and the error of its latest attempt, which is the cause. */
+  #unreachable(): StoreUnavailableError {
+    return new StoreUnavailableError(`Redis cannot be reached: the client is ${this.client.status} (${this.#why()})`, this.#lastError);
+  }
+
+  #why(): string {
     const cause = this.#lastError;
-    const why = cause === undefined ? 'no error reported yet' : cause instanceof Error ? cause.message || cause.name : String(cause);
-    return new StoreUnavailableError(`${message}; the client is ${status} (${why})`, cause);
+    return cause === undefined ? 'no error reported yet' : cause instanceof Error ? cause.message || cause.name : String(cause);
   }
 
   /** Stops listening to the client's events (the client stays the caller's). */
   close(): void {
     this.client.off?.('error', this.#onError);
+    this.client.off?.('connect', this.#onConnect);
     this.client.off?.('ready', this.#onReady);
   }
+}
+
+/** A connection's signal: every command under way listens to it. */
+function connection(): AbortController {
+  const controller = new AbortController();
+  setMaxListeners(0, controller.signal);
+  return controller;
 }

@@ -65,7 +65,7 @@ export class RedisStore implements Store {
         journal: new Journal((number) => this.#member(number)),
         heartbeatMs,
         graceMs,
-        get: (key) => this.#scripts.timed(this.#scripts.client['get']!(key) as Promise<string | null>),
+        get: (key) => this.#scripts.get(key),
         run: (name, keys, args) => this.#scripts.run(name, keys, args),
         names: (namespace, key) => this.#names(namespace, key),
         cluster: this.#cluster,
