@@ -281,6 +281,31 @@ describe('a Redis that cannot be reached: StoreUnavailableError says why, and no
     expectRefused(error, server.port);
   });
 
+  it("'wait': a refused connection fails the call by its maxDelayMs, however long commandTimeoutMs is, after one failed ask", async () => {
+    await server.stop();
+    const { throttle, errors } = onClient(server.port, { onStoreError: 'wait', maxDelayMs: 300 });
+    const { error, tookMs } = await timed(throttle.schedule('u', () => 'ran'));
+    expect(tookMs).to.be.within(290, 800);
+    expectRefused(error, server.port);
+    expect(error!.message).to.match(/maxDelayMs ran out/);
+    // It waited for the client to connect, without asking again meanwhile.
+    expect(errors.map((event) => event.policy)).to.deep.equal(['wait']);
+  });
+
+  it("'wait': a call rides out a Redis that starts within its maxDelayMs, asking again once the client connects", async () => {
+    await server.stop();
+    // Without recovery: a Redis just started holds a namespace it has never seen for a second.
+    const { throttle, errors } = onClient(server.port, { onStoreError: 'wait', maxDelayMs: 5_000, recovery: false });
+    const call = timed(throttle.schedule('u', () => 'ran'));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    server = await startRedis({ port: server.port });
+    const { value, error, tookMs } = await call;
+    expect(error).to.equal(undefined);
+    expect(value).to.equal('ran');
+    expect(tookMs).to.be.within(300, 5_000);
+    expect(errors.map((event) => event.policy)).to.deep.equal(['wait']);
+  });
+
   it("'local': a refused connection sends the call to the local fallback at once, and close() does not wait commandTimeoutMs either", async () => {
     await server.stop();
     const { throttle, errors } = onClient(server.port, { onStoreError: 'local' });

@@ -95,6 +95,8 @@ export class ScriptRunner {
    * the client connects. ioredis would only queue them while it retries.
    */
   #connection = connection();
+  /** While the client cannot connect: resolves once it does. */
+  #reconnected: { readonly promise: Promise<void>; readonly resolve: () => void } | undefined;
   readonly #onError = (error: unknown): void => {
     this.#lastError = error;
     // An error of a connection that is up (a reset before ioredis reconnects, NOAUTH at the ready
@@ -105,6 +107,8 @@ export class ScriptRunner {
   };
   readonly #onConnect = (): void => {
     if (this.#connection.signal.aborted) this.#connection = connection();
+    this.#reconnected?.resolve();
+    this.#reconnected = undefined;
   };
   readonly #onReady = (): void => {
     this.#lastError = undefined;
@@ -142,6 +146,20 @@ export class ScriptRunner {
   /** GET, as `run` sends a script. */
   get(key: string): Promise<string | null> {
     return this.#send(() => this.client['get']!(key) as Promise<string | null>);
+  }
+
+  /**
+   * While the client cannot connect (its latest attempt failed), a promise that resolves once it
+   * does; otherwise undefined.
+   */
+  reconnected(): Promise<void> | undefined {
+    if (!this.#connection.signal.aborted) return undefined;
+    if (this.#reconnected === undefined) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((done) => (resolve = done));
+      this.#reconnected = { promise, resolve };
+    }
+    return this.#reconnected.promise;
   }
 
   /** Sends a command unless the client cannot connect, bounded by the timeout and by a failed attempt to connect. */

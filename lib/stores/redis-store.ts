@@ -148,6 +148,11 @@ export class RedisStore implements Store {
     await this.#enqueue('c', namespace, key, 0, 0, 0, NO_RULES, 0, 0, pairs, coalesceMs);
   }
 
+  /** While the client cannot connect (its latest attempt failed: refused, a TLS failure), resolves once it does. */
+  reconnected(): Promise<void> | undefined {
+    return this.#scripts.reconnected();
+  }
+
   listen(namespace: string, listener: (key: string) => void): Promise<() => void> {
     return this.#wakes.listen(`${this.#channel(namespace)}${this.#tag}`, listener);
   }
