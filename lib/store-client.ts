@@ -73,9 +73,10 @@ const NO_KEYS: readonly never[] = [];
 
 /**
  * The throttle's side of the store protocol: one decision per call, with `onStoreError` applied
- * when the store fails ('fail' rejects, 'wait' asks again with backoff within the call's
- * `maxDelayMs`, 'local' decides in this process with a share of each limit); the store's
- * completion announcements, once a waiting line asks for them (`listen`); leaving waiting lists.
+ * when the store fails ('fail' rejects; 'wait' asks again within the call's `maxDelayMs`, once the
+ * store can be reached again when it says it cannot, else with backoff; 'local' decides in this
+ * process with a share of each limit); the store's completion announcements, once a waiting line
+ * asks for them (`listen`); leaving waiting lists.
  */
 export class StoreClient {
   readonly #options: StoreClientOptions;
@@ -145,6 +146,15 @@ export class StoreClient {
           fallback.failed();
           continue;
         }
+        // Out of reach (a refused connection): ask again once the store can be reached, if it can
+        // before the call's maxDelayMs runs out.
+        const reconnected = store.reconnected?.();
+        if (reconnected) {
+          if (performance.now() >= call.deadline) throw failure;
+          const stop = call.signal ? AbortSignal.any([call.signal, closing]) : closing;
+          await withTimeout(reconnected, Math.max(0, call.deadline - performance.now()), () => this.#expired(), undefined, stop);
+          continue;
+        }
         const backoffMs = Math.min(1_000, 25 * 2 ** Math.min(attempt, 6));
         if (performance.now() + backoffMs > call.deadline) throw failure;
         await sleep(backoffMs, [call.signal, closing]);
@@ -176,14 +186,16 @@ export class StoreClient {
    * that comes after it goes to `late` (a slot it booked is given back).
    */
   #byDeadline(call: Call, asked: Promise<ReserveResult>, sentAt: number, stay: boolean, late: LateAnswer): Promise<ReserveResult> {
-    const expired = (): Error => {
-      const last = this.#failure;
-      const error = new StoreUnavailableError(`${last?.message ?? 'The store did not answer'}; the call's maxDelayMs ran out`, last?.cause ?? last);
-      this.#deadlines.add(error);
-      return error;
-    };
     const answered = (result: ReserveResult): void => late(call, { result, extra: this.#booking(this.#options.store, sentAt, result), stay });
-    return withTimeout(asked, Math.max(0, call.deadline - performance.now()), expired, answered);
+    return withTimeout(asked, Math.max(0, call.deadline - performance.now()), () => this.#expired(), answered);
+  }
+
+  /** The call's deadline passed while the store still failed: its latest failure, saying so (reported before). */
+  #expired(): StoreUnavailableError {
+    const last = this.#failure;
+    const error = new StoreUnavailableError(`${last?.message ?? 'The store did not answer'}; the call's maxDelayMs ran out`, last?.cause ?? last);
+    this.#deadlines.add(error);
+    return error;
   }
 
   #booking(store: Store, askedAt: number, result: ReserveResult): Booking {

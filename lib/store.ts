@@ -190,6 +190,12 @@ export interface Store {
    */
   listen?(namespace: string, listener: (key: string) => void): Promise<() => void>;
   /**
+   * Optional: while the store is known to be out of reach (its connection refused), a promise that
+   * resolves once it can be reached again; otherwise undefined. A call under `onStoreError: 'wait'`
+   * waits for it, within its `maxDelayMs`, instead of asking again with backoff.
+   */
+  reconnected?(): Promise<void> | undefined;
+  /**
    * Optional: this process no longer waits for a completion on the key (the calls that waited went
    * away), so that announcements go to processes that still wait.
    */

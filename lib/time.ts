@@ -117,12 +117,14 @@ export function sleep(ms: number, signals: ReadonlyArray<AbortSignal | undefined
 }
 
 /**
- * `promise`, or a rejection with `error()` once `ms` have passed (no bound past {@link MAX_TIMER_MS});
- * the timer is cleared either way. A late rejection of `promise` is left handled; a late value goes
- * to `late`, if given (what it booked may need giving back).
+ * `promise`, or a rejection with `error()` once `ms` have passed (no bound past {@link MAX_TIMER_MS}),
+ * or with the reason of `signal` once it aborts; the timer and listener are cleared either way. A
+ * late rejection of `promise` is left handled; a late value goes to `late`, if given (what it
+ * booked may need giving back).
  */
-export function withTimeout<T>(promise: Promise<T>, ms: number, error: () => Error, late?: (value: T) => void): Promise<T> {
-  if (!(ms <= MAX_TIMER_MS)) return promise;
+export function withTimeout<T>(promise: Promise<T>, ms: number, error: () => Error, late?: (value: T) => void, signal?: AbortSignal): Promise<T> {
+  const bounded = ms <= MAX_TIMER_MS;
+  if (!bounded && signal === undefined) return promise;
   let expired = false;
   promise.then(
     (value) => {
@@ -131,11 +133,18 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, error: () => Err
     () => undefined,
   );
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_resolve, reject) => {
-    timer = setTimeout(() => {
+  let onAbort: (() => void) | undefined;
+  const cut = new Promise<never>((_resolve, reject) => {
+    const expire = (reason: unknown): void => {
       expired = true;
-      reject(error());
-    }, ms);
+      reject(reason);
+    };
+    if (bounded) timer = setTimeout(() => expire(error()), ms);
+    if (signal?.aborted) expire(signal.reason);
+    else if (signal) signal.addEventListener('abort', (onAbort = () => expire(signal.reason)), { once: true });
   });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+  return Promise.race([promise, cut]).finally(() => {
+    clearTimeout(timer);
+    if (onAbort) signal!.removeEventListener('abort', onAbort);
+  });
 }

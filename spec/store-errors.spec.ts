@@ -202,7 +202,7 @@ async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promis
   }
 }
 
-describe('a Redis that cannot be reached: StoreUnavailableError says why, within about commandTimeoutMs', function () {
+describe('a Redis that cannot be reached: StoreUnavailableError says why, and no call waits commandTimeoutMs for it', function () {
   this.timeout(20_000);
   let server: RedisServer;
   const clients: Redis[] = [];
@@ -218,25 +218,105 @@ describe('a Redis that cannot be reached: StoreUnavailableError says why, within
     await server.stop();
   });
 
-  /** A throttle on a client with ioredis's default retries, which queue commands while it reconnects. */
-  function onClient(options: string | RedisOptions): Throttle {
-    const client = typeof options === 'string' ? new Redis(options) : new Redis(options);
+  /**
+   * A throttle on a client with ioredis's default retries, which queue commands while it reconnects,
+   * and the store's default commandTimeoutMs (5 s) unless given.
+   */
+  function onClient(
+    options: number | string | RedisOptions,
+    throttleOptions: { onStoreError?: StoreErrorPolicy; maxDelayMs?: number; commandTimeoutMs?: number; recovery?: false } = {},
+  ): { throttle: Throttle; errors: StoreErrorEvent[] } {
+    // As a user would create it: new Redis(port), new Redis(url) or new Redis(options).
+    const client = typeof options === 'number' ? new Redis(options) : typeof options === 'string' ? new Redis(options) : new Redis(options);
     clients.push(client);
-    const store = redisStore(client, { prefix: uniquePrefix(), commandTimeoutMs: 300 });
-    const throttle = new Throttle({ name: 'acme', rules: ['4/s'], store });
+    const { onStoreError, maxDelayMs, commandTimeoutMs, recovery } = throttleOptions;
+    const store = redisStore(client, { prefix: uniquePrefix(), commandTimeoutMs, recovery });
+    const throttle = new Throttle({ name: 'acme', rules: ['4/s'], store, onStoreError, maxDelayMs });
     throttles.push(throttle);
-    return throttle;
+    const errors: StoreErrorEvent[] = [];
+    throttle.on('storeError', (event) => errors.push(event));
+    return { throttle, errors };
   }
 
-  it('a refused connection: the message and the cause carry ECONNREFUSED', async () => {
-    await server.stop();
-    const throttle = onClient(`redis://127.0.0.1:${server.port}`);
+  /** A call's outcome and how long it took to settle. */
+  async function timed(call: Promise<unknown>): Promise<{ value?: unknown; error?: Error; tookMs: number }> {
     const startedAt = performance.now();
-    const error = await throttle.schedule('u', () => 'ran').catch((reason: unknown) => reason);
-    expect(performance.now() - startedAt).to.be.within(250, 1_000);
+    const outcome = await call.then(
+      (value: unknown) => ({ value }),
+      (error: unknown) => ({ error: error as Error }),
+    );
+    return { ...outcome, tookMs: performance.now() - startedAt };
+  }
+
+  function expectRefused(error: Error | undefined, port: number): void {
     expect(error).to.be.instanceOf(StoreUnavailableError);
-    expect((error as Error).message).to.match(/within 300 ms .*reconnecting.*ECONNREFUSED/);
-    expect(((error as Error).cause as { code?: string }).code).to.equal('ECONNREFUSED');
+    expect(error!.message).to.match(new RegExp(`cannot be reached.*ECONNREFUSED 127\\.0\\.0\\.1:${port}`));
+    expect((error!.cause as { code?: string }).code).to.equal('ECONNREFUSED');
+  }
+
+  it("'fail' (the default): a refused connection fails the call at once, not after commandTimeoutMs, the message and the cause carrying ECONNREFUSED", async () => {
+    await server.stop();
+    for (const options of [server.port, { port: server.port, lazyConnect: true }]) {
+      const { throttle, errors } = onClient(options);
+      let ran = false;
+      const { error, tookMs } = await timed(throttle.schedule('u', () => (ran = true)));
+      expect(tookMs).to.be.below(1_000);
+      expectRefused(error, server.port);
+      expect(ran).to.equal(false);
+      expect(errors.map((event) => event.policy)).to.deep.equal(['fail']);
+      // The client keeps trying: the next call fails at once too.
+      const again = await timed(throttle.schedule('u', () => (ran = true)));
+      expect(again.tookMs).to.be.below(1_000);
+      expectRefused(again.error, server.port);
+    }
+  });
+
+  it("'fail': a Redis that goes away under a connected client fails the call once the client's first attempt to reconnect is refused", async () => {
+    const { throttle } = onClient(server.port);
+    expect(await throttle.schedule('u', () => 'ran')).to.equal('ran');
+    await server.stop();
+    const { error, tookMs } = await timed(throttle.schedule('u', () => 'ran'));
+    // ioredis tries again within 250 ms of losing the connection (50 ms and up to 200 ms of jitter).
+    expect(tookMs).to.be.below(1_000);
+    expectRefused(error, server.port);
+  });
+
+  it("'wait': a refused connection fails the call by its maxDelayMs, however long commandTimeoutMs is, after one failed ask", async () => {
+    await server.stop();
+    const { throttle, errors } = onClient(server.port, { onStoreError: 'wait', maxDelayMs: 300 });
+    const { error, tookMs } = await timed(throttle.schedule('u', () => 'ran'));
+    expect(tookMs).to.be.within(290, 800);
+    expectRefused(error, server.port);
+    expect(error!.message).to.match(/maxDelayMs ran out/);
+    // It waited for the client to connect, without asking again meanwhile.
+    expect(errors.map((event) => event.policy)).to.deep.equal(['wait']);
+  });
+
+  it("'wait': a call rides out a Redis that starts within its maxDelayMs, asking again once the client connects", async () => {
+    await server.stop();
+    // Without recovery: a Redis just started holds a namespace it has never seen for a second.
+    const { throttle, errors } = onClient(server.port, { onStoreError: 'wait', maxDelayMs: 5_000, recovery: false });
+    const call = timed(throttle.schedule('u', () => 'ran'));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    server = await startRedis({ port: server.port });
+    const { value, error, tookMs } = await call;
+    expect(error).to.equal(undefined);
+    expect(value).to.equal('ran');
+    expect(tookMs).to.be.within(300, 5_000);
+    expect(errors.map((event) => event.policy)).to.deep.equal(['wait']);
+  });
+
+  it("'local': a refused connection sends the call to the local fallback at once, and close() does not wait commandTimeoutMs either", async () => {
+    await server.stop();
+    const { throttle, errors } = onClient(server.port, { onStoreError: 'local' });
+    const { value, tookMs } = await timed(throttle.schedule('u', () => 'local'));
+    expect(value).to.equal('local');
+    expect(tookMs).to.be.below(1_000);
+    expectRefused(errors[0]?.error, server.port);
+    // close() tries once more to put the local call into Redis: refused at once too.
+    const closing = await timed(throttle.close());
+    expect(closing.error).to.equal(undefined);
+    expect(closing.tookMs).to.be.below(1_000);
   });
 
   it('a password Redis refuses: the message and the cause carry NOAUTH or WRONGPASS, at once', async () => {
@@ -249,7 +329,7 @@ describe('a Redis that cannot be reached: StoreUnavailableError says why, within
     ] as const) {
       const startedAt = performance.now();
       const error = await onClient(options)
-        .schedule('u', () => 'ran')
+        .throttle.schedule('u', () => 'ran')
         .catch((reason: unknown) => reason);
       expect(performance.now() - startedAt).to.be.below(300);
       expect(error).to.be.instanceOf(StoreUnavailableError);

@@ -99,17 +99,17 @@ describe('RedisStore over TLS', function () {
     await new Promise((resolve) => setTimeout(resolve, 200));
   });
 
-  it('a certificate the client does not trust: StoreUnavailableError within about commandTimeoutMs, saying why', async () => {
+  it('a certificate the client does not trust: StoreUnavailableError at once, not after commandTimeoutMs, saying why', async () => {
     const client = new Redis({ host: '127.0.0.1', port: tlsPort, tls: { servername: 'localhost' } });
-    const throttle = new Throttle({ name: 'acme', rules: ['4/s'], store: redisStore(client, { prefix: uniquePrefix(), commandTimeoutMs: 300 }) });
+    const throttle = new Throttle({ name: 'acme', rules: ['4/s'], store: redisStore(client, { prefix: uniquePrefix() }) });
     const startedAt = performance.now();
     const error = await throttle.schedule('u', () => 'ran').catch((reason: unknown) => reason);
-    expect(performance.now() - startedAt).to.be.within(250, 1_000);
+    expect(performance.now() - startedAt).to.be.below(1_000);
     await throttle.close();
     // It never connects: disconnect() (quit() would wait for a connection).
     client.disconnect();
     expect(error).to.be.instanceOf(StoreUnavailableError);
-    expect((error as Error).message).to.match(/within 300 ms .*(self[- ]signed|unable to (get|verify))/i);
+    expect((error as Error).message).to.match(/cannot be reached.*(self[- ]signed|unable to (get|verify))/i);
     expect(String((error as Error).cause)).to.match(/self[- ]signed|unable to (get|verify)/i);
   });
 

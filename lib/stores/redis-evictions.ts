@@ -60,7 +60,9 @@ export class EvictionWatch {
     try {
       count = Number(/evicted_keys:(\d+)/.exec(await this.#deps.info('stats'))?.[1] ?? NaN);
     } catch (error) {
-      this.#denied(error);
+      // Denied to this user (an ACL, a renamed command): said once. Anything else (Redis
+      // unreachable, the client closed) is the calls' business: the next beat reads again.
+      if (/NOPERM|no permissions|unknown command/i.test(error instanceof Error ? error.message : String(error))) this.#denied(error);
       return;
     }
     if (!Number.isFinite(count)) return;

@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { StoreUnavailableError } from '../errors.js';
 import { PAUSED, RECOVERING } from '../slot-plan.js';
@@ -66,8 +67,8 @@ export const scripts = {
 type ScriptFn = (...args: Array<string | number | Buffer>) => Promise<unknown>;
 /** The client's events the runner listens to (ioredis `Redis` and `Cluster` are EventEmitters). */
 interface ClientEvents {
-  on?(event: 'error' | 'ready' | 'end', listener: (error?: unknown) => void): unknown;
-  off?(event: 'error' | 'ready' | 'end', listener: (error?: unknown) => void): unknown;
+  on?(event: 'error' | 'connect' | 'ready' | 'end', listener: (error?: unknown) => void): unknown;
+  off?(event: 'error' | 'connect' | 'ready' | 'end', listener: (error?: unknown) => void): unknown;
   /** ioredis: 'wait', 'connecting', 'connect', 'ready', 'reconnecting', 'close', 'end'. */
   readonly status?: string;
 }
@@ -116,7 +117,8 @@ const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 2, epoch: 1, res
 
 /**
  * Runs the scripts on one ioredis client, standalone or Cluster, each call bounded by the store's
- * `commandTimeoutMs`. The scripts are registered with `defineCommand` (EVALSHA, EVAL on NOSCRIPT).
+ * `commandTimeoutMs`, and failed at once while the client cannot connect. The scripts are
+ * registered with `defineCommand` (EVALSHA, EVAL on NOSCRIPT).
  */
 export class ScriptRunner {
   readonly client: ScriptedClient;
@@ -125,12 +127,31 @@ export class ScriptRunner {
   readonly #timeoutMs: number;
   /** The client's latest error while it has not been ready since (a refused connection, a TLS failure). */
   #lastError: unknown;
+  /**
+   * Aborted, with a `StoreUnavailableError` saying why, when an attempt to connect fails (a refused
+   * connection, a TLS failure): commands under way stop waiting, and new ones fail at once, until
+   * the client connects. ioredis would only queue them while it retries.
+   */
+  #connection = connection();
+  /** While the client cannot connect: resolves once it does. */
+  #reconnected: { readonly promise: Promise<void>; readonly resolve: () => void } | undefined;
   readonly #onError = (error: unknown): void => {
     this.#lastError = error;
     hearLateErrors(this.client);
+    // An error of a connection that is up (a reset before ioredis reconnects, NOAUTH at the ready
+    // check) says nothing of the next attempt: commands wait in the client's queue for it.
+    const status = this.client.status;
+    if (status === undefined || status === 'ready' || status === 'connect' || this.#connection.signal.aborted) return;
+    this.#connection.abort(this.#unreachable());
+  };
+  readonly #onConnect = (): void => {
+    if (this.#connection.signal.aborted) this.#connection = connection();
+    this.#reconnected?.resolve();
+    this.#reconnected = undefined;
   };
   readonly #onReady = (): void => {
     this.#lastError = undefined;
+    this.#onConnect();
     this.#life?.ready();
   };
   readonly #onEnd = (): void => {
@@ -144,10 +165,12 @@ export class ScriptRunner {
     this.cluster = this.client.isCluster === true;
     this.#timeoutMs = timeoutMs;
     this.#life = life;
-    // Heard so that a command that times out can say why (the client retries a refused connection
-    // and queues commands meanwhile: they only time out). Listening also keeps ioredis from
-    // printing each error; the throttle reports them through its 'storeError' event instead.
+    // Heard so that commands fail at once while the client cannot connect, saying why (it retries a
+    // refused connection and would queue them meanwhile), and so that one that times out can say
+    // why. Listening also keeps ioredis from printing each error; the throttle reports them
+    // through its 'storeError' event instead.
     this.client.on?.('error', this.#onError);
+    this.client.on?.('connect', this.#onConnect);
     this.client.on?.('ready', this.#onReady);
     this.client.on?.('end', this.#onEnd);
     for (const [op, { name, lua }] of Object.entries(scripts)) {
@@ -164,10 +187,41 @@ export class ScriptRunner {
     return this.client.status === 'end';
   }
 
-  /** Runs one script with the timeout; `late` gets the reply of a script that answered after it. */
+  /**
+   * Runs one script with the timeout, or fails at once while the client cannot connect or has
+   * ended; `late` gets the reply of a script that answered after the call gave up on it.
+   */
   run(name: string, keys: readonly string[], args: ReadonlyArray<string | number | Buffer>, late?: (reply: unknown) => void): Promise<unknown> {
+    return this.#send(() => this.#call(name, keys, args), late);
+  }
+
+  /** GET, as `run` sends a script. */
+  get(key: string): Promise<string | null> {
+    return this.#send(() => this.client['get']!(key) as Promise<string | null>);
+  }
+
+  /**
+   * While the client cannot connect (its latest attempt failed), a promise that resolves once it
+   * does; otherwise undefined.
+   */
+  reconnected(): Promise<void> | undefined {
+    if (!this.#connection.signal.aborted) return undefined;
+    if (this.#reconnected === undefined) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((done) => (resolve = done));
+      this.#reconnected = { promise, resolve };
+    }
+    return this.#reconnected.promise;
+  }
+
+  /** Sends a command unless the client cannot connect or has ended, bounded by the timeout and by a failed attempt to connect. */
+  #send<T>(send: () => Promise<T>, late?: (value: T) => void): Promise<T> {
     if (this.ended) return Promise.reject(clientEnded());
-    return this.timed(this.#call(name, keys, args), late);
+    const { signal } = this.#connection;
+    if (signal.aborted) return Promise.reject(this.#unreachable());
+    return withTimeout(send(), this.#timeoutMs, () => this.#timedOut(), late, signal).catch((error: unknown) => {
+      throw this.#endedError(error);
+    });
   }
 
   /** Calls a script: with the number of keys first on a standalone Redis, without it on a Cluster (fixed there). */
@@ -187,28 +241,49 @@ export class ScriptRunner {
 
   /**
    * Rejects with `StoreUnavailableError` when `promise` takes longer than `commandTimeoutMs`; its
-   * message and `cause` carry the client's latest error when it is not connected (ECONNREFUSED,
-   * NOAUTH, a TLS failure). A command the client dropped as it ended says so.
+   * message and `cause` carry the client's latest error when it is not connected (NOAUTH, a lost
+   * connection). A command the client dropped as it ended says so.
    */
   timed<T>(promise: Promise<T>, late?: (value: T) => void): Promise<T> {
     return withTimeout(promise, this.#timeoutMs, () => this.#timedOut(), late).catch((error: unknown) => {
-      throw this.ended && !(error instanceof StoreUnavailableError) ? clientEnded(error) : error;
+      throw this.#endedError(error);
     });
+  }
+
+  /** A command the client dropped as it ended, as the store failure it is; any other error as it is. */
+  #endedError(error: unknown): unknown {
+    return this.ended && !(error instanceof StoreUnavailableError) ? clientEnded(error) : error;
   }
 
   #timedOut(): StoreUnavailableError {
     const message = `Redis did not answer within ${this.#timeoutMs} ms (commandTimeoutMs)`;
     const status = this.client.status;
     if (status === undefined || status === 'ready') return new StoreUnavailableError(message);
+    return new StoreUnavailableError(`${message}; the client is ${status} (${this.#why()})`, this.#lastError);
+  }
+
+  /** The client cannot connect: its state and the error of its latest attempt, which is the cause. */
+  #unreachable(): StoreUnavailableError {
+    return new StoreUnavailableError(`Redis cannot be reached: the client is ${this.client.status} (${this.#why()})`, this.#lastError);
+  }
+
+  #why(): string {
     const cause = this.#lastError;
-    const why = cause === undefined ? 'no error reported yet' : cause instanceof Error ? cause.message || cause.name : String(cause);
-    return new StoreUnavailableError(`${message}; the client is ${status} (${why})`, cause);
+    return cause === undefined ? 'no error reported yet' : cause instanceof Error ? cause.message || cause.name : String(cause);
   }
 
   /** Stops listening to the client's events (the client stays the caller's). */
   close(): void {
     this.client.off?.('error', this.#onError);
+    this.client.off?.('connect', this.#onConnect);
     this.client.off?.('ready', this.#onReady);
     this.client.off?.('end', this.#onEnd);
   }
+}
+
+/** A connection's signal: every command under way listens to it. */
+function connection(): AbortController {
+  const controller = new AbortController();
+  setMaxListeners(0, controller.signal);
+  return controller;
 }

@@ -72,7 +72,7 @@ export class RedisStore implements Store {
         journal: new Journal((number) => this.#member(number)),
         heartbeatMs,
         graceMs,
-        get: (key) => this.#scripts.timed(this.#scripts.client['get']!(key) as Promise<string | null>),
+        get: (key) => this.#scripts.get(key),
         run: (name, keys, args) => this.#scripts.run(name, keys, args),
         names: (namespace, key) => this.#names(namespace, key),
         kept: (namespace) => this.#kept(namespace),
@@ -184,6 +184,11 @@ export class RedisStore implements Store {
     if (pairs.length === 0) return;
     this.#recovery?.journal.settle(namespace, key, pairs);
     await this.#enqueue('c', namespace, key, 0, 0, 0, NO_RULES, 0, 0, pairs, coalesceMs);
+  }
+
+  /** While the client cannot connect (its latest attempt failed: refused, a TLS failure), resolves once it does. */
+  reconnected(): Promise<void> | undefined {
+    return this.#scripts.reconnected();
   }
 
   listen(namespace: string, listener: (key: string) => void): Promise<() => void> {
