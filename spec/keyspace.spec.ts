@@ -99,4 +99,26 @@ describe('keyspace: nothing left behind', function () {
     await new Promise((resolve) => setTimeout(resolve, windowMs + 100));
     expect([...(await keysOf(client, prefix)).keys()]).to.deep.equal([epoch]);
   });
+
+  it('a namespace left kept (its process stopped while Redis evicted) gets its times to live back from the next process that sees no eviction', async () => {
+    const client = redisClient();
+    const prefix = uniquePrefix();
+    const kept = `${prefix}:acme:kept`;
+    const left = `${prefix}:acme:{left}:log`;
+    await client.zadd(kept, '+inf', '');
+    await client.zadd(left, '1', 'x');
+    await client.zadd(kept, String(Date.now() + 60_000), left);
+    // Evictions are over once none came for max(20 heartbeats, graceMs): 400 ms here.
+    const store = new RedisStore(client, { prefix, recovery: { heartbeatMs: 20, graceMs: 60 } });
+    const throttle = new Throttle({ name: 'acme', rules: ['5/s'], store });
+    await throttle.schedule('u', () => undefined);
+    const ttlWhileKept = await client.pttl(`${prefix}:acme:{u}:log`);
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(ttlWhileKept, 'kept meanwhile').to.equal(-1);
+    expect(await client.exists(kept), 'the index').to.equal(0);
+    expect(await client.pttl(left)).to.be.within(55_000, 60_000);
+    expect(await client.pttl(`${prefix}:acme:{u}:log`), 'a time to live again').to.be.above(0);
+    await throttle.close();
+    await store.close();
+  });
 });

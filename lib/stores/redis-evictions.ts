@@ -32,6 +32,12 @@ export class EvictionWatch {
   #lastRiseAt = 0;
   #evicting: { readonly policy: string; readonly failure: StoreUnavailableError | undefined } | undefined;
   readonly #kept = new Set<string>();
+  /**
+   * Namespaces this process has made sure are not kept without evictions: one left kept by a process
+   * that stopped mid-episode goes back to times to live once this one has seen none for `quietMs`.
+   */
+  readonly #released = new Set<string>();
+  readonly #startedAt = Date.now();
   #deniedSaid = false;
   #checking: Promise<void> | undefined;
 
@@ -74,7 +80,10 @@ export class EvictionWatch {
       this.#lastRiseAt = now;
       if (this.#evicting === undefined) await this.#start(count, delta);
     }
-    if (this.#evicting === undefined) return;
+    if (this.#evicting === undefined) {
+      if (now - Math.max(this.#startedAt, this.#lastRiseAt) >= this.#deps.quietMs) await this.#releaseLeftovers();
+      return;
+    }
     if (!rose && now - this.#lastRiseAt >= this.#deps.quietMs) {
       await this.#stop(count);
       return;
@@ -105,13 +114,12 @@ export class EvictionWatch {
   async #stop(count: number): Promise<void> {
     const { policy } = this.#evicting!;
     for (const namespace of [...this.#kept]) {
-      // Several rounds: keys decided on meanwhile are kept again, by this process or another.
-      for (let round = 0; round < 100; round++) {
-        if ((await this.#deps.keep(namespace, 'off', KEEP_OFF_CHUNK)) === 0) break;
-      }
+      await this.#keepOff(namespace);
       this.#kept.delete(namespace);
     }
     this.#evicting = undefined;
+    // Kept by another process that may have stopped meanwhile: released too, quietMs from now.
+    this.#released.clear();
     const quietS = Math.round(this.#deps.quietMs / 1_000);
     this.#deps.notify({
       kind: 'evictionsStopped',
@@ -119,6 +127,21 @@ export class EvictionWatch {
       evictedKeys: count,
       message: `Redis has evicted no key for ${quietS} s (maxmemory-policy ${policy}; evicted_keys ${count}): the throttle's keys carry times to live again, and decisions are trusted`,
     });
+  }
+
+  async #releaseLeftovers(): Promise<void> {
+    for (const namespace of this.#deps.namespaces()) {
+      if (this.#released.has(namespace)) continue;
+      await this.#keepOff(namespace);
+      this.#released.add(namespace);
+    }
+  }
+
+  /** Gives the namespace's kept keys their times to live back; several rounds, as keys decided on meanwhile are kept again. */
+  async #keepOff(namespace: string): Promise<void> {
+    for (let round = 0; round < 100; round++) {
+      if ((await this.#deps.keep(namespace, 'off', KEEP_OFF_CHUNK)) === 0) return;
+    }
   }
 
   async #keepAll(): Promise<void> {
