@@ -90,7 +90,11 @@ describe('keyspace: nothing left behind', function () {
     // The evictions stop: the index gives every key its time to live back, then goes.
     const store = new RedisStore(client, { prefix, hashTag: 'name', recovery });
     const keep = (client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>)[scripts.keep.name]!;
-    expect(await keep.call(client, 1, kept, 'off', 1000)).to.equal(0);
+    // A process saw evictions just now: nobody lets the namespace go for QUIET ms.
+    await keep.call(client, 2, kept, `${kept}:seen`, 'on', 0, 0);
+    expect(await keep.call(client, 2, kept, `${kept}:seen`, 'off', 1000, 60_000)).to.equal(-1);
+    expect(await client.exists(kept)).to.equal(1);
+    expect(await keep.call(client, 2, kept, `${kept}:seen`, 'off', 1000, 0)).to.equal(0);
     await store.close();
     const after = await keysOf(client, prefix);
     expect(after.has(kept), 'the index').to.equal(false);
@@ -98,6 +102,27 @@ describe('keyspace: nothing left behind', function () {
     for (const [key, ttl] of after) expect(ttl, key).to.be.within(1, windowMs + 100);
     await new Promise((resolve) => setTimeout(resolve, windowMs + 100));
     expect([...(await keysOf(client, prefix)).keys()]).to.deep.equal([epoch]);
+  });
+
+  it('keys that had times to live before the namespace was kept lose them at the next batch that opens them, meta included', async () => {
+    const client = redisClient();
+    const prefix = uniquePrefix();
+    const store = new RedisStore(client, { prefix, recovery });
+    const throttle = new Throttle({ name: 'acme', rules: ['5/s'], store });
+    await throttle.schedule('u', () => undefined);
+    const log = `${prefix}:acme:{u}:log`;
+    const meta = `${prefix}:acme:{u}:meta`;
+    // A meta written before, with its time to live (a pause, a fold, a waiting list).
+    await client.hset(meta, 'pause', '1');
+    await client.pexpire(meta, 60_000);
+    expect(await client.pttl(log)).to.be.above(0);
+    expect(await client.pttl(meta)).to.be.above(0);
+    await client.zadd(`${prefix}:acme:kept`, '+inf', '');
+    await throttle.schedule('u', () => undefined);
+    expect([await client.pttl(log), await client.pttl(meta)]).to.deep.equal([-1, -1]);
+    expect(await client.zscore(`${prefix}:acme:kept`, meta)).to.be.a('string');
+    await throttle.close();
+    await store.close();
   });
 
   it('a namespace left kept (its process stopped while Redis evicted) gets its times to live back from the next process that sees no eviction', async () => {

@@ -179,5 +179,9 @@ while i <= last do
   end
 end
 for _, status in ipairs(checks) do out[#out + 1] = status end
-vt_sweep(now or vt_now())
+if VT_KEPT ~= nil then
+  local at = now or vt_now()
+  for k = 1, last_key - (epoch_key and 1 or 0) do vt_take_in(KEYS[k], at) end
+  vt_sweep(at, last_key)
+end
 return out

@@ -3,34 +3,46 @@
   Redis evicts under a volatile-* policy, a kept namespace's keys have none, so that the policy
   cannot pick them; their lifetimes are in the index of kept keys.
 
-  KEYS[1]  kept  the namespace's index of kept keys
-  ARGV[1]  MODE  'on': keep the namespace from now on (its index is created, with the sentinel '').
-                 'off': gives up to MAX kept keys their times to live back, deleting those whose
-                 time has passed; once none is left, the index goes, and the namespace is no longer
-                 kept (every script then sets times to live again).
-  ARGV[2]  MAX   'off': keys handled by this call at most
+  KEYS[1]  kept   the namespace's index of kept keys
+  KEYS[2]  seen   when a process last saw Redis evict (store clock ms), while the namespace is kept
+  ARGV[1]  MODE   'on': keep the namespace (its index is created, with the sentinel ''), and note
+                  that evictions were seen now. A process that sees them calls it every heartbeat.
+                  'off': unless evictions were seen less than QUIET ms ago (by any process), gives
+                  up to MAX kept keys their times to live back, deleting those whose time has
+                  passed; once none is left, the index goes, and the namespace is no longer kept
+                  (every script then sets times to live again).
+  ARGV[2]  MAX    'off': keys handled by this call at most
+  ARGV[3]  QUIET  'off': ms without evictions seen before the namespace may stop being kept
 
-  Returns the number of kept keys left ('on': the number kept so far).
+  Returns the number of kept keys left ('on': kept so far; 'off': -1 when refused, evictions were
+  seen lately).
 ]]
-local kept = KEYS[1]
-if ARGV[1] == 'on' then
-  redis.call('ZADD', kept, 'NX', '+inf', '')
-  return redis.call('ZCARD', kept) - 1
-end
+local kept, seen = KEYS[1], KEYS[2]
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
+if ARGV[1] == 'on' then
+  redis.call('ZADD', kept, 'NX', '+inf', '')
+  redis.call('SET', seen, math.floor(now))
+  return redis.call('ZCARD', kept) - 1
+end
+local last = tonumber(redis.call('GET', seen) or 0)
+if now - last < tonumber(ARGV[3]) then return -1 end
 local entries = redis.call('ZRANGEBYSCORE', kept, '-inf', '(+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
 local names = {}
 for i = 1, #entries, 2 do
   local key, at = entries[i], tonumber(entries[i + 1])
+  -- A key given a time to live meanwhile (a process of an earlier version) keeps it, unless longer.
+  local own = redis.call('PTTL', key) == -1
   if at <= now then
-    redis.call('DEL', key)
-  else
+    if own then redis.call('DEL', key) end
+  elseif own then
     redis.call('PEXPIRE', key, math.ceil(at - now))
+  else
+    redis.call('PEXPIRE', key, math.ceil(at - now), 'GT')
   end
   names[#names + 1] = key
 end
 if #names > 0 then redis.call('ZREM', kept, unpack(names)) end
 local left = redis.call('ZCARD', kept) - 1
-if left <= 0 then redis.call('DEL', kept) end
+if left <= 0 then redis.call('DEL', kept, seen) end
 return math.max(left, 0)

@@ -32,6 +32,7 @@ if until_ms > now then
   redis.call('HSET', meta, 'f', string.format('%d', math.ceil(highest)))
   vt_expire(meta, until_ms - now, now)
 end
+if VT_KEPT ~= nil then vt_take_in(log, now) end
 -- Every waiting process asks again: the whole key is free, not one completion's room.
 for _, w in ipairs(vt_waiters_parse(waiting)) do
   if w[2] + 1000 >= now then redis.call('PUBLISH', ARGV[2] .. w[1], vt_user_key(log)) end

@@ -41,4 +41,8 @@ for i = 0, count - 1 do
 end
 if latest > 0 then vt_keep(log, latest + retain - now, now) end
 if hold > 0 and added > 0 then vt_hold(log, meta, now, hold) end
+if VT_KEPT ~= nil then
+  vt_take_in(log, now)
+  vt_take_in(meta, now)
+end
 return added

@@ -8,13 +8,27 @@ const KEEP_OFF_CHUNK = 1_000;
 export interface EvictionWatchDeps {
   /** `INFO <section>`, with the store's timeout. */
   info(section: 'stats' | 'memory'): Promise<string>;
-  /** Runs lua/keep.lua on a namespace's index of kept keys; resolves to the keys still kept. */
+  /**
+   * Runs lua/keep.lua on a namespace: 'on' keeps it and notes evictions seen now; 'off' resolves to
+   * the keys still kept, or -1 when any process saw evictions within `quietMs`.
+   */
   keep(namespace: string, mode: 'on' | 'off', max: number): Promise<number>;
   /** The namespaces this process holds calls in. */
   namespaces(): readonly string[];
   notify(notice: StoreNotice): void;
   /** Evictions are over once none came for this long. */
   readonly quietMs: number;
+  /** A reading this much after the previous one (the heartbeat stopped meanwhile) cannot date a rise. */
+  readonly recentMs: number;
+}
+
+/** An eviction episode as this process sees it. */
+interface Episode {
+  policy: string;
+  failure: StoreUnavailableError | undefined;
+  /** `evicted_keys` when it started, and its rise since the reading before. */
+  readonly count: number;
+  readonly delta: number;
 }
 
 /**
@@ -22,22 +36,24 @@ export interface EvictionWatchDeps {
  * recovery heartbeat, and at once when a key is found lost), says so while it happens and when it
  * stops, and acts by the policy (`INFO memory` `maxmemory_policy`):
  * - `volatile-*` (or unknown): the namespaces are kept (lua/keep.lua): their keys carry no time to
- *   live, so the policy cannot pick them, until the evictions stop;
+ *   live, so the policy cannot pick them, until no process has seen an eviction for `quietMs`;
  * - `allkeys-*`: any key may go, the throttle's included: decisions fail with
  *   `StoreUnavailableError` (the throttle's `onStoreError` applies) until the evictions stop.
  */
 export class EvictionWatch {
   readonly #deps: EvictionWatchDeps;
   #lastCount: number | undefined;
+  #firstReadAt: number | undefined;
+  #lastReadAt = 0;
   #lastRiseAt = 0;
-  #evicting: { readonly policy: string; readonly failure: StoreUnavailableError | undefined } | undefined;
+  #evicting: Episode | undefined;
+  /** Namespaces this process kept in this episode: given back their times to live when it ends. */
   readonly #kept = new Set<string>();
   /**
    * Namespaces this process has made sure are not kept without evictions: one left kept by a process
    * that stopped mid-episode goes back to times to live once this one has seen none for `quietMs`.
    */
   readonly #released = new Set<string>();
-  readonly #startedAt = Date.now();
   #deniedSaid = false;
   #checking: Promise<void> | undefined;
 
@@ -73,42 +89,56 @@ export class EvictionWatch {
     }
     if (!Number.isFinite(count)) return;
     const now = Date.now();
-    const rose = this.#lastCount !== undefined && count > this.#lastCount;
+    // A rise since a reading long ago (the heartbeat stopped while idle) may be old: a new baseline.
+    // So is a count that went down (CONFIG RESETSTAT, a restart).
+    const recent = this.#lastCount !== undefined && now - this.#lastReadAt <= this.#deps.recentMs;
     const delta = this.#lastCount === undefined ? 0 : count - this.#lastCount;
+    const rose = recent && delta > 0;
     this.#lastCount = count;
+    this.#lastReadAt = now;
+    this.#firstReadAt ??= now;
     if (rose) {
       this.#lastRiseAt = now;
       if (this.#evicting === undefined) await this.#start(count, delta);
     }
     if (this.#evicting === undefined) {
-      if (now - Math.max(this.#startedAt, this.#lastRiseAt) >= this.#deps.quietMs) await this.#releaseLeftovers();
+      if (now - Math.max(this.#firstReadAt, this.#lastRiseAt) >= this.#deps.quietMs) await this.#releaseLeftovers();
       return;
     }
     if (!rose && now - this.#lastRiseAt >= this.#deps.quietMs) {
       await this.#stop(count);
       return;
     }
-    if (this.#evicting.failure === undefined) await this.#keepAll();
+    if (this.#evicting.policy === 'unknown') await this.#readPolicy(this.#evicting);
+    // Every check while Redis evicts: the namespaces it holds calls in now, and a note that
+    // evictions go on (no process gives the keys their times to live back meanwhile).
+    if (this.#evicting.failure === undefined && rose) await this.#keepAll();
   }
 
   async #start(count: number, delta: number): Promise<void> {
-    let policy = 'unknown';
+    const evicting: Episode = { policy: 'unknown', failure: undefined, count, delta };
+    await this.#readPolicy(evicting);
+    this.#evicting = evicting;
+    const doing =
+      evicting.failure !== undefined
+        ? 'decisions fail with StoreUnavailableError (onStoreError applies) until the evictions stop'
+        : "the throttle's keys are kept without a time to live, so that the policy cannot pick them, until the evictions stop";
+    this.#deps.notify({ kind: 'evicting', policy: evicting.policy, evictedKeys: count, message: `${what(evicting)}: ${doing}. ${FIX}` });
+  }
+
+  /** The policy (`INFO memory`), and under `allkeys-*` the error decisions fail with; 'unknown' where denied. */
+  async #readPolicy(evicting: Episode): Promise<void> {
     try {
-      policy = /maxmemory_policy:(\S+)/.exec(await this.#deps.info('memory'))?.[1] ?? 'unknown';
+      evicting.policy = /maxmemory_policy:(\S+)/.exec(await this.#deps.info('memory'))?.[1] ?? 'unknown';
     } catch {
-      // Denied: acted on as a volatile-* policy (keeping keys is harmless under any other).
+      // Denied, or no answer: acted on as a volatile-* policy (keeping keys is harmless under any
+      // other), and read again at the next check.
     }
-    const allKeys = policy.startsWith('allkeys-');
-    const what = `Redis is evicting keys under maxmemory (maxmemory-policy ${policy}; evicted_keys ${count}, ${delta} since the last check)`;
-    const fix = 'Fix: give Redis more memory (maxmemory), or set maxmemory-policy noeviction, or give the throttle a Redis of its own.';
-    const failure = allKeys
-      ? new StoreUnavailableError(`${what}: any key may go, the throttle's included, so no decision is trusted until the evictions stop. ${fix}`)
-      : undefined;
-    this.#evicting = { policy, failure };
-    const doing = allKeys
-      ? 'decisions fail with StoreUnavailableError (onStoreError applies) until the evictions stop'
-      : "the throttle's keys are kept without a time to live, so that the policy cannot pick them, until the evictions stop";
-    this.#deps.notify({ kind: 'evicting', policy, evictedKeys: count, message: `${what}: ${doing}. ${fix}` });
+    if (evicting.policy.startsWith('allkeys-')) {
+      evicting.failure ??= new StoreUnavailableError(
+        `${what(evicting)}: any key may go, the throttle's included, so no decision is trusted until the evictions stop. ${FIX}`,
+      );
+    }
   }
 
   async #stop(count: number): Promise<void> {
@@ -137,16 +167,18 @@ export class EvictionWatch {
     }
   }
 
-  /** Gives the namespace's kept keys their times to live back; several rounds, as keys decided on meanwhile are kept again. */
+  /**
+   * Gives the namespace's kept keys their times to live back; several rounds, as keys decided on
+   * meanwhile are kept again. Nothing when another process saw evictions lately: it does so later.
+   */
   async #keepOff(namespace: string): Promise<void> {
     for (let round = 0; round < 100; round++) {
-      if ((await this.#deps.keep(namespace, 'off', KEEP_OFF_CHUNK)) === 0) return;
+      if ((await this.#deps.keep(namespace, 'off', KEEP_OFF_CHUNK)) <= 0) return;
     }
   }
 
   async #keepAll(): Promise<void> {
     for (const namespace of this.#deps.namespaces()) {
-      if (this.#kept.has(namespace)) continue;
       await this.#deps.keep(namespace, 'on', 0);
       this.#kept.add(namespace);
     }
@@ -161,4 +193,10 @@ export class EvictionWatch {
       message: `Cannot read INFO stats (${why}): evictions are found only when a key is found lost (it is then held and put back); allow INFO to this user to have them reported and acted on`,
     });
   }
+}
+
+const FIX = 'Fix: give Redis more memory (maxmemory), or set maxmemory-policy noeviction, or give the throttle a Redis of its own.';
+
+function what({ policy, count, delta }: Episode): string {
+  return `Redis is evicting keys under maxmemory (maxmemory-policy ${policy}; evicted_keys ${count}, ${delta} since the last check)`;
 }

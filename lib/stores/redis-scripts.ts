@@ -39,7 +39,7 @@ function snakeCase(name: string): string {
  * lines replaced by `lib/lua/includes/name.lua`. Command names carry a version so that two library
  * versions sharing one client never run each other's script.
  */
-export const SCRIPT_VERSION = 17;
+export const SCRIPT_VERSION = 18;
 
 /** A script, registered with ioredis `defineCommand` without a fixed number of keys: each call passes it first. */
 export interface ScriptDefinition {
@@ -113,7 +113,7 @@ export function hearLateErrors(connection: object): void {
 export type ScriptedClient = RedisClientLike & Record<string, ScriptFn> & ClientEvents & { readonly isCluster?: boolean };
 
 /** Keys of each script on a Cluster, where a batch holds one user key's two keys and no epoch key. */
-const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 2, epoch: 1, reset: 2, keep: 1 } as const satisfies Record<keyof typeof scripts, number>;
+const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 1, restore: 2, epoch: 1, reset: 2, keep: 2 } as const satisfies Record<keyof typeof scripts, number>;
 
 /**
  * Runs the scripts on one ioredis client, standalone or Cluster, each call bounded by the store's

@@ -80,14 +80,21 @@ export class RedisStore implements Store {
       });
       if (!this.#cluster) {
         const recovery = this.#recovery;
+        // Evictions are over once none came for this long: long enough not to flip a namespace in
+        // and out of being kept within one episode.
+        const quietMs = Math.max(20 * heartbeatMs, graceMs);
         this.#evictions = new EvictionWatch({
           info: (section) => this.#scripts.timed(this.#scripts.client['info']!(section) as Promise<string>),
-          keep: async (namespace, mode, max) => (await this.#scripts.run(scripts.keep.name, this.#kept(namespace), [mode, max])) as number,
+          keep: async (namespace, mode, max) => {
+            const [kept] = this.#kept(namespace);
+            return (await this.#scripts.run(scripts.keep.name, [kept!, `${kept!}:seen`], [mode, max, quietMs])) as number;
+          },
           namespaces: () => recovery.journal.namespaces(),
           notify: (notice) => {
             for (const listener of this.#watchers) listener(notice);
           },
-          quietMs: Math.max(20 * heartbeatMs, graceMs),
+          quietMs,
+          recentMs: 3 * heartbeatMs,
         });
       }
     }

@@ -139,7 +139,8 @@ local function vt_fold(log, meta, a, rules_at, rule_count, at, f)
     if until_ms == 0 then
       local longest = 0
       for _, group in ipairs(groups) do longest = math.max(longest, group.window) end
-      vt_keep(meta, longest, at)
+      -- AT is the clock rounded down: one ms more never shortens the life asked for.
+      vt_keep(meta, longest, at + 1)
     end
   end
   return until_ms, totals, removed

@@ -79,18 +79,35 @@ local function vt_expire(key, ms, now, how)
 end
 
 -- Makes KEY live at least TTL_MS more from NOW: never shortens a lifetime. A key that does not
--- exist is left alone.
+-- exist is left alone. A kept namespace moves the key into its index whatever its life left.
 local function vt_keep(key, ttl_ms, now)
   local left = vt_left(key, now)
-  if left == -1 or (left >= 0 and left < ttl_ms) then vt_expire(key, ttl_ms, now) end
+  if VT_KEPT ~= nil then
+    if left ~= -2 then vt_expire(key, math.max(left, ttl_ms), now) end
+  elseif left == -1 or (left >= 0 and left < ttl_ms) then
+    vt_expire(key, ttl_ms, now)
+  end
 end
 
--- Deletes up to 32 kept keys whose time has passed (as their times to live would have).
-local function vt_sweep(now)
-  if VT_KEPT == nil then return end
-  local gone = redis.call('ZRANGEBYSCORE', VT_KEPT, '-inf', math.floor(now), 'LIMIT', 0, 32)
+-- In a kept namespace, moves KEY into the index if it still has a time to live (set before the
+-- namespace was kept): the policy could pick it. Every key a batch opens goes through here.
+local function vt_take_in(key, now)
+  local ttl = redis.call('PTTL', key)
+  if ttl >= 0 then
+    redis.call('PERSIST', key)
+    redis.call('ZADD', VT_KEPT, 'GT', math.ceil(now) + ttl, key)
+  end
+end
+
+-- Deletes kept keys whose time has passed (as their times to live would have), at least 32 and as
+-- many as MORE (the keys the batch opened), so that the index never grows behind the batches. A key
+-- given a time to live meanwhile (by a process of an earlier version) is left to it.
+local function vt_sweep(now, more)
+  local gone = redis.call('ZRANGEBYSCORE', VT_KEPT, '-inf', math.floor(now), 'LIMIT', 0, math.max(32, more))
   if #gone == 0 then return end
-  redis.call('DEL', unpack(gone))
+  for _, key in ipairs(gone) do
+    if redis.call('PTTL', key) == -1 then redis.call('DEL', key) end
+  end
   redis.call('ZREM', VT_KEPT, unpack(gone))
 end
 
