@@ -30,12 +30,15 @@
              CHECK_FULL   the same, and the key's hold and replication id read too (the heartbeat's
                           check of a key no decision follows)
              TIDY         K, RETAIN (includes/complete.lua), after the key's other operations
+             PAUSED       K: the end of the key's vendor pause (meta `pause`, 0 when none), read for a
+                          call booked ahead whose start has come
            A decision on a key found lost (VT_CHECK_LOST) is not made: its calls are answered
            VT_STATUS_NOT_MADE. On a key held (VT_CHECK_HELD) it is made, and waits for the hold.
 
   Returns { VT_BATCH_EPOCH_CHANGED } when the epoch changed (the store lost its data; nothing was
   done), else { VT_BATCH_DONE, NOW_MS, then per decided call in order its five values, or the one
-  VT_STATUS_BOOKED_NOW (includes/decide.lua), then one per check (includes/check.lua) }: NOW_MS is
+  VT_STATUS_BOOKED_NOW (includes/decide.lua), then one per check (includes/check.lua), then one per
+  PAUSED }: NOW_MS is
   the store clock (0 when no decision or check was asked for).
 ]]
 --- @include "log"
@@ -110,6 +113,7 @@ local last = #A
 -- (GRACE > 0). Read with the clock.
 local lost = {}
 local checks = {}
+local pauses = {}
 local env = { grace = tonumber(ARGV[4]), replid = '' }
 local per_key_replid = not epoch_names_redis and env.grace > 0
 -- A VT_STATUS_NOT_MADE answer per call: a decision on a key that lost its data is not made.
@@ -123,7 +127,7 @@ while i <= last do
   local op = tonumber(A[i])
   local k = tonumber(A[i + 1])
   -- Completions and leaves come first in a batch and need no clock: TIME only when another operation needs it.
-  if now == nil and op ~= VT_OP_COMPLETE and op ~= VT_OP_LEAVE then
+  if now == nil and op ~= VT_OP_COMPLETE and op ~= VT_OP_LEAVE and op ~= VT_OP_PAUSED then
     now = vt_now()
     out[2] = math.ceil(now)
     if per_key_replid then env.replid = vt_replid() end
@@ -171,6 +175,9 @@ while i <= last do
       if epoch_key ~= nil then redis.call('DEL', epoch_key) end
     end
     checks[#checks + 1] = status
+  elseif op == VT_OP_PAUSED then
+    pauses[#pauses + 1] = tonumber(redis.call('HGET', KEYS[2 * k], 'pause') or 0)
+    i = i + 2
   elseif op == VT_OP_TIDY then
     vt_tidy(KEYS[2 * k - 1], KEYS[2 * k], now, tonumber(A[i + 2]))
     i = i + 3
@@ -179,6 +186,7 @@ while i <= last do
   end
 end
 for _, status in ipairs(checks) do out[#out + 1] = status end
+for _, pause in ipairs(pauses) do out[#out + 1] = pause end
 if VT_KEPT ~= nil then
   local at = now or vt_now()
   for k = 1, last_key - (epoch_key and 1 or 0) do vt_take_in(KEYS[k], at) end

@@ -10,11 +10,12 @@ const { op: OP, status: STATUS, check: CHECK } = CODES;
  * One operation waiting for the next batch: a decision ('d'), the completions and releases of a
  * key ('c'), this process no longer waiting on a key ('l'), or a check of a key's log against this
  * process's journal ('k', the heartbeat's; a decision's keys are checked too), or a key's life
- * shortened to what its slots need ('t', its throttle closes). Every operation has
+ * shortened to what its slots need ('t', its throttle closes), or the end of a key's vendor pause
+ * read ('p', a call booked ahead whose start has come). Every operation has
  * the same fields (one object shape on the hot path); those of another type are left empty.
  */
 export interface Op {
-  readonly type: 'd' | 'c' | 'l' | 'k' | 't';
+  readonly type: 'd' | 'c' | 'l' | 'k' | 't' | 'p';
   readonly namespace: string;
   readonly key: string;
   /** 'd': slots per call, the bound on a slot's release, the history kept, the rules. */
@@ -32,8 +33,8 @@ export interface Op {
   readonly stay: boolean;
   /** 'c': NUMBER, RELEASE_AT (-1 = remove) pairs. */
   readonly pairs: readonly number[];
-  /** 'd': the decision's answer; 'c' and 'l': undefined. */
-  readonly resolve: (reply: Decided | undefined) => void;
+  /** 'd': the decision's answer; 'p': the pause's end (store clock ms, 0 when none); the others: undefined. */
+  readonly resolve: (reply: Decided | number | undefined) => void;
   readonly reject: (error: unknown) => void;
   /** Times the batch found the store had lost its data. */
   tries: number;
@@ -86,6 +87,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   const decided: Op[][] = [];
   const others: Op[] = [];
   const several: Op[] = [];
+  const paused: Op[] = [];
   const namespace = ops[0]!.namespace;
   // K of a key: its place among the keys of the batch, 1-based.
   const indexOf = (key: string): number => {
@@ -141,6 +143,9 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       } else if (op.type === 't') {
         tidy = Math.max(tidy, op.retainMs);
         others.push(op);
+      } else if (op.type === 'p') {
+        args.push(OP.paused, k);
+        paused.push(op);
       } else if (op.also.length > 0) {
         several.push(op);
       } else {
@@ -206,6 +211,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
         if (status === CHECK.lost) lost.push(key);
         else if (status === CHECK.held || held.has(key)) heldKeys.push(key);
       }
+      for (const op of paused) op.resolve(r[at++]);
       return { again, lost, held: heldKeys };
     },
     booked: (reply) => {

@@ -11,7 +11,7 @@ import type { RedisClientLike } from './redis-options.js';
  */
 export const CODES = {
   /** lua/batch.lua: the first field of each operation (its fields: the script's header). */
-  op: { decide: 1, decideKeys: 2, complete: 3, leave: 4, check: 5, checkFull: 6, tidy: 7 },
+  op: { decide: 1, decideKeys: 2, complete: 3, leave: 4, check: 5, checkFull: 6, tidy: 7, paused: 8 },
   /**
    * A decided call's status (lua/includes/decide.lua); `notMade`: its key was found lost, asked
    * again once put back; `bookedNow`: booked to start at once, answered in this one value.
