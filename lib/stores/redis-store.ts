@@ -7,7 +7,8 @@ import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
 import { Journal, MAX_RECOVERIES, Recovery } from './redis-recovery.js';
 import { redisStoreSettings, type RedisClientLike, type RedisStoreOptions } from './redis-options.js';
-import { CODES, ScriptRunner, scripts } from './redis-scripts.js';
+import { ClientDriver, clientKind } from './redis-client.js';
+import { CODES, scripts } from './redis-scripts.js';
 import { Wakes } from './redis-wakes.js';
 
 /** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by ioredis), but for the operations of one key. */
@@ -35,7 +36,7 @@ export class RedisStore implements Store {
   readonly prefix: string;
   /** Which part of a key's Redis keys is their hash tag (see `RedisStoreOptions.hashTag`). */
   readonly hashTag: HashTag;
-  readonly #scripts: ScriptRunner;
+  readonly #scripts: ClientDriver;
   readonly #recovery: Recovery | undefined;
   readonly #cluster: boolean;
   /** Suffix of this store's members, `<number><tag>`: unique across processes without a counter in Redis. */
@@ -55,16 +56,16 @@ export class RedisStore implements Store {
   readonly #watchers = new Set<(notice: StoreNotice) => void>();
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
-    if (client === null || typeof client !== 'object' || typeof client.defineCommand !== 'function') {
-      throw new TypeError('Expected an ioredis Redis or Cluster client');
+    if (clientKind(client) === undefined) {
+      throw new TypeError('Expected an ioredis Redis or Cluster client, or a node-redis client (createClient() or createCluster())');
     }
     const { prefix, hashTag, timeoutMs, recovery } = redisStoreSettings(options);
     this.prefix = prefix;
     this.hashTag = hashTag;
     // The subscriber follows the client: it closes when the client ends, and opens again when it is back.
-    this.#scripts = new ScriptRunner(client, timeoutMs, { ended: () => this.#wakes.ended(), ready: () => this.#wakes.ready() });
+    this.#scripts = new ClientDriver(client, timeoutMs, { ended: () => this.#wakes.ended(), ready: () => this.#wakes.ready() });
     this.#cluster = this.#scripts.cluster;
-    this.#wakes = new Wakes(client, (promise) => this.#scripts.timed(promise));
+    this.#wakes = new Wakes(this.#scripts);
     if (recovery !== false) {
       const { heartbeatMs, graceMs } = recovery;
       this.#recovery = new Recovery({
@@ -81,7 +82,7 @@ export class RedisStore implements Store {
       if (!this.#cluster) {
         const recovery = this.#recovery;
         this.#evictions = new EvictionWatch({
-          info: (section) => this.#scripts.timed(this.#scripts.client['info']!(section) as Promise<string>),
+          info: (section) => this.#scripts.info(section),
           keep: async (namespace, mode, max) => (await this.#scripts.run(scripts.keep.name, this.#kept(namespace), [mode, max])) as number,
           namespaces: () => recovery.journal.namespaces(),
           notify: (notice) => {
@@ -116,7 +117,7 @@ export class RedisStore implements Store {
     return this.#scripts.ended;
   }
 
-  /** The ioredis client this store runs on. */
+  /** The client this store runs on (ioredis or node-redis). */
   get client(): RedisClientLike {
     return this.#scripts.client;
   }
@@ -228,8 +229,7 @@ export class RedisStore implements Store {
   }
 
   async pausedUntil(namespace: string, key: string): Promise<number> {
-    const hget = this.#scripts.client['hget']!(this.#names(namespace, key).meta, 'pause') as Promise<string | null>;
-    return Number((await this.#scripts.timed(hget)) ?? 0);
+    return Number((await this.#scripts.hget(this.#names(namespace, key).meta, 'pause')) ?? 0);
   }
 
   async restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number): Promise<void> {
