@@ -356,9 +356,7 @@ export class ClientDriver {
       return await this.#command(keys[0], false, command);
     } catch (error) {
       if (!noScript(error)) throw error;
-      command[0] = 'EVAL';
-      command[1] = lua;
-      return this.#command(keys[0], false, command);
+      return this.#command(keys[0], false, ['EVAL', lua, ...command.slice(2)]);
     }
   }
 
