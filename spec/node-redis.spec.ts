@@ -5,9 +5,10 @@
  * spec/store-contract.spec.ts.
  */
 import { expect } from 'chai';
-import { createCluster } from 'redis';
+import { createCluster, RESP_TYPES } from 'redis';
 import { RateLimitedError, StoreUnavailableError, Throttle, type RedisStore } from '../lib/index.js';
 import type { ReserveRequest } from '../lib/store.js';
+import { ClientDriver } from '../lib/stores/redis-client.js';
 import { nodeRedisClient, redisClient, redisStore, uniquePrefix, type NodeRedisClient } from './support/hooks.js';
 import { startRedisCluster, type RedisCluster } from './support/redis-cluster.js';
 
@@ -133,6 +134,31 @@ describe('RedisStore on node-redis', () => {
       expect(await store.reserve(request()).catch((error: unknown) => error)).to.equal(failure);
       expect(sent.map((args) => args[0])).to.deep.equal(['EVALSHA']);
     }
+  });
+
+  it("reads replies as node-redis' defaults whatever the client's type mapping (strings as Buffers)", async () => {
+    const client = (await nodeRedisClient({ RESP: 3 })).withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
+    const prefix = uniquePrefix();
+    await client.sendCommand(['SET', `${prefix}:s`, 'v']);
+    await client.sendCommand(['HSET', `${prefix}:h`, 'f', 'w']);
+    // What the recovery compares (the namespace's epoch) and the pause reads: strings, as from ioredis.
+    const driver = new ClientDriver(client, 1_000);
+    try {
+      expect(await driver.get(`${prefix}:s`)).to.equal('v');
+      expect(await driver.hget(`${prefix}:h`, 'f')).to.equal('w');
+      expect(await driver.info('stats'))
+        .to.be.a('string')
+        .and.match(/evicted_keys:\d+/);
+    } finally {
+      driver.close();
+    }
+    const store = redisStore(client, { prefix });
+    const onNode = throttle(store, ['1 concurrent', '3/10s'], 0);
+    await onNode.schedule('u', () => 1);
+    await onNode.pause('u', 500);
+    const inspected = await onNode.inspect('u');
+    expect(inspected.rules[1]!.used).to.equal(1);
+    expect(inspected.pausedForMs).to.be.within(1, 500);
   });
 
   it('a client not connected yet fails every call at once saying so, and serves them once its owner connects it', async () => {

@@ -107,6 +107,12 @@ const BY_NAME = new Map<string, { readonly lua: string; readonly sha: string }>(
   Object.values(scripts).map(({ name, lua }) => [name, { lua, sha: createHash('sha1').update(lua).digest('hex') }]),
 );
 
+/**
+ * node-redis command options: replies read with the default type mapping (strings as strings),
+ * whatever the user's client maps them to (`withTypeMapping`), as the store reads them.
+ */
+const PLAIN = Object.freeze({ typeMapping: Object.freeze({}) });
+
 /** Redis's answer to EVALSHA of a script it does not hold (`SCRIPT FLUSH`, a restart): the script did not run. */
 function noScript(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT');
@@ -253,7 +259,7 @@ export class ClientDriver {
   /** INFO `section` (a standalone Redis), with the timeout. */
   info(section: string): Promise<string> {
     const node = this.#node;
-    return this.timed((node ? node.sendCommand(['INFO', section]).then(String) : this.#io['info']!(section)) as Promise<string>);
+    return this.timed((node ? node.sendCommand(['INFO', section], PLAIN).then(String) : this.#io['info']!(section)) as Promise<string>);
   }
 
   /**
@@ -360,9 +366,9 @@ export class ClientDriver {
     }
   }
 
-  /** node-redis: one command, routed by `key` on a Cluster. */
+  /** node-redis: one command, routed by `key` on a Cluster, its reply read with the default type mapping. */
   #command(key: string | undefined, readonly: boolean, command: ReadonlyArray<string | Buffer>): Promise<unknown> {
-    return this.cluster ? this.#node!.sendCommand(key, readonly, command) : this.#node!.sendCommand(command);
+    return this.cluster ? this.#node!.sendCommand(key, readonly, command, PLAIN) : this.#node!.sendCommand(command, PLAIN);
   }
 
   /**
