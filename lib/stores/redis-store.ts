@@ -11,16 +11,16 @@ import { ClientDriver, clientKind } from './redis-client.js';
 import { CODES, scripts } from './redis-scripts.js';
 import { Wakes } from './redis-wakes.js';
 
-/** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by ioredis), but for the operations of one key. */
+/** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by the client), but for the operations of one key. */
 const MAX_BATCH = 256;
 
 /**
  * Shares each key's log through Redis (standalone or Cluster, Redis 7 or later), so limits hold
  * across processes and machines. The decisions and completions one process has within an
  * event-loop turn go as one `EVALSHA` of `lua/batch.lua` per namespace (per key on a Cluster),
- * which reads the time with `TIME` (the store's clock, never the worker's). Scripts are registered
- * with ioredis `defineCommand`, which sends EVALSHA and falls back to EVAL on NOSCRIPT (also in
- * pipelines), so a `SCRIPT FLUSH` or a restarted Redis is recovered transparently.
+ * which reads the time with `TIME` (the store's clock, never the worker's). The client is ioredis
+ * or node-redis (lib/stores/redis-client.ts speaks to either): scripts go as EVALSHA, sent again as
+ * EVAL on NOSCRIPT, so a `SCRIPT FLUSH` or a restarted Redis is recovered transparently.
  *
  * A decision that waits for a call in flight learns of its completion through one Redis channel per
  * namespace and process (`<prefix>:<name>:free<tag>`), on a second connection the store opens with
