@@ -11,6 +11,8 @@ import type { ReserveRequest } from '../lib/store.js';
 import { ClientDriver } from '../lib/stores/redis-client.js';
 import { nodeRedisClient, redisClient, redisStore, uniquePrefix, type NodeRedisClient } from './support/hooks.js';
 import { startRedisCluster, type RedisCluster } from './support/redis-cluster.js';
+import { startRedis } from '../scripts/support/redis-server.js';
+import { createClient } from 'redis';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -175,6 +177,35 @@ describe('RedisStore on node-redis', () => {
     } finally {
       await store.close();
       client.destroy();
+    }
+  });
+
+  it('fails calls at once while Redis is down, not after commandTimeoutMs, and serves them once it is back', async () => {
+    let server = await startRedis();
+    const client = createClient({ url: server.url });
+    client.on('error', () => undefined);
+    await client.connect();
+    const store = redisStore(client, { prefix: uniquePrefix(), commandTimeoutMs: 5_000, recovery: false });
+    try {
+      expect((await store.reserve(request())).status).to.equal('booked');
+      const port = server.port;
+      await server.stop();
+      // The client's first attempt to reconnect is refused.
+      await sleep(300);
+      const started = performance.now();
+      const error = await store.reserve(request()).catch((failure: unknown) => failure);
+      expect(error).to.be.instanceOf(StoreUnavailableError);
+      expect((error as Error).message).to.match(/^Redis cannot be reached: the client is reconnecting \(.*ECONNREFUSED/);
+      expect(performance.now() - started).to.be.below(100);
+      const back = store.reconnected();
+      expect(back).to.not.equal(undefined);
+      server = await startRedis({ port });
+      await back;
+      expect((await store.reserve(request())).status).to.equal('booked');
+    } finally {
+      await store.close();
+      client.destroy();
+      await server.stop();
     }
   });
 
