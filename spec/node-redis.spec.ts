@@ -35,16 +35,16 @@ function recordCommands(client: NodeRedisClient): string[] {
  * One call on `first` holds the only slot of '1 concurrent' for `holdMs`; a call on `second` waits
  * for it and is woken by its completion. Returns when each call started and ended.
  */
-async function waitRound(first: Throttle, second: Throttle, holdMs = 150): Promise<{ firstEnd: number; secondStart: number }> {
+async function waitRound(first: Throttle, second: Throttle, holdMs = 150, key = 'u'): Promise<{ firstEnd: number; secondStart: number }> {
   let firstEnd = 0;
   let secondStart = 0;
-  const holding = first.schedule('u', async () => {
+  const holding = first.schedule(key, async () => {
     await sleep(holdMs);
     firstEnd = performance.now();
   });
   // The first call has its slot before the second asks.
   await sleep(30);
-  await second.schedule('u', () => {
+  await second.schedule(key, () => {
     secondStart = performance.now();
   });
   await holding;
@@ -209,9 +209,10 @@ describe('RedisStore on node-redis', () => {
     }
   });
 
-  it('follows its owner closing the client: calls fail at once, the wakes subscriber closes with it', async () => {
+  it('follows its owner closing the client: calls fail at once, and work again, wakes and all, once it connects again', async () => {
     const client = await nodeRedisClient();
-    const store = redisStore(client, { prefix: uniquePrefix() });
+    const prefix = uniquePrefix();
+    const store = redisStore(client, { prefix });
     const limited = throttle(store, ['1 concurrent']);
     const holding = limited.schedule('u', () => sleep(100));
     await sleep(20);
@@ -221,6 +222,13 @@ describe('RedisStore on node-redis', () => {
     expect(await waiting).to.be.instanceOf(StoreUnavailableError);
     await holding.catch(() => undefined);
     expect(store.ended).to.equal(true);
+    await client.connect();
+    expect(store.ended).to.equal(false);
+    // The slot of the call cut short counts to its bound: a new key, woken by a process on ioredis.
+    const other = throttle(redisStore(redisClient(), { prefix }), ['1 concurrent']);
+    const { firstEnd, secondStart } = await waitRound(other, limited, 150, 'v');
+    expect(secondStart).to.be.at.least(firstEnd);
+    expect(secondStart - firstEnd).to.be.below(100);
   });
 });
 
