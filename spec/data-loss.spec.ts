@@ -59,7 +59,7 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
   });
 
   /** 4 workers at full rate on 3 keys; Redis is killed once the vendor has seen `killAfter` calls. */
-  async function run(recovery: false | undefined, killAfter: number) {
+  async function run(recovery: false | undefined, killAfter: number, client?: WorkerConfig['client']) {
     server = await startRedis();
     vendor = await startVendor({ limit: LIMIT, windowMs: WINDOW_MS, latencyMs: { min: 5, max: 40 } });
     const prefix = uniquePrefix();
@@ -73,6 +73,7 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
       onStoreError: 'wait',
       commandTimeoutMs: 300,
       recovery,
+      client,
     }));
     const done = spawnWorkers(configs, { timeoutMs: 80_000 });
     const port = server.port;
@@ -85,17 +86,19 @@ describe('Redis loses its data mid-run (kill -9, started again empty)', function
     return { results, stats: vendor.stats(), violations: vendor.violations(), maxInWindow: vendor.maxInWindow() };
   }
 
-  it('4 processes at full rate: every call runs once and no window goes over the limit', async () => {
-    const outcome = await run(undefined, 45);
-    console.log(
-      `    [data loss] ${outcome.stats.received} calls, dropped ${outcome.stats.dropped}, violations ${outcome.violations}, ` +
-        `max in window ${outcome.maxInWindow}/${LIMIT}`,
-    );
-    expect(outcome.results.flatMap((result) => result.errors)).to.deep.equal([]);
-    expect(outcome.stats.received).to.equal(4 * 3 * 15);
-    expect(outcome.violations).to.equal(0);
-    expect(outcome.stats.dropped).to.equal(0);
-  });
+  for (const client of ['ioredis', 'node-redis'] as const) {
+    it(`4 processes at full rate on ${client}: every call runs once and no window goes over the limit`, async () => {
+      const outcome = await run(undefined, 45, client);
+      console.log(
+        `    [data loss, ${client}] ${outcome.stats.received} calls, dropped ${outcome.stats.dropped}, violations ${outcome.violations}, ` +
+          `max in window ${outcome.maxInWindow}/${LIMIT}`,
+      );
+      expect(outcome.results.flatMap((result) => result.errors)).to.deep.equal([]);
+      expect(outcome.stats.received).to.equal(4 * 3 * 15);
+      expect(outcome.violations).to.equal(0);
+      expect(outcome.stats.dropped).to.equal(0);
+    });
+  }
 
   it('an idle process finds the loss by its heartbeat and puts back its calls: the window stays full', async () => {
     server = await startRedis();

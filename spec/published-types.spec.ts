@@ -56,6 +56,25 @@ same<ReturnType<typeof throttle.axios<AxiosStatic>>['instance'], AxiosStatic>(tr
 await acme.get('/v1/orders', { throttle: { key: 'u1', cost: 5, maxDelayMs: 0, priority: 1, retries: 0 } });
 `;
 
+/** A project with both Redis libraries: RedisStore takes the clients of either, and nothing else. */
+const WITH_REDIS_CLIENTS = `
+import { Cluster, Redis } from 'ioredis';
+import { createClient, createCluster } from 'redis';
+import { RedisStore, type RedisClientLike } from 'vendor-throttle';
+
+export const stores = [
+  new RedisStore(new Redis()),
+  new RedisStore(new Cluster([{ host: '127.0.0.1', port: 7000 }])),
+  new RedisStore(createClient()),
+  new RedisStore(createClient({ RESP: 2 })),
+  new RedisStore(createClient({ RESP: 3 })),
+  new RedisStore(createCluster({ rootNodes: [{ url: 'redis://127.0.0.1:7000' }] })),
+];
+export const client: RedisClientLike = stores[0]!.client;
+// @ts-expect-error not a Redis client
+new RedisStore({ get: () => null });
+`;
+
 /** The one mistake the project above must be told about. */
 const MISTYPED = `
 import { acme } from './index.js';
@@ -163,6 +182,12 @@ describe('published types: the packed package compiles with skipLibCheck false',
     );
     expect(program.getSourceFile(axiosTypes), 'the declarations naming axios are compiled').to.not.equal(undefined);
     expect(diagnostics).to.deep.equal([]);
+  });
+
+  it('with ioredis and node-redis: RedisStore takes the clients and clusters of either, and nothing else', function () {
+    const dir = path.join(work, 'with-redis-clients');
+    consumer(dir, pkg, ['@types/node', 'ioredis', 'redis'], { 'index.ts': WITH_REDIS_CLIENTS });
+    expect(compile(dir).diagnostics).to.deep.equal([]);
   });
 
   it("with axios: axios' own types, and a mistyped per-request throttle option is an error", function () {

@@ -4,7 +4,7 @@ import { keyNames } from '../lib/keys.js';
 import type { Rule } from '../lib/rules.js';
 import type { ReserveRequest, ReserveResult, Store } from '../lib/store.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
-import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
+import { nodeRedisClient, redisClient, redisStore, uniquePrefix, type NodeRedisClient } from './support/hooks.js';
 import { maxInWindow } from '../scripts/sim-vendor.js';
 import { ReferenceModel, type ModelDecision, type ModelRequest } from './support/model.js';
 
@@ -20,7 +20,27 @@ interface Subject {
   readonly peer?: () => Store;
 }
 
-const subjects: Array<{ name: string; make: () => Subject }> = [
+/** A RedisStore on node-redis clients (`createClient()`), connected before the subject's tests: one for the store, one for its peer. */
+function onNodeRedis(RESP: 2 | 3): { name: string; before: () => Promise<void>; make: () => Subject } {
+  let clients: NodeRedisClient[] = [];
+  return {
+    name: `RedisStore on node-redis (RESP${RESP})`,
+    before: async () => {
+      clients = [await nodeRedisClient({ RESP }), await nodeRedisClient({ RESP })];
+    },
+    make: () => {
+      const prefix = uniquePrefix();
+      return {
+        store: redisStore(clients[0]!, { prefix }),
+        namespace: 'ns',
+        advance: (ms) => new Promise((resolve) => setTimeout(resolve, Math.ceil(ms) + 1)),
+        peer: () => redisStore(clients[1]!, { prefix }),
+      };
+    },
+  };
+}
+
+const subjects: Array<{ name: string; before?: () => Promise<void>; make: () => Subject }> = [
   {
     name: 'MemoryStore',
     make: () => {
@@ -47,6 +67,8 @@ const subjects: Array<{ name: string; make: () => Subject }> = [
       };
     },
   },
+  onNodeRedis(2),
+  onNodeRedis(3),
 ];
 
 function request(overrides: Partial<ReserveRequest> & { rules: readonly Rule[] }): ReserveRequest {
@@ -67,8 +89,10 @@ function collect(): { readonly seen: string[]; readonly listener: (key: string) 
   };
 }
 
-for (const { name, make } of subjects) {
+for (const { name, before: connect, make } of subjects) {
   describe(`store contract: ${name}`, () => {
+    if (connect) before(connect);
+
     it('books up to the limit at once, defers while the binding call is in flight, then books one window after its bound', async () => {
       const { store, advance } = make();
       const rules = [{ limit: 3, windowMs: 60_000 }];
@@ -788,7 +812,7 @@ for (const { name, make } of subjects) {
           }
           await store.close();
         }),
-        { numRuns: name === 'RedisStore' ? 40 : 200 },
+        { numRuns: name.startsWith('RedisStore') ? 40 : 200 },
       );
       // The sequences reach every kind of answer.
       expect(counts.booked).to.be.above(0);

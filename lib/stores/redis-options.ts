@@ -2,7 +2,7 @@ import { checkKnown } from '../validate.js';
 import { ThrottleConfigError } from '../errors.js';
 import { checkNamespace, type HashTag } from '../keys.js';
 
-/** Options of `new RedisStore(client, options)`, and the part of an ioredis client it uses. */
+/** Options of `new RedisStore(client, options)`, and the part of a Redis client it uses. */
 export interface RedisStoreOptions {
   /**
    * First part of every key: `<prefix>:<throttle name>:{<user key>}:log`. Letters, digits, `.`, `_`, `-`, `/`.
@@ -42,11 +42,24 @@ export interface RedisStoreOptions {
 }
 
 /**
- * The part of an ioredis `Redis` or `Cluster` client the store relies on. Declared here so that the
- * published types do not require ioredis (an optional peer dependency) to be installed.
+ * A client the store runs on: an ioredis `Redis` or `Cluster`, or a node-redis client
+ * (`createClient()`) or cluster (`createCluster()`), connected by its owner. Declared here so that
+ * the published types require neither library (both optional peer dependencies) to be installed.
  */
-export interface RedisClientLike {
+export type RedisClientLike = IORedisClientLike | NodeRedisClientLike;
+
+/** The part of an ioredis `Redis` or `Cluster` client the store relies on. */
+export interface IORedisClientLike {
   defineCommand(name: string, definition: { numberOfKeys?: number; lua: string }): void;
+}
+
+/** The part of a node-redis client or cluster the store relies on. */
+export interface NodeRedisClientLike {
+  // Method syntax: a client's `sendCommand(args, options?)` and a cluster's `sendCommand(firstKey, isReadonly, args, options?)` both fit.
+  sendCommand(...args: never[]): Promise<unknown>;
+  readonly isOpen: boolean;
+  readonly isReady: boolean;
+  duplicate(...args: never[]): unknown;
 }
 
 /** `RedisStoreOptions` checked, with every default filled in. */

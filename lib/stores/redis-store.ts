@@ -7,19 +7,20 @@ import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
 import { Journal, MAX_RECOVERIES, Recovery } from './redis-recovery.js';
 import { redisStoreSettings, type RedisClientLike, type RedisStoreOptions } from './redis-options.js';
-import { CODES, ScriptRunner, scripts } from './redis-scripts.js';
+import { ClientDriver, clientKind } from './redis-client.js';
+import { CODES, scripts } from './redis-scripts.js';
 import { Wakes } from './redis-wakes.js';
 
-/** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by ioredis), but for the operations of one key. */
+/** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by the client), but for the operations of one key. */
 const MAX_BATCH = 256;
 
 /**
  * Shares each key's log through Redis (standalone or Cluster, Redis 7 or later), so limits hold
  * across processes and machines. The decisions and completions one process has within an
  * event-loop turn go as one `EVALSHA` of `lua/batch.lua` per namespace (per key on a Cluster),
- * which reads the time with `TIME` (the store's clock, never the worker's). Scripts are registered
- * with ioredis `defineCommand`, which sends EVALSHA and falls back to EVAL on NOSCRIPT (also in
- * pipelines), so a `SCRIPT FLUSH` or a restarted Redis is recovered transparently.
+ * which reads the time with `TIME` (the store's clock, never the worker's). The client is ioredis
+ * or node-redis (lib/stores/redis-client.ts speaks to either): scripts go as EVALSHA, sent again as
+ * EVAL on NOSCRIPT, so a `SCRIPT FLUSH` or a restarted Redis is recovered transparently.
  *
  * A decision that waits for a call in flight learns of its completion through one Redis channel per
  * namespace and process (`<prefix>:<name>:free<tag>`), on a second connection the store opens with
@@ -35,7 +36,7 @@ export class RedisStore implements Store {
   readonly prefix: string;
   /** Which part of a key's Redis keys is their hash tag (see `RedisStoreOptions.hashTag`). */
   readonly hashTag: HashTag;
-  readonly #scripts: ScriptRunner;
+  readonly #scripts: ClientDriver;
   readonly #recovery: Recovery | undefined;
   readonly #cluster: boolean;
   /** Suffix of this store's members, `<number><tag>`: unique across processes without a counter in Redis. */
@@ -55,16 +56,16 @@ export class RedisStore implements Store {
   readonly #watchers = new Set<(notice: StoreNotice) => void>();
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
-    if (client === null || typeof client !== 'object' || typeof client.defineCommand !== 'function') {
-      throw new TypeError('Expected an ioredis Redis or Cluster client');
+    if (clientKind(client) === undefined) {
+      throw new TypeError('Expected an ioredis Redis or Cluster client, or a node-redis client (createClient() or createCluster())');
     }
     const { prefix, hashTag, timeoutMs, recovery } = redisStoreSettings(options);
     this.prefix = prefix;
     this.hashTag = hashTag;
     // The subscriber follows the client: it closes when the client ends, and opens again when it is back.
-    this.#scripts = new ScriptRunner(client, timeoutMs, { ended: () => this.#wakes.ended(), ready: () => this.#wakes.ready() });
+    this.#scripts = new ClientDriver(client, timeoutMs, { ended: () => this.#wakes.ended(), ready: () => this.#wakes.ready() });
     this.#cluster = this.#scripts.cluster;
-    this.#wakes = new Wakes(client, (promise) => this.#scripts.timed(promise));
+    this.#wakes = new Wakes(this.#scripts);
     if (recovery !== false) {
       const { heartbeatMs, graceMs } = recovery;
       this.#recovery = new Recovery({
@@ -84,7 +85,7 @@ export class RedisStore implements Store {
         // and out of being kept within one episode.
         const quietMs = Math.max(20 * heartbeatMs, graceMs);
         this.#evictions = new EvictionWatch({
-          info: (section) => this.#scripts.timed(this.#scripts.client['info']!(section) as Promise<string>),
+          info: (section) => this.#scripts.info(section),
           keep: async (namespace, mode, max) => {
             const [kept] = this.#kept(namespace);
             return (await this.#scripts.run(scripts.keep.name, [kept!, `${kept!}:seen`], [mode, max, quietMs])) as number;
@@ -123,7 +124,7 @@ export class RedisStore implements Store {
     return this.#scripts.ended;
   }
 
-  /** The ioredis client this store runs on. */
+  /** The client this store runs on (ioredis or node-redis). */
   get client(): RedisClientLike {
     return this.#scripts.client;
   }
@@ -387,8 +388,7 @@ export class RedisStore implements Store {
     // Redis a fraction of a script's run.
     if (ops.every((op) => op.type === 'p')) {
       for (const op of ops) {
-        const hget = this.#scripts.client['hget']!(this.#names(namespace, op.key).meta, 'pause') as Promise<string | null>;
-        this.#scripts.timed(hget).then((end) => op.resolve(Number(end ?? 0)), op.reject);
+        this.#scripts.hget(this.#names(namespace, op.key).meta, 'pause').then((end) => op.resolve(Number(end ?? 0)), op.reject);
       }
       return;
     }

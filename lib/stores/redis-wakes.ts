@@ -1,22 +1,4 @@
-import { StoreUnavailableError } from '../errors.js';
-import { clientEnded, hearLateErrors } from './redis-scripts.js';
-
-/** A subscriber connection (ioredis `duplicate()` of the user's client). */
-interface Subscriber {
-  subscribe(channel: string): Promise<unknown>;
-  on(event: 'message', listener: (channel: string, message: string) => void): unknown;
-  on(event: 'error', listener: (error: unknown) => void): unknown;
-  on(event: 'ready', listener: () => void): unknown;
-  disconnect(): void;
-  /** ioredis `Redis.stream`: its socket of the moment. */
-  readonly stream?: unknown;
-}
-
-/** The user's client as the wakes use it: `duplicate()`, and whether it has ended. */
-interface Client {
-  duplicate?: () => Subscriber;
-  readonly status?: string;
-}
+import type { ClientDriver, Subscriber } from './redis-client.js';
 
 /**
  * The wakes a RedisStore's process hears: one channel per namespace and process, on a second
@@ -26,18 +8,16 @@ interface Client {
  * process hears it.
  */
 export class Wakes {
-  readonly #client: Client;
-  readonly #timed: <T>(promise: Promise<T>) => Promise<T>;
+  readonly #client: ClientDriver;
   #subscriber: Subscriber | undefined;
   readonly #channels = new Map<string, { readonly ready: Promise<unknown>; readonly listeners: Set<(key: string) => void> }>();
   /** The client ended while channels were listened to: they are subscribed again once it is ready. */
   #resubscribe = false;
   #closed = false;
 
-  /** `timed`: bounds the subscription by the store's command timeout. */
-  constructor(client: object, timed: <T>(promise: Promise<T>) => Promise<T>) {
-    this.#client = client as Client;
-    this.#timed = timed;
+  /** `client`: opens the subscriber, and bounds each subscription by the store's command timeout. */
+  constructor(client: ClientDriver) {
+    this.#client = client;
   }
 
   /** Calls `listener(key)` for every wake on `channel`; resolves once subscribed, to a function that stops. */
@@ -47,7 +27,7 @@ export class Wakes {
     if (!entry) {
       const subscriber = this.#open();
       // A subscription that fails leaves waiters to their bounds; the next listen() tries again.
-      const ready = this.#timed(subscriber.subscribe(channel)).catch((error: unknown) => {
+      const ready = this.#client.timed(subscriber.subscribe(channel)).catch((error: unknown) => {
         this.#channels.delete(channel);
         throw error;
       });
@@ -90,7 +70,7 @@ export class Wakes {
     if (this.#channels.size === 0) return;
     const subscriber = this.#open();
     // One that fails leaves waiters to their bounds, as a lost subscriber does.
-    for (const channel of this.#channels.keys()) this.#timed(subscriber.subscribe(channel)).catch(() => undefined);
+    for (const channel of this.#channels.keys()) this.#client.timed(subscriber.subscribe(channel)).catch(() => undefined);
     // Completions may have come before the subscription: every waiting call asks again.
     this.#wakeAll();
   }
@@ -110,34 +90,18 @@ export class Wakes {
     const subscriber = this.#subscriber;
     if (subscriber === undefined) return;
     this.#subscriber = undefined;
-    // Ended in the middle of a TLS handshake, its socket may still report an error: heard.
-    hearLateErrors(subscriber);
-    subscriber.disconnect();
+    subscriber.close();
   }
 
   #open(): Subscriber {
-    if (this.#subscriber) return this.#subscriber;
-    const duplicate = this.#client.duplicate;
-    if (typeof duplicate !== 'function') throw new StoreUnavailableError('The Redis client cannot open a subscriber connection (no duplicate())');
-    // A duplicate of a client that ended would be a connection of the store's own that nothing closes.
-    if (this.#client.status === 'end') throw clientEnded();
-    const subscriber = duplicate.call(this.#client);
-    subscriber.on('error', () => {
-      // A lost subscriber reconnects on its own; waiters ask again at their bounds meanwhile.
-      hearLateErrors(subscriber);
-    });
-    let connections = 0;
-    subscriber.on('ready', () => {
-      // Back after a disconnection (ioredis subscribes again by itself): announcements may have
-      // been missed meanwhile, so every waiting call asks again.
-      if (++connections === 1) return;
-      this.#wakeAll();
-    });
-    subscriber.on('message', (channel, key) => {
-      // The key: this process is the first waiting on it (no other process hears the message).
-      for (const listener of this.#channels.get(channel)?.listeners ?? []) listener(key);
-    });
-    this.#subscriber = subscriber;
-    return subscriber;
+    this.#subscriber ??= this.#client.subscriber(
+      (channel, key) => {
+        // The key: this process is the first waiting on it (no other process hears the message).
+        for (const listener of this.#channels.get(channel)?.listeners ?? []) listener(key);
+      },
+      // Announcements may have been missed while the subscriber was away: every waiting call asks again.
+      () => this.#wakeAll(),
+    );
+    return this.#subscriber;
   }
 }

@@ -3,7 +3,7 @@
  *
  *     node --import tsx spec/support/worker.ts '<json WorkerConfig>'
  *
- * Builds a Throttle on a RedisStore (its own ioredis client), pushes `calls` calls per key through
+ * Builds a Throttle on a RedisStore (its own ioredis client, or node-redis with `client`), pushes `calls` calls per key through
  * `schedule()`, each a GET of the vendor URL with `?user=<key>`, prints ONE JSON line of results
  * (a {@link WorkerResult}) on stdout, closes the throttle and the store, quits the client and exits by itself,
  * with nothing left open.
@@ -20,10 +20,11 @@
  * read from the unshifted clock, so the parent can compare them with the vendor's.
  */
 import { Redis } from 'ioredis';
+import { createClient } from 'redis';
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { RedisStore, Throttle, type RuleInput, type StoreErrorPolicy, type ThrottleMode } from '../../lib/index.js';
+import { RedisStore, Throttle, type RedisClientLike, type RuleInput, type StoreErrorPolicy, type ThrottleMode } from '../../lib/index.js';
 import { runAsChild, waitForLine } from '../../scripts/support/child.js';
 
 export interface WorkerConfig {
@@ -60,6 +61,8 @@ export interface WorkerConfig {
   /** A key every call also counts in (an app-wide limit), with its own rules. @default none */
   readonly appKey?: string;
   readonly appRules?: RuleInput | readonly RuleInput[];
+  /** The Redis client library of this process. @default 'ioredis' */
+  readonly client?: 'ioredis' | 'node-redis';
 }
 
 export interface WorkerResult {
@@ -92,11 +95,24 @@ function applySkew(skewMs: number): void {
   Object.defineProperty(performance, 'timeOrigin', { value: realTimeOrigin + skewMs, configurable: true });
 }
 
+/** The process's Redis client: `ready` resolves once it answers, `quit` closes it. */
+async function connect(config: WorkerConfig): Promise<{ client: RedisClientLike; ready(): Promise<unknown>; quit(): Promise<unknown> }> {
+  if (config.client === 'node-redis') {
+    const client = createClient({ url: config.redisUrl });
+    // Heard while the store is closed (node-redis throws an 'error' nobody listens to); the store reports its own.
+    client.on('error', () => undefined);
+    await client.connect();
+    return { client, ready: () => client.ping(), quit: () => client.close() };
+  }
+  const client = new Redis(config.redisUrl, { enableAutoPipelining: true });
+  return { client, ready: () => client.ping(), quit: () => client.quit() };
+}
+
 /** Runs the calls, hands the result to `report`, then closes the throttle and quits the client. */
 async function runWorker(config: WorkerConfig, report: (result: WorkerResult) => void): Promise<void> {
   applySkew(config.clockSkewMs ?? 0);
-  const redis = new Redis(config.redisUrl, { enableAutoPipelining: true });
-  const store = new RedisStore(redis, { prefix: config.prefix ?? 'vt', commandTimeoutMs: config.commandTimeoutMs, recovery: config.recovery });
+  const redis = await connect(config);
+  const store = new RedisStore(redis.client, { prefix: config.prefix ?? 'vt', commandTimeoutMs: config.commandTimeoutMs, recovery: config.recovery });
   const throttle = new Throttle({
     name: config.name ?? 'vendor',
     rules: config.appKey === undefined ? config.rules : (key: string) => (key === config.appKey ? config.appRules! : config.rules),
@@ -107,7 +123,7 @@ async function runWorker(config: WorkerConfig, report: (result: WorkerResult) =>
     maxHoldMs: config.maxHoldMs,
   });
   try {
-    await redis.ping();
+    await redis.ready();
     if (config.warmUp ?? true) {
       // Loads fetch (undici loads lazily, ~50 ms) and opens a connection; the vendor does not count /healthz.
       await (await fetch(new URL('/healthz', config.vendorUrl))).text();
