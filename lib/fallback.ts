@@ -136,8 +136,8 @@ export class LocalFallback implements Store {
     return this.#local.inspect(namespace, key, rules, maxHoldMs);
   }
 
-  pause(namespace: string, key: string, ms: number): Promise<number> {
-    return this.#local.pause(namespace, key, ms);
+  pause(namespace: string, key: string, ms: number, maxHoldMs?: number): Promise<number> {
+    return this.#local.pause(namespace, key, ms, maxHoldMs);
   }
 
   pausedUntil(namespace: string, key: string): Promise<number> {

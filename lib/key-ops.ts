@@ -57,7 +57,7 @@ export class KeyOps {
     checkDelay('pause ms', ms);
     if (ms > MAX_WINDOW_MS) throw new ThrottleConfigError(`Expected pause ms to be at most ${MAX_WINDOW_MS} (366 days), got ${ms}`);
     try {
-      await this.#c.store.pause(this.#c.name, call.encoded, ms);
+      await this.#c.store.pause(this.#c.name, call.encoded, ms, this.#c.maxHoldMs);
     } catch (error) {
       throw storeError(error);
     }

@@ -202,9 +202,12 @@ export interface Store {
   leave?(namespace: string, key: string): Promise<void>;
   /**
    * Starts no call of the key before `ms` from now (store clock), for every process: the vendor said
-   * its limit was hit. A longer pause already in place is kept. Resolves to the pause's end (store clock).
+   * its limit was hit. A longer pause already in place is kept. With `maxHoldMs` (the throttle's),
+   * slots booked ahead to start before the pause ends (released later than now + `maxHoldMs`) leave
+   * the log: their calls read the pause when their start comes (`pausedUntil`) and book again, and
+   * the room goes to whoever asks first. Resolves to the pause's end (store clock).
    */
-  pause(namespace: string, key: string, ms: number): Promise<number>;
+  pause(namespace: string, key: string, ms: number, maxHoldMs?: number): Promise<number>;
   /**
    * Optional: the end of the key's vendor pause (store clock, ms; 0 or past when none). A call booked
    * to start later reads it when its start comes: a pause that ends after its start was set after the

@@ -2,18 +2,31 @@
   pause: no call of this key may start before now + MS, in any process (the vendor said its limit
   was hit: 429 with Retry-After, X-RateLimit-Reset, ...). A later pause already set is kept.
 
-  KEYS[1]  meta  hash of the key (includes/log.lua); field `pause` = no start before this (ms)
-  KEYS[2]  kept  the namespace's index of kept keys (includes/log.lua); none on a Cluster
-  ARGV[1]  MS    pause length from now, ms
+  Slots booked ahead to start before the pause ends are taken out of the log: their calls cannot
+  start on them (each reads the pause when its start comes, and books again), and the room they
+  held goes to whoever asks first from now on, before them: the requests the vendor refused, which
+  are retried at once, come back ahead of the calls that had booked later slots.
+
+  KEYS[1]  meta      hash of the key (includes/log.lua); field `pause` = no start before this (ms)
+  KEYS[2]  log       sorted set of the key's slots
+  KEYS[3]  kept      the namespace's index of kept keys (includes/log.lua); none on a Cluster
+  ARGV[1]  MS        pause length from now, ms
+  ARGV[2]  MAX_HOLD  the caller's maxHoldMs: a slot scored above now + MAX_HOLD was booked ahead
+                     (includes/log.lua, vt_booked_ahead_above); 0 leaves the log alone
 
   Returns the end of the pause in force (ms, store clock).
 ]]
 --- @include "log"
 
-local meta = KEYS[1]
-vt_kept(KEYS[2])
-local now_ms = math.ceil(vt_now())
+local meta, log = KEYS[1], KEYS[2]
+vt_kept(KEYS[3])
+local now = vt_now()
+local now_ms = math.ceil(now)
 local pause = math.max(now_ms + math.ceil(tonumber(ARGV[1])), tonumber(redis.call('HGET', meta, 'pause') or 0))
 redis.call('HSET', meta, 'pause', pause)
 vt_keep(meta, pause - now_ms + 1, now_ms)
+local max_hold = tonumber(ARGV[2] or 0)
+if max_hold > 0 then
+  redis.call('ZREMRANGEBYSCORE', log, '(' .. vt_booked_ahead_above(now, max_hold), '(' .. (pause + max_hold))
+end
 return pause

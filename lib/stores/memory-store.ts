@@ -226,12 +226,23 @@ export class MemoryStore implements Store {
     this.#keep(id, log);
   }
 
-  async pause(namespace: string, key: string, ms: number): Promise<number> {
+  async pause(namespace: string, key: string, ms: number, maxHoldMs = 0): Promise<number> {
     const now = this.#clock();
     const nowMs = Math.ceil(now);
     const id = `${namespace}\n${key}`;
     const log = this.#open(id, Math.floor(now));
     log.pausedUntil = Math.max(log.pausedUntil, nowMs + Math.ceil(ms));
+    if (maxHoldMs > 0) {
+      // Slots booked ahead to start before the pause ends (as pause.lua).
+      const above = bookedAheadAbove(now, maxHoldMs);
+      for (let i = log.scores.length - 1; i >= 0; i--) {
+        const score = log.scores[i]!;
+        if (score > above && score < log.pausedUntil + maxHoldMs) {
+          log.scores.splice(i, 1);
+          log.members.splice(i, 1);
+        }
+      }
+    }
     log.expiresAt = Math.max(log.expiresAt, log.pausedUntil + 1);
     this.#logs.set(id, log);
     return log.pausedUntil;

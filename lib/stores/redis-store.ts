@@ -230,9 +230,10 @@ export class RedisStore implements Store {
     await this.#scripts.run(scripts.reset.name, [log, meta, ...this.#kept(namespace)], [retainMs, this.#channel(namespace), maxHoldMs]);
   }
 
-  async pause(namespace: string, key: string, ms: number): Promise<number> {
+  async pause(namespace: string, key: string, ms: number, maxHoldMs = 0): Promise<number> {
     await this.#recovery?.recovered(namespace);
-    return (await this.#scripts.run(scripts.pause.name, [this.#names(namespace, key).meta, ...this.#kept(namespace)], [Math.ceil(ms)])) as number;
+    const { log, meta } = this.#names(namespace, key);
+    return (await this.#scripts.run(scripts.pause.name, [meta, log, ...this.#kept(namespace)], [Math.ceil(ms), maxHoldMs])) as number;
   }
 
   /** Read in the next batch, with the decisions and completions of the moment. */
