@@ -1,0 +1,39 @@
+/**
+ * The runnable examples under scripts/examples/, run as a user would (through tsx) against the
+ * run's Redis: each exits by itself and does what it says.
+ */
+import { expect } from 'chai';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { mostInWindow } from './support/http-vendor.js';
+import { redisServer } from './support/hooks.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+describe('examples', function () {
+  this.timeout(30_000);
+
+  it('node-redis: two workers on node-redis clients keep 5 calls per second per user between them', async () => {
+    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'scripts/examples/node-redis.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, REDIS_URL: redisServer().url, EXAMPLE_CALLS: '6' },
+      timeout: 25_000,
+    });
+    const lines = stdout.trim().split('\n');
+    expect(lines.map((line) => line.split(':')[0])).to.deep.equal(['alice', 'bob']);
+    for (const line of lines) {
+      const starts = [...line.matchAll(/(\d+) ms \(worker (\d)\)/g)];
+      expect(starts, line).to.have.length(12);
+      expect(new Set(starts.map((start) => start[2])), 'both workers ran calls').to.have.property('size', 2);
+      // Starts read on this process's clock, rounded to the ms: a window of 995 ms leaves room for both.
+      expect(
+        mostInWindow(
+          starts.map((start) => Number(start[1])),
+          995,
+        ),
+        line,
+      ).to.equal(5);
+    }
+  });
+});
