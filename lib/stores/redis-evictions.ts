@@ -66,10 +66,11 @@ export class EvictionWatch {
     return this.#evicting !== undefined;
   }
 
-  /** While Redis evicts under an `allkeys-*` policy: the error a decision fails with. */
-  get failure(): StoreUnavailableError | undefined {
-    return this.#evicting?.failure;
-  }
+  /**
+   * While Redis evicts under an `allkeys-*` policy: the error a decision fails with. A field, not a
+   * getter: every decision reads it.
+   */
+  failure: StoreUnavailableError | undefined;
 
   /** Reads `evicted_keys` and acts on what changed; one check at a time. */
   check(): Promise<void> {
@@ -109,7 +110,10 @@ export class EvictionWatch {
       await this.#stop(count);
       return;
     }
-    if (this.#evicting.policy === 'unknown') await this.#readPolicy(this.#evicting);
+    if (this.#evicting.policy === 'unknown') {
+      await this.#readPolicy(this.#evicting);
+      this.failure = this.#evicting.failure;
+    }
     // Every check while Redis evicts: the namespaces it holds calls in now, and a note that
     // evictions go on (no process gives the keys their times to live back meanwhile).
     if (this.#evicting.failure === undefined && rose) await this.#keepAll();
@@ -119,6 +123,7 @@ export class EvictionWatch {
     const evicting: Episode = { policy: 'unknown', failure: undefined, count, delta };
     await this.#readPolicy(evicting);
     this.#evicting = evicting;
+    this.failure = evicting.failure;
     const doing =
       evicting.failure !== undefined
         ? 'decisions fail with StoreUnavailableError (onStoreError applies) until the evictions stop'
@@ -148,6 +153,7 @@ export class EvictionWatch {
       this.#kept.delete(namespace);
     }
     this.#evicting = undefined;
+    this.failure = undefined;
     // Kept by another process that may have stopped meanwhile: released too, quietMs from now.
     this.#released.clear();
     const quietS = Math.round(this.#deps.quietMs / 1_000);
