@@ -350,8 +350,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   /**
    * Whether a vendor pause set after the call's slot was booked (by any process sharing the store)
    * covers the slot's start: a decision never books into a pause, so a pause that ends after the
-   * start is newer than the booking. Read when a slot booked ahead comes due; a store that cannot
-   * tell (no `pausedUntil`, or failing now) lets the call start on the slot it was given.
+   * start is newer than the booking, and took the slot out of the log. Read when a slot booked ahead
+   * comes due. A store that fails to tell may have lost the slot that way: the call books again
+   * (and meets the store's failure there, under `onStoreError`).
    */
   async #pausedSinceBooked(call: Call, grant: Grant, keys: readonly string[]): Promise<boolean> {
     const { store } = grant;
@@ -360,8 +361,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       const ends = await Promise.all(keys.map((key) => store.pausedUntil!(this.name, key)));
       return ends.some((end) => end > grant.result.startAt);
     } catch (error) {
-      this.notify('debug', { message: 'cannot read the vendor pause before a slot booked ahead starts; starting on it', key: call.key, error });
-      return false;
+      this.notify('debug', { message: 'cannot read the vendor pause before a slot booked ahead starts; booking again', key: call.key, error });
+      return true;
     }
   }
 
