@@ -69,6 +69,9 @@ describe('a standalone Redis replaced by a replica that missed writes (a failove
       const [a, b] = [redisStore(clients[0]!, { prefix, recovery: RECOVERY }), redisStore(clients[1]!, { prefix, recovery: RECOVERY })];
       await book(a, 'u', 3);
       await book(b, 'v', 1);
+      // WAIT counts the replicas that have this connection's writes: one written after the bookings
+      // (the replication stream is in order) makes it wait for theirs too.
+      await admin.set('synced', '2');
       expect(await admin.wait(1, 5_000), 'the replica has every write so far').to.equal(1);
       // The replica stops following (it is about to be promoted) and misses a's next 2 calls.
       await adminReplica.replicaof('NO', 'ONE');
