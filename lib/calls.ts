@@ -141,6 +141,19 @@ export function oneKey(what: string, key: KeyInput): KeyInput {
   return key;
 }
 
+/**
+ * The priority of an HTTP adapter's retry of a request the vendor refused: the highest, and the
+ * throttle lets such calls go out first when a vendor pause ends.
+ */
+export const RETRY_PRIORITY = Number.MAX_VALUE;
+
+/** The tightest spacing of the call's rules (window ÷ limit, ms): one slot's room at a steady pace. */
+export function spacingOf(call: Call): number {
+  let spacing = Infinity;
+  for (const part of [call, ...call.also]) for (const rule of part.rules) spacing = Math.min(spacing, rule.windowMs / rule.limit);
+  return Number.isFinite(spacing) ? spacing : 0;
+}
+
 /** The encoded keys a call counts in. */
 export function keysOf(call: Call): string[] {
   return call.also.length === 0 ? [call.encoded] : [call.encoded, ...call.also.map((part) => part.encoded)];

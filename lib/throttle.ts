@@ -6,7 +6,8 @@ import type { AxiosInstanceType } from './adapters/axios-types.js';
 import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { throttleWrap } from './adapters/wrap.js';
-import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, ruleAt, type CallDefaults } from './calls.js';
+import { PAUSED } from './slot-plan.js';
+import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
 import { Completions, grantOf, Slots, type Grant } from './completions.js';
 import { CallTimeoutError, QueueFullError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
 import { StoreClient, type Call } from './store-client.js';
@@ -332,15 +333,31 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       const keys = keysOf(call);
       this.#sleeping.enter(keys);
       try {
-        await sleep(Math.max(0, grant.startsAt - performance.now()), [call.signal, this.#closing.signal]);
+        // A slot at the end of a vendor pause: the requests the vendor refused, retried then, go out
+        // first (their arrival order at the vendor is a race otherwise, won by whichever process's
+        // timer fires first), and the others one slot's spacing later.
+        const behind = result.ruleIndex === PAUSED && call.priority !== RETRY_PRIORITY ? spacingOf(call) : 0;
+        await sleep(Math.max(0, grant.startsAt + behind - performance.now()), [call.signal, this.#closing.signal]);
       } catch (reason) {
         this.#slots.release(call, grant);
         throw reason;
       } finally {
         this.#sleeping.leave(keys);
       }
-      if (await this.#pausedSinceBooked(call, grant, keys)) {
+      const pausedUntil = await this.#pausedSinceBooked(call, grant, keys);
+      if (pausedUntil !== undefined) {
         this.#slots.release(call, grant);
+        // Behind the requests the vendor refused, retried at the pause's end (they asked as soon as
+        // it was set): this call asks again only then, so that theirs go out first.
+        const wakeAt = grant.clock.localTime(pausedUntil) + (call.priority === RETRY_PRIORITY ? 0 : spacingOf(call));
+        if (wakeAt > performance.now() && wakeAt < call.deadline) {
+          this.#sleeping.enter(keys);
+          try {
+            await sleep(wakeAt - performance.now(), [call.signal, this.#closing.signal]);
+          } finally {
+            this.#sleeping.leave(keys);
+          }
+        }
         return this.#book(call);
       }
     }
@@ -348,21 +365,22 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /**
-   * Whether a vendor pause set after the call's slot was booked (by any process sharing the store)
-   * covers the slot's start: a decision never books into a pause, so a pause that ends after the
-   * start is newer than the booking, and took the slot out of the log. Read when a slot booked ahead
-   * comes due. A store that fails to tell may have lost the slot that way: the call books again
-   * (and meets the store's failure there, under `onStoreError`).
+   * The end (store clock) of a vendor pause set after the call's slot was booked (by any process
+   * sharing the store) that covers the slot's start, or undefined: a decision never books into a
+   * pause, so a pause that ends after the start is newer than the booking, and took the slot out of
+   * the log. Read when a slot booked ahead comes due. A store that fails to tell may have lost the
+   * slot that way: the call books again at once (0), and meets the store's failure there, under
+   * `onStoreError`.
    */
-  async #pausedSinceBooked(call: Call, grant: Grant, keys: readonly string[]): Promise<boolean> {
+  async #pausedSinceBooked(call: Call, grant: Grant, keys: readonly string[]): Promise<number | undefined> {
     const { store } = grant;
-    if (store.pausedUntil === undefined) return false;
+    if (store.pausedUntil === undefined) return undefined;
     try {
-      const ends = await Promise.all(keys.map((key) => store.pausedUntil!(this.name, key)));
-      return ends.some((end) => end > grant.result.startAt);
+      const end = Math.max(...(await Promise.all(keys.map((key) => store.pausedUntil!(this.name, key)))));
+      return end > grant.result.startAt ? end : undefined;
     } catch (error) {
       this.notify('debug', { message: 'cannot read the vendor pause before a slot booked ahead starts; booking again', key: call.key, error });
-      return true;
+      return 0;
     }
   }
 

@@ -252,7 +252,7 @@ describe('Throttle: delay mode', () => {
     await throttle.close();
   });
 
-  it('pauses a key when asked: waiting calls start after the pause, throw-mode calls say why', async () => {
+  it('pauses a key when asked: waiting calls start one slot after the pause (its end goes to retries), throw-mode calls say why', async () => {
     const store = new MemoryStore();
     const throttle = new Throttle({ rules: ['10/s'], store });
     const strict = new Throttle({ rules: ['10/s'], store, mode: 'throw' });
@@ -265,9 +265,12 @@ describe('Throttle: delay mode', () => {
     expect(refused.rule).to.equal(undefined);
     expect(refused.retryAfterMs).to.equal(2_000);
     expect((await throttle.inspect('u')).pausedForMs).to.equal(2_000);
-    await fake.clock.tickAsync(2_000);
+    // 10/s: one slot is 100 ms. A retry of a request the vendor refused would start at 2,000.
+    await fake.clock.tickAsync(2_099);
+    expect(starts).to.deep.equal([]);
+    await fake.clock.tickAsync(1);
     await waiting;
-    expect(starts).to.deep.equal([2_000]);
+    expect(starts).to.deep.equal([2_100]);
     await Promise.all([throttle.close(), strict.close()]);
   });
 

@@ -1,4 +1,5 @@
 import { CALL_FAILED } from '../call-life.js';
+import { RETRY_PRIORITY } from '../calls.js';
 import { ThrottleConfigError } from '../errors.js';
 import type { KeyInput, KeysInput } from '../keys.js';
 import type { ScheduleOptions } from '../options.js';
@@ -148,7 +149,7 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
  * the vendor refused it once already, and it must get its turn within its retries.
  */
 function retryOptions(options: ScheduleOptions): ScheduleOptions {
-  return { ...options, priority: Number.MAX_VALUE };
+  return { ...options, priority: RETRY_PRIORITY };
 }
 
 /** Sends once; the client's failure becomes an outcome, so that `schedule()` rejects only for the throttle's own reasons. */
