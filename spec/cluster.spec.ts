@@ -221,13 +221,15 @@ describe('RedisStore on a Redis Cluster (3 masters)', function () {
 
   it('shares a vendor pause and inspect() between clients through the cluster', async () => {
     const prefix = uniquePrefix();
-    const rules = ['3/300ms'];
+    // A window long enough to hold the calls before the pause and the one after it: a call whose
+    // start a pause set goes out one slot (1000 / 3 ms) after its end, which the retries keep.
+    const rules = ['3/1s'];
     const a = throttleOn(prefix, 'wait', rules);
     const b = throttleOn(prefix, 'wait', rules);
     await a.schedule('acct', () => undefined);
     await a.schedule('acct', () => undefined);
     const usage = await b.inspect('acct');
-    expect(usage.rules[0]).to.include({ limit: 3, windowMs: 300, used: 2 });
+    expect(usage.rules[0]).to.include({ limit: 3, windowMs: 1000, used: 2 });
     expect(usage.pausedForMs).to.equal(0);
 
     await a.pause('acct', 250);
