@@ -331,37 +331,42 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (result.waitMs > 0) {
       this.notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: reasonOf(call, result), ...alsoOf(call) });
       const keys = keysOf(call);
-      this.#sleeping.enter(keys);
       try {
-        // A slot at the end of a vendor pause: the requests the vendor refused, retried then, go out
-        // first (their arrival order at the vendor is a race otherwise, won by whichever process's
-        // timer fires first), and the others one slot's spacing later.
-        const behind = result.ruleIndex === PAUSED && call.priority !== RETRY_PRIORITY ? spacingOf(call) : 0;
-        await sleep(Math.max(0, grant.startsAt + behind - performance.now()), [call.signal, this.#closing.signal]);
+        // A slot at the end of a vendor pause: the end is the retries' (#behindRetries).
+        await this.#sleepUntil(call, keys, grant.startsAt + (result.ruleIndex === PAUSED ? this.#behindRetries(call) : 0));
       } catch (reason) {
         this.#slots.release(call, grant);
         throw reason;
-      } finally {
-        this.#sleeping.leave(keys);
       }
       const pausedUntil = await this.#pausedSinceBooked(call, grant, keys);
       if (pausedUntil !== undefined) {
         this.#slots.release(call, grant);
-        // Behind the requests the vendor refused, retried at the pause's end (they asked as soon as
-        // it was set): this call asks again only then, so that theirs go out first.
-        const wakeAt = grant.clock.localTime(pausedUntil) + (call.priority === RETRY_PRIORITY ? 0 : spacingOf(call));
-        if (wakeAt > performance.now() && wakeAt < call.deadline) {
-          this.#sleeping.enter(keys);
-          try {
-            await sleep(wakeAt - performance.now(), [call.signal, this.#closing.signal]);
-          } finally {
-            this.#sleeping.leave(keys);
-          }
-        }
+        // The retries asked as soon as the pause was set: this call asks again only behind them.
+        const wakeAt = grant.clock.localTime(pausedUntil) + this.#behindRetries(call);
+        if (wakeAt > performance.now() && wakeAt < call.deadline) await this.#sleepUntil(call, keys, wakeAt);
         return this.#book(call);
       }
     }
     return grant;
+  }
+
+  /** Sleeps until local time `at`, counted among the calls sleeping until their slot. */
+  async #sleepUntil(call: Call, keys: readonly string[], at: number): Promise<void> {
+    this.#sleeping.enter(keys);
+    try {
+      await sleep(Math.max(0, at - performance.now()), [call.signal, this.#closing.signal]);
+    } finally {
+      this.#sleeping.leave(keys);
+    }
+  }
+
+  /**
+   * How long after a vendor pause's end the call starts: the end belongs to the HTTP adapters'
+   * retries of the requests the vendor refused (their arrival order at the vendor is otherwise a
+   * race, won by whichever process's timer fires first); any other call goes one slot later.
+   */
+  #behindRetries(call: Call): number {
+    return call.priority === RETRY_PRIORITY ? 0 : spacingOf(call);
   }
 
   /**

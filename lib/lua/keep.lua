@@ -17,9 +17,10 @@
   Returns the number of kept keys left ('on': kept so far; 'off': -1 when refused, evictions were
   seen lately).
 ]]
+--- @include "log"
+
 local kept, seen = KEYS[1], KEYS[2]
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
+local now = vt_now()
 if ARGV[1] == 'on' then
   redis.call('ZADD', kept, 'NX', '+inf', '')
   redis.call('SET', seen, math.floor(now))

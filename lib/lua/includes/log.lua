@@ -40,14 +40,15 @@ local function vt_kept(index)
   if index ~= nil and redis.call('EXISTS', index) == 1 then VT_KEPT = index end
 end
 
--- KEY's life left at NOW (ms): as PTTL (-1: none, -2: no key), from the index when kept.
+-- KEY's life left at NOW (ms): as PTTL (-1: none, -2: no key), from the index when kept; and its
+-- time to live as PTTL reads it.
 local function vt_left(key, now)
-  local left = redis.call('PTTL', key)
-  if VT_KEPT ~= nil and left == -1 then
+  local ttl = redis.call('PTTL', key)
+  if VT_KEPT ~= nil and ttl == -1 then
     local at = redis.call('ZSCORE', VT_KEPT, key)
-    if at then return math.max(1, math.ceil(tonumber(at) - now)) end
+    if at then return math.max(1, math.ceil(tonumber(at) - now)), ttl end
   end
-  return left
+  return ttl, ttl
 end
 
 -- Sets KEY's life to MS from NOW, as PEXPIRE with HOW: nil (always), 'GT' (only longer; a key
@@ -59,15 +60,9 @@ local function vt_expire(key, ms, now, how)
     if how == nil then return redis.call('PEXPIRE', key, ms) end
     return redis.call('PEXPIRE', key, ms, how)
   end
-  local ttl = redis.call('PTTL', key)
+  local left, ttl = vt_left(key, now)
   if ttl == -2 then return 0 end
-  local left = ttl
-  if ttl == -1 then
-    local at = redis.call('ZSCORE', VT_KEPT, key)
-    if at then left = math.max(1, math.ceil(tonumber(at) - now)) end
-  else
-    redis.call('PERSIST', key)
-  end
+  if ttl >= 0 then redis.call('PERSIST', key) end
   local set = how == nil or (how == 'NX' and left == -1) or (how == 'GT' and left ~= -1 and ms > left) or (how == 'LT' and (left == -1 or ms < left))
   if not set then
     -- Moved out of its time to live all the same: as long as it had.
@@ -153,7 +148,7 @@ local function vt_hold(log, meta, now, grace)
   local hold = math.ceil(now + grace)
   if hold > tonumber(redis.call('HGET', meta, 'h') or 0) then
     redis.call('HSET', meta, 'h', hold)
-    vt_keep(meta, math.max(hold - now, vt_left(log, now)), now)
+    vt_keep(meta, math.max(hold - now, (vt_left(log, now))), now)
   end
 end
 
