@@ -26,6 +26,12 @@ export interface EvictionRunOptions {
    * `onStoreError: 'wait'`. @default false
    */
   readonly defaults?: boolean;
+  /**
+   * After the calls, wait up to this long for the first process's `evictionsStopped` warning (a
+   * pressure that ends before the calls do: the warning comes a quiet period after the last eviction).
+   * @default 0
+   */
+  readonly awaitStoppedMs?: number;
   /** The cache's values, bytes, and the pause between its writes (one value each). @default 1_000 B, 50 at once every 5 ms */
   readonly cacheValueBytes?: number;
   readonly cacheEveryMs?: number;
@@ -133,6 +139,20 @@ export async function runEvictions(options: EvictionRunOptions): Promise<Evictio
   const load = await sendAtTwiceTheLimit({ throttles, users, vendorUrl: vendor.url, limit, windowMs, arrivalMs, startedAt });
   filling = false;
   await fill;
+  if ((options.awaitStoppedMs ?? 0) > 0 && !warnings.some((warning) => warning.kind === 'evictionsStopped')) {
+    await new Promise<void>((resolve) => {
+      const onWarning = ({ kind }: { kind: string }): void => {
+        if (kind === 'evictionsStopped') done();
+      };
+      const timer = setTimeout(() => done(), options.awaitStoppedMs);
+      function done(): void {
+        clearTimeout(timer);
+        throttles[0]!.off('storeWarning', onWarning);
+        resolve();
+      }
+      throttles[0]!.on('storeWarning', onWarning);
+    });
+  }
   const evictedKeys = Number(/evicted_keys:(\d+)/.exec(await admin.info('stats'))?.[1]);
   const stats = vendor.stats();
   const result: EvictionRunResult = {
