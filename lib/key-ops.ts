@@ -5,7 +5,7 @@ import { storeError } from './store-client.js';
 import { ThrottleConfigError } from './errors.js';
 import type { KeyInput } from './keys.js';
 import type { KeyUsage, LimitOptions, LimitResult, ThrottleEvents } from './options.js';
-import { describe, MAX_WINDOW_MS } from './rules.js';
+import { describe, MAX_WINDOW_MS, type Rule } from './rules.js';
 import { grantOf, type Slots } from './completions.js';
 import { withRemaining, type Store } from './store.js';
 import type { Lines } from './waiting.js';
@@ -32,7 +32,7 @@ export interface KeyOpsContext {
 /** The names `limit()` takes. */
 const LIMIT_OPTIONS = ['cost'] as const satisfies ReadonlyArray<keyof LimitOptions>;
 
-/** The throttle's operations on one key besides `schedule()`: `inspect`, `pause`, `reset` and `limit`. */
+/** The throttle's operations on one key besides `schedule()`: `inspect`, `pause`, `reset`, `limit` and `lineUp`. */
 export class KeyOps {
   readonly #c: KeyOpsContext;
 
@@ -62,6 +62,22 @@ export class KeyOps {
       throw storeError(error);
     }
     this.#c.notify('paused', { key: call.key, ms, source });
+  }
+
+  async lineUp(key: KeyInput, fromMs: number, holdMs: number, rule: Rule | undefined): Promise<number> {
+    const call = await prepareCall(this.#c.callDefaults, oneKey('lineUp', key), {});
+    checkDelay('lineUp fromMs', fromMs);
+    checkDelay('lineUp holdMs', holdMs);
+    const { store } = this.#c;
+    // The rule that held the call back, else (a vendor pause) the key's tightest window: its pace after the pause.
+    const pace =
+      rule ?? call.rules.reduce((tightest, next) => (next.windowMs > 0 && next.windowMs / next.limit < tightest.windowMs / tightest.limit ? next : tightest));
+    if (store.lineUp === undefined) return fromMs;
+    try {
+      return await store.lineUp(this.#c.name, call.encoded, fromMs, pace.limit, pace.windowMs + Math.ceil(holdMs));
+    } catch (error) {
+      throw storeError(error);
+    }
   }
 
   async reset(key: KeyInput): Promise<void> {

@@ -218,3 +218,23 @@ export function countInWindow(size: number, scoreAt: (index: number) => number, 
   }
   return size - lo;
 }
+
+/** A key's line of calls waiting outside the throttle (see `Store.lineUp`): its last window's start (store clock, ms) and places taken there. */
+export interface Line {
+  readonly at: number;
+  readonly taken: number;
+}
+
+/**
+ * The place of one more call in a key's line, asked at `now` by a call that could start at the
+ * soonest at `from` (both store clock, ms, whole): the line's last window while it has room, else
+ * the window after it, else (no line, or `from` a window or more past its last window) a new line
+ * at `from`. Returns the line as it then is and the place's start. lua/line.lua is the same rule.
+ */
+export function placeInLine(line: Line | undefined, from: number, perWindow: number, windowMs: number): { readonly line: Line; readonly startAt: number } {
+  let next: Line;
+  if (line === undefined || line.at + windowMs <= from) next = { at: from, taken: 1 };
+  else if (line.taken < perWindow) next = { at: line.at, taken: line.taken + 1 };
+  else next = { at: line.at + windowMs, taken: 1 };
+  return { line: next, startAt: Math.max(next.at, from) };
+}

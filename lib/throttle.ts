@@ -25,7 +25,7 @@ import {
   type ThrottleStats,
 } from './options.js';
 import { Refusals } from './refusals.js';
-import { describe } from './rules.js';
+import { describe, type Rule } from './rules.js';
 import { sleep, withTimeout } from './time.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { Store } from './store.js';
@@ -244,6 +244,18 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    */
   pause(key: KeyInput, ms: number, source = 'pause()'): Promise<void> {
     return this.#keyOps.pause(key, ms, source);
+  }
+
+  /**
+   * A place, shared by every process, in `key`'s line of calls that wait outside the throttle for a
+   * later window: resolves to ms from now until the place (see `Store.lineUp`). `fromMs`: the soonest
+   * the call could start (a `RateLimitedError`'s `retryAfterMs`); `rule`: the rule that held it back
+   * (its `rule`), else the key's tightest; `holdMs`: how long its calls usually run, added to each
+   * window (a slot counts from its call's completion). A store without lines answers `fromMs`.
+   * @internal for the job-queue adapters (lib/adapters/bullmq.ts).
+   */
+  lineUp(key: KeyInput, fromMs: number, holdMs = 0, rule?: Rule): Promise<number> {
+    return this.#keyOps.lineUp(key, fromMs, holdMs, rule);
   }
 
   /**

@@ -75,6 +75,27 @@ export const client: RedisClientLike = stores[0]!.client;
 new RedisStore({ get: () => null });
 `;
 
+/** A project with BullMQ: \`vendor-throttle/bullmq\` gives a processor a Worker takes, typed by the job's data. */
+const WITH_BULLMQ = `
+import { Worker, type Job } from 'bullmq';
+import { Throttle } from 'vendor-throttle';
+import { throttleProcessor, type ThrottleProcessorOptions } from 'vendor-throttle/bullmq';
+
+interface Sync {
+  readonly user: string;
+}
+const throttle = new Throttle({ rules: ['30/min'] });
+const processor = throttleProcessor(throttle, async (job: Job<Sync, number>) => job.data.user.length, {
+  key: (job) => [job.data.user, 'app'],
+  waitMs: 100,
+  maxStartedAttempts: 10,
+});
+export const worker = new Worker<Sync, number>('imports', processor, { connection: { host: '127.0.0.1' }, autorun: false });
+export const options: ThrottleProcessorOptions<Sync, number> = { key: (job) => job.data.user };
+// @ts-expect-error the key is read from the job's data, which has no id
+throttleProcessor(throttle, async (job: Job<Sync, number>) => 1, { key: (job) => job.data.id });
+`;
+
 /** The one mistake the project above must be told about. */
 const MISTYPED = `
 import { acme } from './index.js';
@@ -187,6 +208,12 @@ describe('published types: the packed package compiles with skipLibCheck false',
   it('with ioredis and node-redis: RedisStore takes the clients and clusters of either, and nothing else', function () {
     const dir = path.join(work, 'with-redis-clients');
     consumer(dir, pkg, ['@types/node', 'ioredis', 'redis'], { 'index.ts': WITH_REDIS_CLIENTS });
+    expect(compile(dir).diagnostics).to.deep.equal([]);
+  });
+
+  it('with BullMQ: the vendor-throttle/bullmq subpath gives a processor a Worker takes', function () {
+    const dir = path.join(work, 'with-bullmq');
+    consumer(dir, pkg, ['@types/node', 'bullmq', 'ioredis'], { 'index.ts': WITH_BULLMQ });
     expect(compile(dir).diagnostics).to.deep.equal([]);
   });
 

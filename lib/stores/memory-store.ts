@@ -1,5 +1,16 @@
 import { checkKnown } from '../validate.js';
-import { bucketIndex, countInWindow, foldHorizon, planSlot, planSlots, type Bucket, type BucketsOf, type LogView } from '../slot-plan.js';
+import {
+  bucketIndex,
+  countInWindow,
+  foldHorizon,
+  placeInLine,
+  planSlot,
+  planSlots,
+  type Bucket,
+  type BucketsOf,
+  type Line,
+  type LogView,
+} from '../slot-plan.js';
 import type { Rule } from '../rules.js';
 import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
 
@@ -18,6 +29,8 @@ interface KeyLog {
   members: string[];
   /** No start before this (a vendor pause), store clock. */
   pausedUntil: number;
+  /** The key's line of calls waiting outside the throttle (`lineUp`), if any. */
+  line: Line | undefined;
   /** A decision on the key was deferred: the next completion or release announces itself. */
   waiting: boolean;
   expiresAt: number;
@@ -163,6 +176,7 @@ export class MemoryStore implements Store {
     log.members.splice(0, log.members.length - kept);
     log.buckets.clear();
     log.pausedUntil = 0;
+    log.line = undefined;
     const waiting = log.waiting;
     log.waiting = false;
     this.#logs.delete(id);
@@ -248,6 +262,17 @@ export class MemoryStore implements Store {
     return log.pausedUntil;
   }
 
+  async lineUp(namespace: string, key: string, fromMs: number, perWindow: number, windowMs: number): Promise<number> {
+    const nowMs = Math.ceil(this.#clock());
+    const id = `${namespace}\n${key}`;
+    const log = this.#open(id, nowMs);
+    const { line, startAt } = placeInLine(log.line, nowMs + Math.ceil(fromMs), perWindow, windowMs);
+    log.line = line;
+    log.expiresAt = Math.max(log.expiresAt, line.at + windowMs);
+    this.#logs.set(id, log);
+    return startAt - nowMs;
+  }
+
   async pausedUntil(namespace: string, key: string): Promise<number> {
     return this.#logs.get(`${namespace}\n${key}`)?.pausedUntil ?? 0;
   }
@@ -262,12 +287,12 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(id);
     if (log && log.expiresAt > at) return log;
     this.#logs.delete(id);
-    return { scores: [], members: [], pausedUntil: 0, waiting: false, expiresAt: 0, buckets: new Map() };
+    return { scores: [], members: [], pausedUntil: 0, line: undefined, waiting: false, expiresAt: 0, buckets: new Map() };
   }
 
   /** Keeps a log that holds anything, as Redis keeps a key that exists. */
   #keep(id: string, log: KeyLog): void {
-    if (log.scores.length > 0 || log.buckets.size > 0 || log.pausedUntil > 0 || log.waiting) this.#logs.set(id, log);
+    if (log.scores.length > 0 || log.buckets.size > 0 || log.pausedUntil > 0 || log.line !== undefined || log.waiting) this.#logs.set(id, log);
   }
 
   /**

@@ -54,6 +54,7 @@ export const scripts = {
   batch: { name: `vtBatch${SCRIPT_VERSION}`, lua: load('batch') },
   inspect: { name: `vtInspect${SCRIPT_VERSION}`, lua: load('inspect') },
   pause: { name: `vtPause${SCRIPT_VERSION}`, lua: load('pause') },
+  line: { name: `vtLine${SCRIPT_VERSION}`, lua: load('line') },
   restore: { name: `vtRestore${SCRIPT_VERSION}`, lua: load('restore') },
   epoch: { name: `vtEpoch${SCRIPT_VERSION}`, lua: load('epoch') },
   reset: { name: `vtReset${SCRIPT_VERSION}`, lua: load('reset') },

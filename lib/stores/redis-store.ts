@@ -236,6 +236,12 @@ export class RedisStore implements Store {
     return (await this.#scripts.run(scripts.pause.name, [meta, log, ...this.#kept(namespace)], [Math.ceil(ms), maxHoldMs])) as number;
   }
 
+  async lineUp(namespace: string, key: string, fromMs: number, perWindow: number, windowMs: number): Promise<number> {
+    await this.#recovery?.recovered(namespace);
+    const { meta } = this.#names(namespace, key);
+    return (await this.#scripts.run(scripts.line.name, [meta, ...this.#kept(namespace)], [Math.ceil(fromMs), perWindow, windowMs])) as number;
+  }
+
   /** Read in the next batch, with the decisions and completions of the moment. */
   async pausedUntil(namespace: string, key: string): Promise<number> {
     return (await this.#enqueue('p', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE)) as number;

@@ -1,0 +1,188 @@
+/**
+ * BullMQ workers calling a vendor that limits each user: `throttleProcessor()` beside
+ * `throttle.schedule()` inside the processor, on a real BullMQ and a private Redis.
+ *
+ *     npx tsx scripts/bench/bullmq.ts [--runs=1] [--wait-ms=250] [--ways=schedule,processor]
+ *
+ * One queue; 60 jobs of a heavy user (a nightly import) are added, then 3 jobs each of 10 light
+ * users. Each job is one call to a simulated vendor that allows 5 calls per second per user
+ * (scripts/sim-vendor.ts, 5–55 ms a call). Two worker processes, concurrency 4 each, one throttle
+ * per process (rules '5/s', one RedisStore on the same Redis as the queue). Prints, per way:
+ * when the light users' last job completed (from when they were added), when the queue emptied
+ * against the heavy user's ideal (its 60 calls at 5 per second: the last starts 11 s after the
+ * first), calls over the limit at the vendor, jobs whose call ran more than once, and how many
+ * times jobs were delayed.
+ */
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Queue, QueueEvents, Worker, type Job } from 'bullmq';
+import { Redis } from 'ioredis';
+import { RedisStore, Throttle } from '../../lib/index.js';
+import { throttleProcessor } from '../../lib/adapters/bullmq.js';
+import { startVendor } from '../sim-vendor.js';
+import { startRedis } from '../support/redis-server.js';
+import { runAsChild, waitForLine } from '../support/child.js';
+
+type Way = 'processor' | 'schedule';
+
+interface WorkerConfig {
+  readonly redisUrl: string;
+  readonly vendorUrl: string;
+  readonly queue: string;
+  readonly prefix: string;
+  readonly way: Way;
+  readonly waitMs: number;
+}
+
+interface JobData {
+  readonly user: string;
+}
+
+const HEAVY_JOBS = 60;
+const LIGHT_USERS = 10;
+const LIGHT_JOBS = 3;
+const LIMIT = 5;
+const WINDOW_MS = 1_000;
+const WORKERS = 2;
+const CONCURRENCY = 4;
+
+/** One worker process: a BullMQ Worker whose processor sends the job's call through this process's throttle. */
+async function workerProcess(config: WorkerConfig): Promise<void> {
+  const connection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
+  const redis = new Redis(config.redisUrl);
+  const store = new RedisStore(redis, { prefix: config.prefix });
+  const throttle = new Throttle({ name: 'vendor', rules: [`${LIMIT}/s`], store, maxDelayMs: 600_000 });
+  const call = async (job: Job<JobData>): Promise<void> => {
+    // Counted before the call leaves: a job whose call runs twice shows here.
+    await redis.hincrby(`${config.prefix}:runs`, job.id!, 1);
+    const response = await fetch(`${config.vendorUrl}?user=${encodeURIComponent(job.data.user)}`);
+    await response.arrayBuffer();
+  };
+  const processor =
+    config.way === 'processor'
+      ? throttleProcessor<JobData, void>(throttle, call, { key: (job) => job.data.user, waitMs: config.waitMs })
+      : (job: Job<JobData>) => throttle.schedule(job.data.user, () => call(job));
+  const worker = new Worker<JobData, void>(config.queue, processor, { connection, concurrency: CONCURRENCY, prefix: config.prefix });
+  await worker.waitUntilReady();
+  process.stdout.write('ready\n');
+  await waitForLine();
+  // The parent says when the queue is done by closing stdin... or kills us; close in order anyway.
+  await new Promise<void>((resolve) => process.once('SIGTERM', () => resolve()));
+  await worker.close();
+  await throttle.close();
+  await store.close();
+  redis.disconnect();
+  connection.disconnect();
+}
+
+if (process.argv[2]?.startsWith('{')) runAsChild<WorkerConfig>(import.meta.url, 'bullmq bench worker', workerProcess);
+
+interface Outcome {
+  readonly way: Way;
+  readonly lightDoneMs: number;
+  readonly queueDoneMs: number;
+  readonly heavyFirstToLastMs: number;
+  readonly over: number;
+  readonly runTwice: number;
+  readonly delays: number;
+  readonly mostStarts: number;
+  readonly failed: number;
+}
+
+async function runOnce(redisUrl: string, way: Way, waitMs: number): Promise<Outcome> {
+  const vendor = await startVendor({ limit: LIMIT, windowMs: WINDOW_MS, latencyMs: { min: 5, max: 55 } });
+  const prefix = `bench-${way}-${process.pid}-${Date.now()}`;
+  const queueName = 'imports';
+  const connection = new Redis(redisUrl, { maxRetriesPerRequest: null });
+  const queue = new Queue<JobData>(queueName, { connection, prefix });
+  const events = new QueueEvents(queueName, { connection: { url: redisUrl } as never, prefix });
+  await events.waitUntilReady();
+  const config: WorkerConfig = { redisUrl, vendorUrl: vendor.url, queue: queueName, prefix, way, waitMs };
+  const children = Array.from({ length: WORKERS }, () =>
+    spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), JSON.stringify(config)], { stdio: ['pipe', 'pipe', 'inherit'] }),
+  );
+  await Promise.all(children.map((child) => new Promise<void>((resolve) => child.stdout!.once('data', () => resolve()))));
+  const finished = new Map<string, number>();
+  let failed = 0;
+  const total = HEAVY_JOBS + LIGHT_USERS * LIGHT_JOBS;
+  const done = new Promise<void>((resolve) => {
+    const check = (): void => {
+      if (finished.size + failed >= total) resolve();
+    };
+    events.on('completed', ({ jobId }) => {
+      finished.set(jobId, performance.now());
+      check();
+    });
+    events.on('failed', ({ jobId, failedReason }) => {
+      failed++;
+      console.error(`job ${jobId} failed: ${failedReason}`);
+      check();
+    });
+  });
+  for (const child of children) child.stdin!.write('go\n');
+  const t0 = performance.now();
+  await queue.addBulk(Array.from({ length: HEAVY_JOBS }, (_, i) => ({ name: 'call', data: { user: 'heavy' }, opts: { jobId: `heavy-${i}` } })));
+  const lightAt = performance.now();
+  await queue.addBulk(
+    Array.from({ length: LIGHT_USERS * LIGHT_JOBS }, (_, i) => ({ name: 'call', data: { user: `light-${i % LIGHT_USERS}` }, opts: { jobId: `light-${i}` } })),
+  );
+  await done;
+  const lightDone = Math.max(...[...finished].filter(([id]) => id.startsWith('light')).map(([, at]) => at));
+  const queueDone = Math.max(...finished.values());
+  const stats = vendor.stats();
+  const heavyArrivals = stats.perUser.get('heavy') ?? [];
+  const runs = await connection.hgetall(`${prefix}:runs`);
+  const completed = await queue.getJobs(['completed'], 0, -1);
+  const starts = completed.map((job) => job.attemptsStarted);
+  for (const child of children) child.kill('SIGTERM');
+  await Promise.all(children.map((child) => new Promise((resolve) => child.once('exit', resolve))));
+  await events.close();
+  await queue.obliterate({ force: true });
+  await queue.close();
+  connection.disconnect();
+  await vendor.close();
+  return {
+    way,
+    lightDoneMs: lightDone - lightAt,
+    queueDoneMs: queueDone - t0,
+    heavyFirstToLastMs: heavyArrivals.length > 0 ? heavyArrivals[heavyArrivals.length - 1]! - heavyArrivals[0]! : NaN,
+    over: stats.dropped + vendor.violations(),
+    runTwice: Object.values(runs).filter((count) => Number(count) > 1).length,
+    delays: starts.reduce((sum, count) => sum + count - 1, 0),
+    mostStarts: Math.max(...starts),
+    failed,
+  };
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: { runs: { type: 'string', default: '1' }, 'wait-ms': { type: 'string', default: '250' }, ways: { type: 'string', default: 'schedule,processor' } },
+  });
+  const runs = Number(values.runs);
+  const waitMs = Number(values['wait-ms']);
+  const server = await startRedis();
+  const idealMs = (HEAVY_JOBS / LIMIT - 1) * WINDOW_MS;
+  console.log(`BullMQ: ${HEAVY_JOBS} jobs of a heavy user, then ${LIGHT_JOBS} jobs each of ${LIGHT_USERS} light users; vendor ${LIMIT}/s per user;`);
+  console.log(`${WORKERS} worker processes × concurrency ${CONCURRENCY}; the heavy user's ideal: its last call ${idealMs / 1000} s after its first.`);
+  console.log('');
+  console.log(
+    '| way | light users done | queue done (× ideal) | heavy user first→last call | over the limit | jobs run twice | delays (most starts of a job) | failed |',
+  );
+  console.log('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+  try {
+    for (let run = 0; run < runs; run++) {
+      for (const way of values.ways.split(',') as Way[]) {
+        const o = await runOnce(server.url, way, waitMs);
+        const name = way === 'processor' ? `throttleProcessor (waitMs ${waitMs})` : 'schedule() inside the processor';
+        console.log(
+          `| ${name} | ${(o.lightDoneMs / 1000).toFixed(2)} s | ${(o.queueDoneMs / 1000).toFixed(2)} s (${(o.queueDoneMs / idealMs).toFixed(2)}×) | ${(o.heavyFirstToLastMs / 1000).toFixed(2)} s | ${o.over} | ${o.runTwice} | ${o.delays} (${o.mostStarts}) | ${o.failed} |`,
+        );
+      }
+    }
+  } finally {
+    await server.stop();
+  }
+}
+
+if (!process.argv[2]?.startsWith('{') && import.meta.url === `file://${process.argv[1]}`) await main();

@@ -1,0 +1,231 @@
+import { expect } from 'chai';
+import { Queue, Worker, type Job, type WorkerOptions } from 'bullmq';
+import { Redis } from 'ioredis';
+import { throttleProcessor, type ThrottleProcessorOptions } from '../lib/adapters/bullmq.js';
+import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
+import type { RulesOption } from '../lib/options.js';
+import { Throttle } from '../lib/throttle.js';
+import { redisServer, redisStore, uniquePrefix } from './support/hooks.js';
+
+interface Data {
+  readonly user: string;
+}
+
+/** One call a job made: its job, user, start and completion (ms, this process's clock). */
+interface Call {
+  readonly id: string;
+  readonly user: string;
+  readonly start: number;
+  end: number;
+}
+
+/**
+ * Workers of one queue on the test Redis, each with a throttle of its own (as separate processes
+ * would have) sharing one namespace; every job's processor records its call.
+ */
+function useQueue() {
+  let closing: Array<() => Promise<unknown>> = [];
+  afterEach(async () => {
+    for (const close of closing.reverse()) await close();
+    closing = [];
+  });
+
+  return async function setUp(
+    options: {
+      readonly workers?: number;
+      readonly concurrency?: number;
+      readonly rules?: RulesOption;
+      readonly processor?: Partial<ThrottleProcessorOptions<Data, string>>;
+      readonly worker?: Partial<WorkerOptions>;
+      readonly callMs?: number;
+      readonly fn?: (job: Job<Data, string>) => Promise<string>;
+    } = {},
+  ) {
+    const prefix = uniquePrefix();
+    const connection = (): Redis => {
+      const client = new Redis(redisServer().url, { maxRetriesPerRequest: null });
+      closing.push(async () => client.disconnect());
+      return client;
+    };
+    const queue = new Queue<Data, string>('jobs', { connection: connection(), prefix });
+    closing.push(() => queue.obliterate({ force: true }).finally(() => queue.close()));
+    const calls: Call[] = [];
+    const runs = new Map<string, number>();
+    const throttles: Throttle[] = [];
+    const workers: Array<Worker<Data, string>> = [];
+    for (let i = 0; i < (options.workers ?? 2); i++) {
+      const throttle = new Throttle({ name: 'vendor', rules: options.rules ?? ['5/500ms'], store: redisStore(connection(), { prefix }) });
+      throttles.push(throttle);
+      const fn =
+        options.fn ??
+        (async (job: Job<Data, string>) => {
+          runs.set(job.id!, (runs.get(job.id!) ?? 0) + 1);
+          const call: Call = { id: job.id!, user: job.data.user, start: performance.now(), end: NaN };
+          calls.push(call);
+          await new Promise((resolve) => setTimeout(resolve, options.callMs ?? 5));
+          call.end = performance.now();
+          return `done ${job.id}`;
+        });
+      const worker = new Worker<Data, string>('jobs', throttleProcessor(throttle, fn, { key: (job) => job.data.user, ...options.processor }), {
+        connection: connection(),
+        prefix,
+        concurrency: options.concurrency ?? 4,
+        ...options.worker,
+      });
+      workers.push(worker);
+      // The order the docs give: the worker first (its jobs finish), then the throttle.
+      closing.push(async () => {
+        await worker.close();
+        await throttle.close();
+      });
+    }
+    await Promise.all(workers.map((worker) => worker.waitUntilReady()));
+    const finished = (count: number): Promise<Array<Job<Data, string>>> =>
+      new Promise((resolve, reject) => {
+        const seen: Array<Job<Data, string>> = [];
+        const timer = setTimeout(() => reject(new Error(`only ${seen.length} of ${count} jobs ended within 15 s`)), 15_000);
+        for (const worker of workers) {
+          const ended = (job: Job<Data, string> | undefined): void => {
+            if (job === undefined) return;
+            seen.push(job);
+            if (seen.length === count) {
+              clearTimeout(timer);
+              resolve(seen);
+            }
+          };
+          worker.on('completed', ended);
+          worker.on('failed', ended);
+        }
+      });
+    return { queue, throttles, workers, calls, runs, finished };
+  };
+}
+
+/** Most calls of `user` that started within any `windowMs`, a completed call counting until its end + `windowMs` (the throttle's rule). */
+function mostInWindow(calls: readonly Call[], user: string, windowMs: number): number {
+  const mine = calls.filter((call) => call.user === user);
+  let most = 0;
+  for (const call of mine) most = Math.max(most, mine.filter((other) => other.start <= call.start && other.end + windowMs > call.start).length);
+  return most;
+}
+
+describe('throttleProcessor (BullMQ)', function () {
+  this.timeout(30_000);
+  const setUp = useQueue();
+
+  it("keeps every user under the limit across workers, delays a heavy user's jobs to their places, and lets light users through at once", async () => {
+    const { queue, calls, runs, finished } = await setUp();
+    const ended = finished(20 + 2 * 3);
+    await queue.addBulk(Array.from({ length: 20 }, (_, i) => ({ name: 'call', data: { user: 'heavy' }, opts: { jobId: `heavy-${i}` } })));
+    const lightAdded = performance.now();
+    await queue.addBulk(Array.from({ length: 6 }, (_, i) => ({ name: 'call', data: { user: `light-${i % 2}` }, opts: { jobId: `light-${i}` } })));
+    const jobs = await ended;
+
+    expect(jobs.every((job) => job.finishedOn !== undefined && job.failedReason === undefined)).to.equal(true);
+    for (const user of ['heavy', 'light-0', 'light-1']) expect(mostInWindow(calls, user, 500)).to.be.at.most(5);
+    expect([...runs.values()].every((count) => count === 1)).to.equal(true);
+    expect(runs.size).to.equal(26);
+    // The light users wait for no heavy job: all done while the heavy user still has 3 windows to go.
+    const lightDone = Math.max(...calls.filter((call) => call.user !== 'heavy').map((call) => call.end));
+    expect(lightDone - lightAdded).to.be.below(500);
+    // The heavy user's jobs were delayed (not held in a worker), and no wait counted as an attempt.
+    const heavy = jobs.filter((job) => job.data.user === 'heavy');
+    expect(heavy.filter((job) => job.attemptsStarted > 1).length).to.be.at.least(10);
+    expect(jobs.every((job) => job.attemptsMade === 1 && job.returnvalue === `done ${job.id}`)).to.equal(true);
+    // Each delay to a place, at most once more to the slot.
+    expect(Math.max(...heavy.map((job) => job.attemptsStarted))).to.be.at.most(3);
+    // The quota is used: 20 calls at 5 per 500 ms take 3 windows and a bit, not a window per call.
+    const heavyStarts = calls.filter((call) => call.user === 'heavy').map((call) => call.start);
+    expect(Math.max(...heavyStarts) - Math.min(...heavyStarts)).to.be.below(2_500);
+  });
+
+  it("delays a paused key's jobs to the pause's end, without holding a worker", async () => {
+    const { queue, throttles, calls, finished } = await setUp({ workers: 1, concurrency: 1, processor: { waitMs: 50 } });
+    await throttles[0]!.pause('alice', 800);
+    const ended = finished(2);
+    const added = performance.now();
+    await queue.add('call', { user: 'alice' }, { jobId: 'paused' });
+    await queue.add('call', { user: 'bob' }, { jobId: 'free' });
+    const jobs = await ended;
+    const alice = calls.find((call) => call.user === 'alice')!;
+    const bob = calls.find((call) => call.user === 'bob')!;
+    expect(alice.start - added).to.be.at.least(790);
+    // One worker slot: bob's job ran while alice's waited in the delayed set.
+    expect(bob.end).to.be.below(alice.start);
+    expect(jobs.find((job) => job.id === 'paused')!.attemptsStarted).to.equal(2);
+  });
+
+  it('waits in the worker for a slot within waitMs: the job starts once', async () => {
+    const { queue, calls, finished } = await setUp({ workers: 1, rules: ['1/300ms'], processor: { waitMs: 1_000 } });
+    const ended = finished(2);
+    await queue.addBulk([
+      { name: 'call', data: { user: 'alice' }, opts: { jobId: 'a' } },
+      { name: 'call', data: { user: 'alice' }, opts: { jobId: 'b' } },
+    ]);
+    const jobs = await ended;
+    expect(jobs.map((job) => job.attemptsStarted)).to.deep.equal([1, 1]);
+    expect(calls[1]!.start - calls[0]!.end).to.be.at.least(295);
+  });
+
+  it("fails a job with the processor's own error, once, even a RateLimitedError", async () => {
+    let ran = 0;
+    const { queue, finished } = await setUp({
+      workers: 1,
+      fn: async () => {
+        ran++;
+        throw new RateLimitedError('another vendor', 'paused', 1_000);
+      },
+    });
+    const ended = finished(1);
+    await queue.add('call', { user: 'alice' }, { attempts: 1 });
+    const [job] = await ended;
+    expect(ran).to.equal(1);
+    expect(job!.failedReason).to.match(/another vendor/);
+    expect(job!.attemptsMade).to.equal(1);
+  });
+
+  it('with maxStartedAttempts, a job at its last start waits in the worker instead of being delayed and failed', async () => {
+    const { queue, calls, finished } = await setUp({
+      workers: 1,
+      rules: ['1/700ms'],
+      processor: { waitMs: 0, maxStartedAttempts: 2 },
+      worker: { maxStartedAttempts: 2 },
+    });
+    const ended = finished(3);
+    await queue.addBulk(['a', 'b', 'c'].map((id) => ({ name: 'call', data: { user: 'alice' }, opts: { jobId: id } })));
+    const jobs = await ended;
+    expect(jobs.every((job) => job.failedReason === undefined)).to.equal(true);
+    expect(Math.max(...jobs.map((job) => job.attemptsStarted))).to.equal(2);
+    expect(mostInWindow(calls, 'alice', 700)).to.equal(1);
+  });
+
+  it('sends a job whose throttle closes before its slot back to the queue, not to the failed set', async () => {
+    const { queue, throttles, workers, calls, finished } = await setUp({ workers: 1, concurrency: 2, rules: ['1/s'], processor: { waitMs: 5_000 } });
+    const ended = finished(1);
+    await queue.addBulk(['a', 'b'].map((id) => ({ name: 'call', data: { user: 'alice' }, opts: { jobId: id } })));
+    await ended;
+    // b waits in the worker for its slot, a second after a's.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await throttles[0]!.close();
+    await workers[0]!.close();
+    const b = await queue.getJob('b');
+    expect(await b!.getState()).to.equal('delayed');
+    expect(b!.attemptsMade).to.equal(0);
+    expect(calls.map((call) => call.id)).to.deep.equal(['a']);
+  });
+
+  it('refuses bad options at once, with a typed error', async () => {
+    const throttle = new Throttle({ rules: ['1/s'] });
+    const fn = async (): Promise<void> => {};
+    const bad =
+      (options: object): (() => unknown) =>
+      () =>
+        throttleProcessor(throttle, fn, options as ThrottleProcessorOptions);
+    expect(bad({})).to.throw(ThrottleConfigError, /key to be a function/);
+    expect(bad({ key: () => 'a', waitMs: -1 })).to.throw(ThrottleConfigError, /waitMs/);
+    expect(bad({ key: () => 'a', maxStartedAttempts: 0 })).to.throw(ThrottleConfigError, /maxStartedAttempts/);
+    expect(bad({ key: () => 'a', wait: 5 })).to.throw(ThrottleConfigError, /Unknown throttleProcessor option 'wait'/);
+    expect(() => throttleProcessor(throttle, 'fn' as never, { key: () => 'a' })).to.throw(TypeError);
+    await throttle.close();
+  });
+});
