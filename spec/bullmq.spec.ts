@@ -1,11 +1,12 @@
 import { expect } from 'chai';
 import { Queue, Worker, type Job, type WorkerOptions } from 'bullmq';
 import { Redis } from 'ioredis';
+import { fileURLToPath } from 'node:url';
 import { throttleProcessor, type ThrottleProcessorOptions } from '../lib/adapters/bullmq.js';
 import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
 import type { RulesOption } from '../lib/options.js';
 import { Throttle } from '../lib/throttle.js';
-import { redisServer, redisStore, uniquePrefix } from './support/hooks.js';
+import { redisClient, redisServer, redisStore, uniquePrefix } from './support/hooks.js';
 
 interface Data {
   readonly user: string;
@@ -35,7 +36,7 @@ function useQueue() {
       readonly workers?: number;
       readonly concurrency?: number;
       readonly rules?: RulesOption;
-      readonly processor?: Partial<ThrottleProcessorOptions<Data, string>>;
+      readonly processor?: Partial<ThrottleProcessorOptions<Job<Data, string>>>;
       readonly worker?: Partial<WorkerOptions>;
       readonly callMs?: number;
       readonly fn?: (job: Job<Data, string>) => Promise<string>;
@@ -214,6 +215,39 @@ describe('throttleProcessor (BullMQ)', function () {
     expect(calls.map((call) => call.id)).to.deep.equal(['a']);
   });
 
+  it('works in a sandboxed processor: a throttle per child process, jobs delayed from the child', async () => {
+    const prefix = uniquePrefix();
+    process.env.VT_SPEC_REDIS_URL = redisServer().url;
+    process.env.VT_SPEC_PREFIX = prefix;
+    const connection = { url: redisServer().url, maxRetriesPerRequest: null };
+    const queue = new Queue<Data, string>('sandboxed', { connection, prefix });
+    const file = fileURLToPath(new URL('./support/bullmq-sandboxed.ts', import.meta.url));
+    const worker = new Worker<Data, string>('sandboxed', file, { connection, prefix, concurrency: 3, useWorkerThreads: false });
+    try {
+      const ended = new Promise<Array<Job<Data, string>>>((resolve) => {
+        const jobs: Array<Job<Data, string>> = [];
+        const seen = (job: Job<Data, string> | undefined): void => {
+          if (job !== undefined && jobs.push(job) === 6) resolve(jobs);
+        };
+        worker.on('completed', seen);
+        worker.on('failed', seen);
+      });
+      await queue.addBulk(Array.from({ length: 6 }, (_, i) => ({ name: 'call', data: { user: 'alice' }, opts: { jobId: `s-${i}` } })));
+      const jobs = await ended;
+      expect(jobs.map((job) => job.returnvalue).sort()).to.deep.equal(jobs.map((job) => `done ${job.id}`).sort());
+      expect(jobs.filter((job) => job.attemptsStarted > 1).length).to.be.at.least(3);
+      const calls = (await redisClient().lrange(`${prefix}:calls`, 0, -1)).map((text) => JSON.parse(text) as { id: string; start: number });
+      expect(calls.map((call) => call.id).sort()).to.deep.equal(jobs.map((job) => job.id).sort());
+      // 2 per 500 ms: 6 calls span two windows at least, and no 500 ms holds 3 starts.
+      const starts = calls.map((call) => call.start).sort((a, b) => a - b);
+      for (let i = 2; i < starts.length; i++) expect(starts[i]! - starts[i - 2]!).to.be.at.least(495);
+    } finally {
+      await worker.close();
+      await queue.obliterate({ force: true });
+      await queue.close();
+    }
+  });
+
   it('refuses bad options at once, with a typed error', async () => {
     const throttle = new Throttle({ rules: ['1/s'] });
     const fn = async (): Promise<void> => {};
@@ -226,6 +260,8 @@ describe('throttleProcessor (BullMQ)', function () {
     expect(bad({ key: () => 'a', maxStartedAttempts: 0 })).to.throw(ThrottleConfigError, /maxStartedAttempts/);
     expect(bad({ key: () => 'a', wait: 5 })).to.throw(ThrottleConfigError, /Unknown throttleProcessor option 'wait'/);
     expect(() => throttleProcessor(throttle, 'fn' as never, { key: () => 'a' })).to.throw(TypeError);
-    await throttle.close();
+    const throwing = new Throttle({ rules: ['1/s'], mode: 'throw' });
+    expect(() => throttleProcessor(throwing, fn, { key: () => 'a' })).to.throw(ThrottleConfigError, /'wait' mode/);
+    await Promise.all([throttle.close(), throwing.close()]);
   });
 });

@@ -36,4 +36,22 @@ describe('examples', function () {
       ).to.equal(5);
     }
   });
+
+  it("bullmq: light users run at once while the heavy user's jobs are delayed to 5 a second", async () => {
+    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'scripts/examples/bullmq.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, REDIS_URL: redisServer().url, EXAMPLE_HEAVY_JOBS: '12' },
+      timeout: 25_000,
+    });
+    const lines = stdout.trim().split('\n');
+    expect(lines.at(-1)).to.match(/^18 jobs completed, \d+ delays$/);
+    expect(Number(/(\d+) delays/.exec(lines.at(-1)!)![1])).to.be.at.least(7);
+    const times = new Map(lines.slice(0, -1).map((line) => [line.split(':')[0]!, [...line.matchAll(/\d+(?=,| ms)/g)].map(Number)]));
+    expect([...times.keys()]).to.deep.equal(['heavy', 'ann', 'ben', 'cal']);
+    expect(times.get('heavy')).to.have.length(12);
+    expect(mostInWindow(times.get('heavy')!, 995)).to.equal(5);
+    // Every light job ran before the heavy user's second window.
+    const secondWindow = [...times.get('heavy')!].sort((a, b) => a - b)[5]!;
+    for (const user of ['ann', 'ben', 'cal']) for (const at of times.get(user)!) expect(at).to.be.below(secondWindow);
+  });
 });

@@ -1,11 +1,13 @@
 /**
  * The package as a user installs it before it is on the registry: `npm pack` of a checkout (which
  * has no dist/: npm runs the `prepare` script, the build), then `npm install <tarball>` into a new
- * project, its dependencies from the npm cache that `npm ci` filled (--offline: no registry). The
+ * project, its dependencies from the npm cache that `npm ci` filled (`npm ci --offline` on a lockfile
+ * pinned as this repository's: no registry at all). The
  * checkout is the files git would commit (tracked, or untracked and not ignored), copied from the
  * working tree: edits are tested, and a dist/ left by an earlier build is not.
  */
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -47,6 +49,56 @@ function checkout(dir: string): void {
   }
 }
 
+interface LockEntry {
+  readonly version?: string;
+  readonly resolved?: string;
+  readonly integrity?: string;
+  readonly dependencies?: Readonly<Record<string, string>>;
+  readonly [field: string]: unknown;
+}
+
+/**
+ * The lockfile of a project that depends on the tarball alone: the package's runtime dependencies
+ * pinned as this repository's lockfile pins them, so that \`npm ci --offline\` takes every one from
+ * the tarballs \`npm ci\` cached (by integrity) and needs no registry metadata at all.
+ */
+function projectLock(tarball: string): object {
+  const lock = JSON.parse(readFileSync(path.join(root, 'package-lock.json'), 'utf8')) as { packages: Record<string, LockEntry> };
+  const own = lock.packages['']!;
+  const packages: Record<string, LockEntry> = {};
+  const wanted = Object.keys(own.dependencies ?? {});
+  for (let name = wanted.shift(); name !== undefined; name = wanted.shift()) {
+    for (const [where, entry] of Object.entries(lock.packages)) {
+      if (where.endsWith(`node_modules/${name}`) && packages[where] === undefined) {
+        packages[where] = entry;
+        wanted.push(...Object.keys(entry.dependencies ?? {}));
+      }
+    }
+  }
+  const integrity = `sha512-${createHash('sha512').update(readFileSync(tarball)).digest('base64')}`;
+  const { version, dependencies, peerDependencies, peerDependenciesMeta, engines, bin, license } = own as Record<string, unknown>;
+  return {
+    name: 'project',
+    lockfileVersion: 3,
+    requires: true,
+    packages: {
+      '': { name: 'project', dependencies: { 'vendor-throttle': `file:${tarball}` } },
+      'node_modules/vendor-throttle': {
+        version,
+        resolved: `file:${tarball}`,
+        integrity,
+        license,
+        dependencies,
+        peerDependencies,
+        peerDependenciesMeta,
+        engines,
+        bin,
+      },
+      ...packages,
+    },
+  };
+}
+
 describe('install: the packed package, installed from its tarball', function () {
   this.timeout(60_000);
   let work: string;
@@ -66,13 +118,15 @@ describe('install: the packed package, installed from its tarball', function () 
     ) as Array<{ filename: string }>;
     project = path.join(work, 'project');
     mkdirSync(project);
-    writeFileSync(path.join(project, 'package.json'), `${JSON.stringify({ name: 'project', private: true })}\n`);
+    const tarball = path.join(work, packed!.filename);
+    writeFileSync(
+      path.join(project, 'package.json'),
+      `${JSON.stringify({ name: 'project', private: true, dependencies: { 'vendor-throttle': `file:${tarball}` } })}\n`,
+    );
+    writeFileSync(path.join(project, 'package-lock.json'), `${JSON.stringify(projectLock(tarball), null, 2)}\n`);
     writeFileSync(path.join(project, 'esm.mjs'), ESM);
     writeFileSync(path.join(project, 'commonjs.cjs'), COMMONJS);
-    execFileSync('npm', ['install', '--offline', '--no-audit', '--no-fund', path.join(work, packed!.filename)], {
-      cwd: project,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    execFileSync('npm', ['ci', '--offline', '--no-audit', '--no-fund'], { cwd: project, stdio: ['ignore', 'pipe', 'pipe'] });
   });
 
   after(function () {

@@ -91,7 +91,7 @@ const processor = throttleProcessor(throttle, async (job: Job<Sync, number>) => 
   maxStartedAttempts: 10,
 });
 export const worker = new Worker<Sync, number>('imports', processor, { connection: { host: '127.0.0.1' }, autorun: false });
-export const options: ThrottleProcessorOptions<Sync, number> = { key: (job) => job.data.user };
+export const options: ThrottleProcessorOptions<Job<Sync>> = { key: (job) => job.data.user };
 // @ts-expect-error the key is read from the job's data, which has no id
 throttleProcessor(throttle, async (job: Job<Sync, number>) => 1, { key: (job) => job.data.id });
 `;

@@ -5,21 +5,31 @@ import { describe } from '../rules.js';
 import type { Throttle } from '../throttle.js';
 import { checkDelay, checkKnown, checkWhole } from '../validate.js';
 
-/** A BullMQ processor function, as `new Worker(name, processor)` takes it. */
-export type JobProcessor<D = unknown, R = unknown, N extends string = string> = (job: Job<D, R, N>, token?: string, signal?: AbortSignal) => Promise<R>;
+/**
+ * What the processor reads of a job: a BullMQ `Job`, or the `SandboxedJob` a sandboxed processor
+ * (a file run in a child process) is given.
+ */
+export interface ThrottledJob {
+  readonly id?: string;
+  readonly attemptsStarted: number;
+  readonly attemptsMade: number;
+  moveToDelayed(timestamp: number, token?: string): Promise<void>;
+}
 
-export interface ThrottleProcessorOptions<D = unknown, R = unknown, N extends string = string> {
+/** A BullMQ processor function, as `new Worker(name, processor)` takes it (or a sandboxed processor file exports). */
+export type JobProcessor<J extends ThrottledJob = Job, R = unknown> = (job: J, token?: string, signal?: AbortSignal) => Promise<R>;
+
+export interface ThrottleProcessorOptions<J extends ThrottledJob = Job> {
   /** The key the job's call counts in, or its keys (a user's and an app-wide one). May be async. */
-  readonly key: (job: Job<D, R, N>) => KeysInput | PromiseLike<KeysInput>;
+  readonly key: (job: J) => KeysInput | PromiseLike<KeysInput>;
   /**
    * Longest wait for a slot in the worker, in ms. A job whose slot is further goes back to the queue,
-   * delayed to its place, and the worker takes the next job. Ignored by a throttle in `throw` mode
-   * (it never waits).
+   * delayed to its place, and the worker takes the next job.
    * @default 250
    */
   readonly waitMs?: number;
   /** Slots the job's call takes (an endpoint the vendor counts as several calls). @default 1 */
-  readonly cost?: (job: Job<D, R, N>) => number;
+  readonly cost?: (job: J) => number;
   /**
    * The Worker's `maxStartedAttempts`, where you set one. Each delay starts the job once more
    * (BullMQ counts every move to active in `attemptsStarted`), so a job already started that many
@@ -43,7 +53,7 @@ const HOLD_DECAY = 0.05;
  * ahead of the log (calls ran longer than the estimate), and the job is delayed to its slot itself.
  * Further (a vendor pause since, or another process's calls), it takes a new place in the line.
  */
-function lateForItsPlace(job: Job, error: RateLimitedError): boolean {
+function lateForItsPlace(job: ThrottledJob, error: RateLimitedError): boolean {
   return job.attemptsStarted > job.attemptsMade + 1 && error.rule !== undefined && error.retryAfterMs < error.rule.windowMs;
 }
 
@@ -59,14 +69,16 @@ function lateForItsPlace(job: Job, error: RateLimitedError): boolean {
  * const worker = new Worker('imports', throttleProcessor(throttle, (job) => acme.sync(job.data), { key: (job) => job.data.user }), { connection });
  * ```
  */
-export function throttleProcessor<D = unknown, R = unknown, N extends string = string>(
+export function throttleProcessor<J extends ThrottledJob, R>(
   throttle: Throttle,
-  processor: JobProcessor<D, R, N>,
-  options: ThrottleProcessorOptions<D, R, N>,
-): JobProcessor<D, R, N> {
+  processor: JobProcessor<J, R>,
+  options: ThrottleProcessorOptions<J>,
+): JobProcessor<J, R> {
   if (typeof processor !== 'function') throw new TypeError(`Expected processor to be a function, got ${describe(processor)}`);
   if (options === null || typeof options !== 'object') throw new TypeError(`Expected throttleProcessor options to be an object, got ${describe(options)}`);
   checkKnown('throttleProcessor', options, OPTIONS);
+  // A throttle that never waits could not hold a job in the worker for its slot, its last resort.
+  if (throttle.mode !== 'wait') throw new ThrottleConfigError(`Expected a throttle in 'wait' mode for throttleProcessor(), got '${throttle.mode}'`);
   if (typeof options.key !== 'function') throw new ThrottleConfigError(`Expected throttleProcessor option key to be a function, got ${describe(options.key)}`);
   if (options.cost !== undefined && typeof options.cost !== 'function')
     throw new ThrottleConfigError(`Expected throttleProcessor option cost to be a function, got ${describe(options.cost)}`);

@@ -61,7 +61,7 @@ async function workerProcess(config: WorkerConfig): Promise<void> {
   };
   const processor =
     config.way === 'processor'
-      ? throttleProcessor<JobData, void>(throttle, call, { key: (job) => job.data.user, waitMs: config.waitMs })
+      ? throttleProcessor(throttle, call, { key: (job) => job.data.user, waitMs: config.waitMs })
       : (job: Job<JobData>) => throttle.schedule(job.data.user, () => call(job));
   const worker = new Worker<JobData, void>(config.queue, processor, { connection, concurrency: CONCURRENCY, prefix: config.prefix });
   await worker.waitUntilReady();

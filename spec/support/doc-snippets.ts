@@ -159,7 +159,7 @@ export interface CheckOptions {
 
 /**
  * Writes each block as its own module (prelude + block) to `outDir`, with a tsconfig that extends the
- * repository's and maps `vendor-throttle` to `lib/index.ts`, then type-checks them all in one program.
+ * repository's and maps `vendor-throttle` to `lib/index.ts` (and `vendor-throttle/bullmq` to its module), then type-checks them all in one program.
  */
 export function checkSnippets(snippets: readonly Snippet[], { root, outDir }: CheckOptions): SnippetCheck {
   rmSync(outDir, { recursive: true, force: true });
@@ -205,7 +205,7 @@ export function checkSnippets(snippets: readonly Snippet[], { root, outDir }: Ch
       declaration: false,
       sourceMap: false,
       types: ['node'],
-      paths: { 'vendor-throttle': [relative(path.join(root, 'lib/index.ts'))] },
+      paths: { 'vendor-throttle': [relative(path.join(root, 'lib/index.ts'))], 'vendor-throttle/bullmq': [relative(path.join(root, 'lib/adapters/bullmq.ts'))] },
     },
     include: ['*.ts'],
   };
