@@ -205,7 +205,10 @@ export function checkSnippets(snippets: readonly Snippet[], { root, outDir }: Ch
       declaration: false,
       sourceMap: false,
       types: ['node'],
-      paths: { 'vendor-throttle': [relative(path.join(root, 'lib/index.ts'))], 'vendor-throttle/bullmq': [relative(path.join(root, 'lib/adapters/bullmq.ts'))] },
+      paths: {
+        'vendor-throttle': [relative(path.join(root, 'lib/index.ts'))],
+        'vendor-throttle/bullmq': [relative(path.join(root, 'lib/adapters/bullmq.ts'))],
+      },
     },
     include: ['*.ts'],
   };
