@@ -5,7 +5,7 @@ import { storeError } from './store-client.js';
 import { ThrottleConfigError } from './errors.js';
 import type { KeyInput } from './keys.js';
 import type { KeyUsage, LimitOptions, LimitResult, ThrottleEvents } from './options.js';
-import { describe, MAX_WINDOW_MS, type Rule } from './rules.js';
+import { describe, MAX_WINDOW_MS } from './rules.js';
 import { grantOf, type Slots } from './completions.js';
 import { withRemaining, type Store } from './store.js';
 import type { Lines } from './waiting.js';
@@ -64,17 +64,16 @@ export class KeyOps {
     this.#c.notify('paused', { key: call.key, ms, source });
   }
 
-  async lineUp(key: KeyInput, fromMs: number, holdMs: number, rule: Rule | undefined): Promise<number> {
+  async lineUp(key: KeyInput, fromMs: number, holdMs: number): Promise<number> {
     const call = await prepareCall(this.#c.callDefaults, oneKey('lineUp', key), {});
     checkDelay('lineUp fromMs', fromMs);
     checkDelay('lineUp holdMs', holdMs);
     const { store } = this.#c;
-    // The rule that held the call back, else (a vendor pause) the key's tightest window: its pace after the pause.
-    const pace =
-      rule ?? call.rules.reduce((tightest, next) => (next.windowMs > 0 && next.windowMs / next.limit < tightest.windowMs / tightest.limit ? next : tightest));
-    if (store.lineUp === undefined) return fromMs;
+    // Every rule with a window paces the line; a window holds a call until a window after its completion.
+    const paces = call.rules.filter((rule) => rule.windowMs > 0).map((rule) => ({ limit: rule.limit, windowMs: rule.windowMs + Math.ceil(holdMs) }));
+    if (store.lineUp === undefined || paces.length === 0) return fromMs;
     try {
-      return await store.lineUp(this.#c.name, call.encoded, fromMs, pace.limit, pace.windowMs + Math.ceil(holdMs));
+      return await store.lineUp(this.#c.name, call.encoded, fromMs, paces);
     } catch (error) {
       throw storeError(error);
     }

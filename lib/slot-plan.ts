@@ -219,22 +219,31 @@ export function countInWindow(size: number, scoreAt: (index: number) => number, 
   return size - lo;
 }
 
-/** A key's line of calls waiting outside the throttle (see `Store.lineUp`): its last window's start (store clock, ms) and places taken there. */
-export interface Line {
-  readonly at: number;
-  readonly taken: number;
+/** The pace of a line: `limit` places a window of `windowMs` (which includes the calls' usual run time). */
+export interface Pace {
+  readonly limit: number;
+  readonly windowMs: number;
 }
 
+/** A key's line of calls waiting outside the throttle (see `Store.lineUp`), per pace: its current window's start (store clock, ms) and the places taken in it. */
+export type Line = ReadonlyArray<{ readonly start: number; readonly taken: number } | undefined>;
+
 /**
- * The place of one more call in a key's line, asked at `now` by a call that could start at the
- * soonest at `from` (both store clock, ms, whole): the line's last window while it has room, else
- * the window after it, else (no line, or `from` a window or more past its last window) a new line
- * at `from`. Returns the line as it then is and the place's start. lua/line.lua is the same rule.
+ * The place of one more call in a key's line, asked by a call that could start at the soonest at
+ * `from` (store clock, ms, whole): the soonest time from `from` that every pace allows, its current
+ * window if it has room, else the window after it; each pace whose window has ended by then starts
+ * a new one there. Returns the line as it then is, the place's start, and when the line has no more
+ * use (the end of every current window). lua/line.lua is the same rule.
  */
-export function placeInLine(line: Line | undefined, from: number, perWindow: number, windowMs: number): { readonly line: Line; readonly startAt: number } {
-  let next: Line;
-  if (line === undefined || line.at + windowMs <= from) next = { at: from, taken: 1 };
-  else if (line.taken < perWindow) next = { at: line.at, taken: line.taken + 1 };
-  else next = { at: line.at + windowMs, taken: 1 };
-  return { line: next, startAt: Math.max(next.at, from) };
+export function placeInLine(line: Line, from: number, paces: readonly Pace[]): { readonly line: Line; readonly startAt: number; readonly endsAt: number } {
+  let at = from;
+  paces.forEach((pace, i) => {
+    const current = line[i];
+    if (current !== undefined) at = Math.max(at, current.taken < pace.limit ? current.start : current.start + pace.windowMs);
+  });
+  const next = paces.map((pace, i) => {
+    const current = line[i];
+    return current === undefined || at >= current.start + pace.windowMs ? { start: at, taken: 1 } : { start: current.start, taken: current.taken + 1 };
+  });
+  return { line: next, startAt: at, endsAt: Math.max(...next.map((window, i) => window.start + paces[i]!.windowMs)) };
 }

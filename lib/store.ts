@@ -1,4 +1,5 @@
 import type { Rule } from './rules.js';
+import type { Pace } from './slot-plan.js';
 
 /**
  * A change to a slot already in a key's log:
@@ -210,14 +211,15 @@ export interface Store {
   pause(namespace: string, key: string, ms: number, maxHoldMs?: number): Promise<number>;
   /**
    * Optional: a place in the key's line of calls that wait outside the throttle for a later window
-   * (BullMQ jobs delayed until their slot), shared by every process. The line takes up to
-   * `perWindow` places a window of `windowMs`: its first window starts `fromMs` from now (when the
-   * key's log has room), each next one a window after the last, and a place asked for a window or
-   * more past the line's last window starts the line again there (lib/slot-plan.ts, `placeInLine`).
-   * A place is an estimate, not a booking: its holder asks for a slot when it comes, and the log
-   * decides. Resolves to ms from now until the place. `reset()` forgets the line.
+   * (BullMQ jobs delayed until their slot), shared by every process. Each pace (one per rule:
+   * `limit` places a window of `windowMs`) keeps its current window; a place is at the soonest time
+   * from `fromMs` from now that every pace allows: its current window if it has room, else the
+   * window after it; a pace whose window has ended by then starts a new one there
+   * (lib/slot-plan.ts, `placeInLine`). A place is an estimate, not a booking: its holder asks for a
+   * slot when it comes, and the log decides. Resolves to ms from now until the place. `reset()`
+   * forgets the line.
    */
-  lineUp?(namespace: string, key: string, fromMs: number, perWindow: number, windowMs: number): Promise<number>;
+  lineUp?(namespace: string, key: string, fromMs: number, paces: readonly Pace[]): Promise<number>;
   /**
    * Optional: the end of the key's vendor pause (store clock, ms; 0 or past when none). A call booked
    * to start later reads it when its start comes: a pause that ends after its start was set after the

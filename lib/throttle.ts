@@ -7,7 +7,7 @@ import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { throttleWrap } from './adapters/wrap.js';
 import { PAUSED } from './slot-plan.js';
-import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
+import { alsoOf, bindingKey, keysOf, limitedError, oneKey, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
 import { Completions, grantOf, Slots, type Grant } from './completions.js';
 import { CallTimeoutError, QueueFullError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
 import { StoreClient, type Call } from './store-client.js';
@@ -25,7 +25,7 @@ import {
   type ThrottleStats,
 } from './options.js';
 import { Refusals } from './refusals.js';
-import { describe, type Rule } from './rules.js';
+import { describe } from './rules.js';
 import { sleep, withTimeout } from './time.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { Store } from './store.js';
@@ -249,13 +249,23 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   /**
    * A place, shared by every process, in `key`'s line of calls that wait outside the throttle for a
    * later window: resolves to ms from now until the place (see `Store.lineUp`). `fromMs`: the soonest
-   * the call could start (a `RateLimitedError`'s `retryAfterMs`); `rule`: the rule that held it back
-   * (its `rule`), else the key's tightest; `holdMs`: how long its calls usually run, added to each
-   * window (a slot counts from its call's completion). A store without lines answers `fromMs`.
+   * the call could start (a `RateLimitedError`'s `retryAfterMs`); `holdMs`: how long the calls run,
+   * added to each rule's window (a slot counts until a window after its call's completion). The
+   * key's rules with a window pace the line; a store without lines, or a key with none, answers `fromMs`.
    * @internal for the job-queue adapters (lib/adapters/bullmq.ts).
    */
-  lineUp(key: KeyInput, fromMs: number, holdMs = 0, rule?: Rule): Promise<number> {
-    return this.#keyOps.lineUp(key, fromMs, holdMs, rule);
+  lineUp(key: KeyInput, fromMs: number, holdMs = 0): Promise<number> {
+    return this.#keyOps.lineUp(key, fromMs, holdMs);
+  }
+
+  /**
+   * The shortest window of `key`'s rules, ms (0 for a key under caps on calls in flight alone).
+   * @internal for the job-queue adapters (lib/adapters/bullmq.ts).
+   */
+  async shortestWindow(key: KeyInput): Promise<number> {
+    const call = await prepareCall(this.#callDefaults, oneKey('shortestWindow', key), {});
+    const windows = call.rules.map((rule) => rule.windowMs).filter((windowMs) => windowMs > 0);
+    return windows.length === 0 ? 0 : Math.min(...windows);
   }
 
   /**

@@ -140,6 +140,22 @@ describe('throttleProcessor (BullMQ)', function () {
     expect(Math.max(...heavyStarts) - Math.min(...heavyStarts)).to.be.below(2_500);
   });
 
+  it('lines jobs up on the key that binds: an app-wide key over several users', async () => {
+    const { queue, calls, runs, finished } = await setUp({ rules: ['3/500ms'], processor: { key: (job) => [job.data.user, 'app'] } });
+    const ended = finished(12);
+    await queue.addBulk(Array.from({ length: 12 }, (_, i) => ({ name: 'call', data: { user: `u${i % 4}` }, opts: { jobId: `j-${i}` } })));
+    const jobs = await ended;
+    expect(jobs.every((job) => job.failedReason === undefined)).to.equal(true);
+    expect([...runs.values()].every((count) => count === 1)).to.equal(true);
+    // Every call counts in 'app': at most 3 in any 500 ms, over every user and both workers.
+    const app = calls.map((call) => ({ ...call, user: 'app' }));
+    expect(mostInWindow(app, 'app', 500)).to.equal(3);
+    expect(Math.max(...jobs.map((job) => job.attemptsStarted))).to.be.at.most(3);
+    // Places 3 a window on 'app': 12 calls take 4 windows, not a window each.
+    const starts = calls.map((call) => call.start);
+    expect(Math.max(...starts) - Math.min(...starts)).to.be.below(2_600);
+  });
+
   it("delays a paused key's jobs to the pause's end, without holding a worker", async () => {
     const { queue, throttles, calls, finished } = await setUp({ workers: 1, concurrency: 1, processor: { waitMs: 50 } });
     await throttles[0]!.pause('alice', 800);

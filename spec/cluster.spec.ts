@@ -241,6 +241,20 @@ describe('RedisStore on a Redis Cluster (3 masters)', function () {
     expect(startedAfter, 'ms until the paused key started').to.be.at.least(paused.pausedForMs - 10);
     expect((await a.inspect('acct')).rules[0]!.used).to.equal(3);
   });
+
+  it("shares a key's line of delayed jobs between clients (lineUp), for several users", async () => {
+    const prefix = uniquePrefix();
+    const a = throttleOn(prefix, 'wait', ['2/1s']);
+    const b = throttleOn(prefix, 'wait', ['2/1s']);
+    for (const user of ['u1', 'u2', 'u3', 'u4', 'u5', 'u6']) {
+      const places = [await a.lineUp(user, 500), await b.lineUp(user, 500), await a.lineUp(user, 500), await b.lineUp(user, 500)];
+      // Two places a window: the first two in the window 500 ms on, the next two a window after it.
+      expect(places[0], user).to.equal(500);
+      expect(places[1], user).to.be.within(450, 500);
+      expect(places[2], user).to.be.within(1_450, 1_500);
+      expect(places[3], user).to.be.within(1_450, 1_500);
+    }
+  });
 });
 
 /** Every key of one master matching `pattern` (SCAN here in the spec; the library never scans). */

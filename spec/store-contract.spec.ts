@@ -667,24 +667,34 @@ for (const { name, before: connect, make } of subjects) {
       expect(later).to.deep.include({ status: 'booked', startAt: end, ruleIndex: -2 });
     });
 
-    it("gives places in a key's line, perWindow a window from the soonest start, and forgets the line on reset", async () => {
+    it("gives places in a key's line, limit a window from the soonest start under every pace, and forgets the line on reset", async () => {
       const { store } = make();
       if (store.lineUp === undefined) throw new Error('Expected the store to keep lines');
+      const two = [{ limit: 2, windowMs: 1_000 }];
       const places = [];
-      for (let i = 0; i < 5; i++) places.push(await store.lineUp('ns', 'k', 1_000, 2, 1_000));
+      for (let i = 0; i < 5; i++) places.push(await store.lineUp('ns', 'k', 1_000, two));
       // Asked within a few ms: each place is its window's start from the moment it was asked.
       const windows = [1_000, 1_000, 2_000, 2_000, 3_000];
       places.forEach((place, i) => expect(place).to.be.within(windows[i]! - 50, windows[i]!));
-      // Another key has a line of its own; a place asked later than the line's last window joins it, at its own soonest.
-      expect(await store.lineUp('ns', 'other', 500, 2, 1_000)).to.equal(500);
-      expect(await store.lineUp('ns', 'other', 900, 2, 1_000)).to.equal(900);
-      // A window or more past the line's last window: the line starts again there.
-      expect(await store.lineUp('ns', 'k', 10_000, 2, 1_000)).to.equal(10_000);
-      expect(await store.lineUp('ns', 'k', 0, 2, 1_000)).to.be.within(9_950, 10_000);
+      // Another key has a line of its own; a place asked later than its line's window joins it, at its own soonest.
+      expect(await store.lineUp('ns', 'other', 500, two)).to.equal(500);
+      expect(await store.lineUp('ns', 'other', 900, two)).to.equal(900);
+      // The line's window ended by then: it starts again there.
+      expect(await store.lineUp('ns', 'k', 10_000, two)).to.equal(10_000);
+      expect(await store.lineUp('ns', 'k', 0, two)).to.be.within(9_950, 10_000);
       await store.reset?.('ns', 'k', 1_000, 0);
-      expect(await store.lineUp('ns', 'k', 300, 2, 1_000)).to.equal(300);
+      expect(await store.lineUp('ns', 'k', 300, two)).to.equal(300);
+      // Several paces: 3 a window of 100 ms and 4 a window of 1 s.
+      const paces = [
+        { limit: 3, windowMs: 100 },
+        { limit: 4, windowMs: 1_000 },
+      ];
+      const both = [];
+      for (let i = 0; i < 9; i++) both.push(await store.lineUp('ns', 'both', 0, paces));
+      const expected = [0, 0, 0, 100, 1_000, 1_000, 1_000, 1_100, 2_000];
+      both.forEach((place, i) => expect(place, `place ${i}`).to.be.within(expected[i]! - 50, expected[i]!));
       // A line is no usage: the key's log holds nothing.
-      expect((await store.inspect('ns', 'other', [{ limit: 2, windowMs: 1_000 }])).rules[0]!.used).to.equal(0);
+      expect((await store.inspect('ns', 'other', two)).rules[0]!.used).to.equal(0);
     });
 
     it('matches the reference model on random sequences, and no window ever holds more than its limit', async function () {

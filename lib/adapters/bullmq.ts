@@ -49,12 +49,14 @@ const MAX_DELAYS = 2;
 const HOLD_DECAY = 0.05;
 
 /**
- * A job back from its delay whose slot is less than a window away: the line's estimate ran a little
- * ahead of the log (calls ran longer than the estimate), and the job is delayed to its slot itself.
- * Further (a vendor pause since, or another process's calls), it takes a new place in the line.
+ * Whether a job back from its delay (started since its last run) whose slot is `retryAfterMs` away
+ * goes to that slot itself: the key's line ran a little ahead of its log (the calls ran longer than
+ * the line assumed) when the slot is less than the key's shortest window away. Further (a vendor
+ * pause since, a longer rule binding, other processes' calls), the job takes a new place in the line.
  */
-function lateForItsPlace(job: ThrottledJob, error: RateLimitedError): boolean {
-  return job.attemptsStarted > job.attemptsMade + 1 && error.rule !== undefined && error.retryAfterMs < error.rule.windowMs;
+async function lateForItsPlace(throttle: Throttle, job: ThrottledJob, error: RateLimitedError): Promise<boolean> {
+  if (job.attemptsStarted <= job.attemptsMade + 1 || error.reason !== 'rule') return false;
+  return error.retryAfterMs < (await throttle.shortestWindow(error.key).catch(() => 0));
 }
 
 /**
@@ -114,11 +116,11 @@ export function throttleProcessor<J extends ThrottledJob, R>(
     } catch (error) {
       if (started || token === undefined) throw error;
       if (error instanceof RateLimitedError) {
-        const toSlot = lateForItsPlace(job, error);
+        const toSlot = await lateForItsPlace(throttle, job, error);
         const delayMs = toSlot
           ? error.retryAfterMs
           : // Behind the jobs already delayed on the key, in every worker; the line itself is an estimate.
-            await throttle.lineUp(error.key, error.retryAfterMs, holdMs, error.rule).catch(() => error.retryAfterMs);
+            await throttle.lineUp(error.key, error.retryAfterMs, holdMs).catch(() => error.retryAfterMs);
         const to = toSlot ? 'its slot' : 'its place in the line';
         throttle.notify('debug', { message: `BullMQ job ${job.id} delayed ${delayMs} ms, to ${to}`, key: error.key });
         await job.moveToDelayed(Date.now() + delayMs, token);

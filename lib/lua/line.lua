@@ -1,18 +1,17 @@
 --[[
   line: a place in the key's line of calls that wait outside the throttle for a later window (a
-  BullMQ job delayed until its slot: lib/adapters/bullmq.ts), shared by every process. The line
-  takes up to PER_WINDOW places a window of WINDOW ms: its first window starts FROM ms from now
-  (when the key's log has room), each next one a window after the last, and a place asked for a
-  window or more past the line's last window starts the line again there. A place is an estimate,
-  not a booking: its holder asks the log for a slot when the place comes (lib/slot-plan.ts,
-  placeInLine, is the same rule for the MemoryStore).
+  BullMQ job delayed until its slot: lib/adapters/bullmq.ts), shared by every process. Each rule
+  (a pace: LIMIT places a WINDOW) keeps the start of its current window and the places taken in it.
+  A place is at the soonest time from FROM that every pace allows: its current window if it has
+  room, else the window after it; each pace whose window has ended by then starts a new one there.
+  A place is an estimate, not a booking: its holder asks the log for a slot when the place comes
+  (lib/slot-plan.ts, placeInLine, is the same rule for the MemoryStore).
 
-  KEYS[1]  meta      hash of the key (includes/log.lua); field `la` = the start of the line's last
-                     window (store clock, ms), `ln` = places taken in it
+  KEYS[1]  meta      hash of the key (includes/log.lua); fields `la<i>` = the start of pace i's
+                     current window (store clock, ms), `ln<i>` = places taken in it
   KEYS[2]  kept      the namespace's index of kept keys (includes/log.lua); none on a Cluster
-  ARGV[1]  FROM        ms from now
-  ARGV[2]  PER_WINDOW  places per window
-  ARGV[3]  WINDOW      ms
+  ARGV[1]  FROM      ms from now: the soonest the caller's call could start
+  ARGV[2..] LIMIT, WINDOW (ms) of each pace, in pairs
 
   Returns ms from now until the place.
 ]]
@@ -21,17 +20,20 @@
 local meta = KEYS[1]
 vt_kept(KEYS[2])
 local now = math.ceil(vt_now())
-local from = now + math.ceil(tonumber(ARGV[1]))
-local per_window, window = tonumber(ARGV[2]), tonumber(ARGV[3])
-local line = redis.call('HMGET', meta, 'la', 'ln')
-local at, taken = tonumber(line[1]), tonumber(line[2])
-if at == nil or at + window <= from then
-  at, taken = from, 1
-elseif taken < per_window then
-  taken = taken + 1
-else
-  at, taken = at + window, 1
+local at = now + math.ceil(tonumber(ARGV[1]))
+local paces = {}
+for i = 2, #ARGV, 2 do
+  local n = #paces + 1
+  local line = redis.call('HMGET', meta, 'la' .. n, 'ln' .. n)
+  local pace = { limit = tonumber(ARGV[i]), window = tonumber(ARGV[i + 1]), start = tonumber(line[1]), taken = tonumber(line[2]) }
+  if pace.start ~= nil then at = math.max(at, pace.taken < pace.limit and pace.start or pace.start + pace.window) end
+  paces[n] = pace
 end
-redis.call('HSET', meta, 'la', at, 'ln', taken)
-vt_keep(meta, at + window - now, now)
-return math.max(at, from) - now
+local lasts = 0
+for n, pace in ipairs(paces) do
+  if pace.start == nil or at >= pace.start + pace.window then pace.start, pace.taken = at, 0 end
+  redis.call('HSET', meta, 'la' .. n, pace.start, 'ln' .. n, pace.taken + 1)
+  lasts = math.max(lasts, pace.start + pace.window)
+end
+vt_keep(meta, lasts - now, now)
+return at - now

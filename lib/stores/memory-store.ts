@@ -10,6 +10,7 @@ import {
   type BucketsOf,
   type Line,
   type LogView,
+  type Pace,
 } from '../slot-plan.js';
 import type { Rule } from '../rules.js';
 import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
@@ -29,8 +30,8 @@ interface KeyLog {
   members: string[];
   /** No start before this (a vendor pause), store clock. */
   pausedUntil: number;
-  /** The key's line of calls waiting outside the throttle (`lineUp`), if any. */
-  line: Line | undefined;
+  /** The key's line of calls waiting outside the throttle (`lineUp`): empty when none. */
+  line: Line;
   /** A decision on the key was deferred: the next completion or release announces itself. */
   waiting: boolean;
   expiresAt: number;
@@ -176,7 +177,7 @@ export class MemoryStore implements Store {
     log.members.splice(0, log.members.length - kept);
     log.buckets.clear();
     log.pausedUntil = 0;
-    log.line = undefined;
+    log.line = [];
     const waiting = log.waiting;
     log.waiting = false;
     this.#logs.delete(id);
@@ -262,13 +263,13 @@ export class MemoryStore implements Store {
     return log.pausedUntil;
   }
 
-  async lineUp(namespace: string, key: string, fromMs: number, perWindow: number, windowMs: number): Promise<number> {
+  async lineUp(namespace: string, key: string, fromMs: number, paces: readonly Pace[]): Promise<number> {
     const nowMs = Math.ceil(this.#clock());
     const id = `${namespace}\n${key}`;
     const log = this.#open(id, nowMs);
-    const { line, startAt } = placeInLine(log.line, nowMs + Math.ceil(fromMs), perWindow, windowMs);
+    const { line, startAt, endsAt } = placeInLine(log.line, nowMs + Math.ceil(fromMs), paces);
     log.line = line;
-    log.expiresAt = Math.max(log.expiresAt, line.at + windowMs);
+    log.expiresAt = Math.max(log.expiresAt, endsAt);
     this.#logs.set(id, log);
     return startAt - nowMs;
   }
@@ -287,12 +288,12 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(id);
     if (log && log.expiresAt > at) return log;
     this.#logs.delete(id);
-    return { scores: [], members: [], pausedUntil: 0, line: undefined, waiting: false, expiresAt: 0, buckets: new Map() };
+    return { scores: [], members: [], pausedUntil: 0, line: [], waiting: false, expiresAt: 0, buckets: new Map() };
   }
 
   /** Keeps a log that holds anything, as Redis keeps a key that exists. */
   #keep(id: string, log: KeyLog): void {
-    if (log.scores.length > 0 || log.buckets.size > 0 || log.pausedUntil > 0 || log.line !== undefined || log.waiting) this.#logs.set(id, log);
+    if (log.scores.length > 0 || log.buckets.size > 0 || log.pausedUntil > 0 || log.line.length > 0 || log.waiting) this.#logs.set(id, log);
   }
 
   /**

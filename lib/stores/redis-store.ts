@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
 import { encodeKey, keyNames, type HashTag, type KeyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
+import type { Pace } from '../slot-plan.js';
 import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
 import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
@@ -236,10 +237,11 @@ export class RedisStore implements Store {
     return (await this.#scripts.run(scripts.pause.name, [meta, log, ...this.#kept(namespace)], [Math.ceil(ms), maxHoldMs])) as number;
   }
 
-  async lineUp(namespace: string, key: string, fromMs: number, perWindow: number, windowMs: number): Promise<number> {
+  async lineUp(namespace: string, key: string, fromMs: number, paces: readonly Pace[]): Promise<number> {
     await this.#recovery?.recovered(namespace);
     const { meta } = this.#names(namespace, key);
-    return (await this.#scripts.run(scripts.line.name, [meta, ...this.#kept(namespace)], [Math.ceil(fromMs), perWindow, windowMs])) as number;
+    const args = [Math.ceil(fromMs), ...paces.flatMap((pace) => [pace.limit, Math.ceil(pace.windowMs)])];
+    return (await this.#scripts.run(scripts.line.name, [meta, ...this.#kept(namespace)], args)) as number;
   }
 
   /** Read in the next batch, with the decisions and completions of the moment. */
