@@ -64,16 +64,20 @@ export class KeyOps {
     this.#c.notify('paused', { key: call.key, ms, source });
   }
 
-  async lineUp(key: KeyInput, fromMs: number, holdMs: number): Promise<number> {
-    const call = await prepareCall(this.#c.callDefaults, oneKey('lineUp', key), {});
+  async lineUp(key: KeyInput, fromMs: number, holdMs: number, cost: number): Promise<number> {
+    const call = await prepareCall(this.#c.callDefaults, oneKey('lineUp', key), { cost });
     checkDelay('lineUp fromMs', fromMs);
     checkDelay('lineUp holdMs', holdMs);
     const { store } = this.#c;
-    // Every rule with a window paces the line; a window holds a call until a window after its completion.
-    const paces = call.rules.filter((rule) => rule.windowMs > 0).map((rule) => ({ limit: rule.limit, windowMs: rule.windowMs + Math.ceil(holdMs) }));
+    // Every rule with a window paces the line. A slot counts until a window after its call's
+    // completion: the window is stretched by the calls' run time, at most doubled (one call that
+    // ran long must not slow the line beyond that).
+    const paces = call.rules
+      .filter((rule) => rule.windowMs > 0)
+      .map((rule) => ({ limit: rule.limit, windowMs: rule.windowMs + Math.min(Math.ceil(holdMs), rule.windowMs) }));
     if (store.lineUp === undefined || paces.length === 0) return fromMs;
     try {
-      return await store.lineUp(this.#c.name, call.encoded, fromMs, paces);
+      return await store.lineUp(this.#c.name, call.encoded, fromMs, call.cost, paces);
     } catch (error) {
       throw storeError(error);
     }

@@ -212,14 +212,14 @@ export interface Store {
   /**
    * Optional: a place in the key's line of calls that wait outside the throttle for a later window
    * (BullMQ jobs delayed until their slot), shared by every process. Each pace (one per rule:
-   * `limit` places a window of `windowMs`) keeps its current window; a place is at the soonest time
-   * from `fromMs` from now that every pace allows: its current window if it has room, else the
-   * window after it; a pace whose window has ended by then starts a new one there
+   * `limit` places a window of `windowMs`) keeps its current window; a call takes `cost` places, at
+   * the soonest time from `fromMs` from now that every pace allows: its current window if it has
+   * room for them, else the window after it; a pace whose window has ended by then starts a new one there
    * (lib/slot-plan.ts, `placeInLine`). A place is an estimate, not a booking: its holder asks for a
    * slot when it comes, and the log decides. Resolves to ms from now until the place. `reset()`
    * forgets the line.
    */
-  lineUp?(namespace: string, key: string, fromMs: number, paces: readonly Pace[]): Promise<number>;
+  lineUp?(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[]): Promise<number>;
   /**
    * Optional: the end of the key's vendor pause (store clock, ms; 0 or past when none). A call booked
    * to start later reads it when its start comes: a pause that ends after its start was set after the

@@ -250,12 +250,13 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * A place, shared by every process, in `key`'s line of calls that wait outside the throttle for a
    * later window: resolves to ms from now until the place (see `Store.lineUp`). `fromMs`: the soonest
    * the call could start (a `RateLimitedError`'s `retryAfterMs`); `holdMs`: how long the calls run,
-   * added to each rule's window (a slot counts until a window after its call's completion). The
-   * key's rules with a window pace the line; a store without lines, or a key with none, answers `fromMs`.
+   * added to each rule's window, at most doubling it (a slot counts until a window after its call's
+   * completion); `cost`: the places the call takes. The key's rules with a window pace the line; a
+   * store without lines, or a key with none, answers `fromMs`.
    * @internal for the job-queue adapters (lib/adapters/bullmq.ts).
    */
-  lineUp(key: KeyInput, fromMs: number, holdMs = 0): Promise<number> {
-    return this.#keyOps.lineUp(key, fromMs, holdMs);
+  lineUp(key: KeyInput, fromMs: number, { holdMs = 0, cost = 1 }: { readonly holdMs?: number; readonly cost?: number } = {}): Promise<number> {
+    return this.#keyOps.lineUp(key, fromMs, holdMs, cost);
   }
 
   /**

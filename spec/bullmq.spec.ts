@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import { fileURLToPath } from 'node:url';
 import { throttleProcessor, type ThrottleProcessorOptions } from '../lib/adapters/bullmq.js';
 import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
-import type { RulesOption } from '../lib/options.js';
+import type { RulesOption, ThrottleOptions } from '../lib/options.js';
 import { Throttle } from '../lib/throttle.js';
 import { redisClient, redisServer, redisStore, uniquePrefix } from './support/hooks.js';
 
@@ -36,6 +36,7 @@ function useQueue() {
       readonly workers?: number;
       readonly concurrency?: number;
       readonly rules?: RulesOption;
+      readonly throttle?: Partial<ThrottleOptions>;
       readonly processor?: Partial<ThrottleProcessorOptions<Job<Data, string>>>;
       readonly worker?: Partial<WorkerOptions>;
       readonly callMs?: number;
@@ -55,7 +56,7 @@ function useQueue() {
     const throttles: Throttle[] = [];
     const workers: Array<Worker<Data, string>> = [];
     for (let i = 0; i < (options.workers ?? 2); i++) {
-      const throttle = new Throttle({ name: 'vendor', rules: options.rules ?? ['5/500ms'], store: redisStore(connection(), { prefix }) });
+      const throttle = new Throttle({ name: 'vendor', rules: options.rules ?? ['5/500ms'], store: redisStore(connection(), { prefix }), ...options.throttle });
       throttles.push(throttle);
       const fn =
         options.fn ??
@@ -207,6 +208,8 @@ describe('throttleProcessor (BullMQ)', function () {
       rules: ['1/700ms'],
       processor: { waitMs: 0, maxStartedAttempts: 2 },
       worker: { maxStartedAttempts: 2 },
+      // Shorter than the wait at the last start: the job waits in the worker all the same.
+      throttle: { maxDelayMs: 300 },
     });
     const ended = finished(3);
     await queue.addBulk(['a', 'b', 'c'].map((id) => ({ name: 'call', data: { user: 'alice' }, opts: { jobId: id } })));
@@ -216,7 +219,7 @@ describe('throttleProcessor (BullMQ)', function () {
     expect(mostInWindow(calls, 'alice', 700)).to.equal(1);
   });
 
-  it('sends a job whose throttle closes before its slot back to the queue, not to the failed set', async () => {
+  it('sends a job whose throttle closes before its slot back to the queue, a second later, not to the failed set', async () => {
     const { queue, throttles, workers, calls, finished } = await setUp({ workers: 1, concurrency: 2, rules: ['1/s'], processor: { waitMs: 5_000 } });
     const ended = finished(1);
     await queue.addBulk(['a', 'b'].map((id) => ({ name: 'call', data: { user: 'alice' }, opts: { jobId: id } })));
@@ -224,11 +227,45 @@ describe('throttleProcessor (BullMQ)', function () {
     // b waits in the worker for its slot, a second after a's.
     await new Promise((resolve) => setTimeout(resolve, 100));
     await throttles[0]!.close();
+    // The worker goes on with the closed throttle: b comes back once a second, not in a loop.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
     await workers[0]!.close();
     const b = await queue.getJob('b');
     expect(await b!.getState()).to.equal('delayed');
     expect(b!.attemptsMade).to.equal(0);
+    expect(b!.attemptsStarted).to.be.within(2, 3);
     expect(calls.map((call) => call.id)).to.deep.equal(['a']);
+  });
+
+  it("counts a job's cost in the line: a job of a whole window's cost gets a window of its own", async () => {
+    const { queue, calls, finished } = await setUp({ workers: 1, processor: { cost: () => 5 } });
+    const ended = finished(4);
+    await queue.addBulk(['a', 'b', 'c', 'd'].map((id) => ({ name: 'call', data: { user: 'alice' }, opts: { jobId: id } })));
+    const jobs = await ended;
+    expect(jobs.every((job) => job.failedReason === undefined)).to.equal(true);
+    // Each delayed once, to a window of its own: none delayed twice, none waiting in the worker.
+    expect(jobs.map((job) => job.attemptsStarted).sort()).to.deep.equal([1, 2, 2, 2]);
+    const starts = calls.map((call) => call.start).sort((x, y) => x - y);
+    for (let i = 1; i < starts.length; i++) expect(starts[i]! - starts[i - 1]!).to.be.at.least(495);
+  });
+
+  it('puts a new job of a key behind the jobs this process delayed on it, not into a slot they are due', async () => {
+    const { queue, calls, finished } = await setUp({ workers: 1, concurrency: 8 });
+    const ended = finished(15);
+    await queue.addBulk(Array.from({ length: 10 }, (_, i) => ({ name: 'call', data: { user: 'alice' }, opts: { jobId: `first-${i}` } })));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await queue.addBulk(Array.from({ length: 5 }, (_, i) => ({ name: 'call', data: { user: 'alice' }, opts: { jobId: `then-${i}` } })));
+    const jobs = await ended;
+    const lastOfFirst = Math.max(...calls.filter((call) => call.id.startsWith('first')).map((call) => call.start));
+    const firstOfThen = Math.min(...calls.filter((call) => call.id.startsWith('then')).map((call) => call.start));
+    expect(firstOfThen).to.be.above(lastOfFirst);
+    // The first 10 took their places once: 5 ran, 5 were delayed once.
+    expect(
+      jobs
+        .filter((job) => job.id!.startsWith('first'))
+        .map((job) => job.attemptsStarted)
+        .sort(),
+    ).to.deep.equal([1, 1, 1, 1, 1, 2, 2, 2, 2, 2]);
   });
 
   it('works in a sandboxed processor: a throttle per child process, jobs delayed from the child', async () => {

@@ -1,6 +1,6 @@
 import { DelayedError, type Job } from 'bullmq';
 import { RateLimitedError, ThrottleClosedError, ThrottleConfigError } from '../errors.js';
-import type { KeysInput } from '../keys.js';
+import type { KeyInput, KeysInput } from '../keys.js';
 import { describe } from '../rules.js';
 import type { Throttle } from '../throttle.js';
 import { checkDelay, checkKnown, checkWhole } from '../validate.js';
@@ -33,8 +33,8 @@ export interface ThrottleProcessorOptions<J extends ThrottledJob = Job> {
   /**
    * The Worker's `maxStartedAttempts`, where you set one. Each delay starts the job once more
    * (BullMQ counts every move to active in `attemptsStarted`), so a job already started that many
-   * times waits in the worker for its slot (up to the throttle's `maxDelayMs`) instead of being
-   * delayed again, which would fail it.
+   * times waits in the worker for its slot, however far, instead of being delayed again, which
+   * would fail it.
    */
   readonly maxStartedAttempts?: number;
 }
@@ -42,20 +42,26 @@ export interface ThrottleProcessorOptions<J extends ThrottledJob = Job> {
 /** The names `throttleProcessor()` takes. */
 const OPTIONS = ['key', 'waitMs', 'cost', 'maxStartedAttempts'] as const satisfies ReadonlyArray<keyof ThrottleProcessorOptions>;
 
-/** Delays of a job between two runs: to its place in the line, then, if the calls ran longer than the line assumed, to its slot. */
+/** Delays of a job in a row before it waits in the worker, up to a window: to its place in the line, then, if the calls ran longer than the line assumed, to its slot. */
 const MAX_DELAYS = 2;
 
-/** How fast the estimate of the calls' run time (the longest lately) forgets a long one, per call. */
-const HOLD_DECAY = 0.05;
+/** The estimate of the calls' run time is the longest lately: a long run counts half as much this much later (ms). */
+const HOLD_HALF_LIFE_MS = 5_000;
+
+/** How long a job waits in the queue when its throttle closed before its slot (ms): a worker still running on the closed throttle must not spin on it. */
+const CLOSED_DELAY_MS = 1_000;
+
+/** Keys with a line ahead that one processor remembers (each process its own), at most; the oldest go first. */
+const LINES_KEPT = 10_000;
 
 /**
- * Whether a job back from its delay (started since its last run) whose slot is `retryAfterMs` away
- * goes to that slot itself: the key's line ran a little ahead of its log (the calls ran longer than
- * the line assumed) when the slot is less than the key's shortest window away. Further (a vendor
- * pause since, a longer rule binding, other processes' calls), the job takes a new place in the line.
+ * Whether a job back from its delay whose slot is `retryAfterMs` away goes to that slot itself: the
+ * key's line ran a little ahead of its log (the calls ran longer than the line assumed) when the
+ * slot is less than the key's shortest window away. Further (a vendor pause since, a longer rule
+ * binding, other processes' calls), the job takes a new place in the line.
  */
-async function lateForItsPlace(throttle: Throttle, job: ThrottledJob, error: RateLimitedError): Promise<boolean> {
-  if (job.attemptsStarted <= job.attemptsMade + 1 || error.reason !== 'rule') return false;
+async function lateForItsPlace(throttle: Throttle, error: RateLimitedError): Promise<boolean> {
+  if (error.reason !== 'rule') return false;
   return error.retryAfterMs < (await throttle.shortestWindow(error.key).catch(() => 0));
 }
 
@@ -65,7 +71,7 @@ async function lateForItsPlace(throttle: Throttle, job: ThrottledJob, error: Rat
  * place in the key's line, shared by every worker (`Throttle.lineUp`), so the worker takes the next
  * job. Waiting is not an attempt: the job is moved with `job.moveToDelayed()` and `DelayedError`,
  * which BullMQ does not count in `attemptsMade`. A job whose throttle closes before its slot goes
- * back to the queue at once. See docs/adapters.md.
+ * back to the queue, a second later. See docs/adapters.md.
  *
  * ```ts
  * const worker = new Worker('imports', throttleProcessor(throttle, (job) => acme.sync(job.data), { key: (job) => job.data.user }), { connection });
@@ -88,14 +94,40 @@ export function throttleProcessor<J extends ThrottledJob, R>(
   checkDelay('throttleProcessor waitMs', waitMs);
   const { maxStartedAttempts } = options;
   if (maxStartedAttempts !== undefined) checkWhole('throttleProcessor maxStartedAttempts', maxStartedAttempts, 1);
-  // How long the calls run, from start to completion: a slot frees a window after its call completed.
-  let holdMs = 0;
+  // How long the calls run, from start to completion (a slot frees a window after its call
+  // completed): the longest lately, halving every HOLD_HALF_LIFE_MS.
+  let longest = 0;
+  let longestAt = 0;
+  const holdMs = (now: number): number => longest * 2 ** (-(now - longestAt) / HOLD_HALF_LIFE_MS);
+  // Keys on which this processor placed jobs in a line, and the last place (Date.now() ms): a new
+  // job of such a key takes a place behind them, not a slot they are due to take.
+  const lines = new Map<string, number>();
+  const lineAhead = (keys: readonly KeyInput[], now: number): string | undefined => {
+    for (const key of keys) {
+      const until = lines.get(String(key));
+      if (until !== undefined && until <= now) lines.delete(String(key));
+      else if (until !== undefined) return String(key);
+    }
+    return undefined;
+  };
+  const placed = (key: string, at: number): void => {
+    lines.delete(key);
+    lines.set(key, at);
+    if (lines.size > LINES_KEPT) lines.delete(lines.keys().next().value!);
+  };
 
   return async (job, token, signal) => {
-    const key = await options.key(job);
-    // Waits in the worker rather than be delayed again: one more start would fail the job, or the job
-    // was delayed twice since its last run (to its place, then to its slot), which bounds its delays.
-    const waitHere = (maxStartedAttempts !== undefined && job.attemptsStarted >= maxStartedAttempts) || job.attemptsStarted - job.attemptsMade > MAX_DELAYS;
+    const keys = await options.key(job);
+    const cost = options.cost?.(job) ?? 1;
+    // Started since its last run: back from a delay (or from a stalled run).
+    const returned = job.attemptsStarted > job.attemptsMade + 1;
+    // Waits in the worker for its slot, however long: it cannot be delayed (no token: called by
+    // hand), or one more start would fail it (maxStartedAttempts).
+    const lastStart = token === undefined || (maxStartedAttempts !== undefined && job.attemptsStarted >= maxStartedAttempts);
+    // Delayed twice in a row (to its place, then to its slot): it waits in the worker up to a window.
+    const delayedTwice = job.attemptsStarted - job.attemptsMade > MAX_DELAYS;
+    const first = Array.isArray(keys) ? (keys as readonly KeyInput[]) : [keys as KeyInput];
+    const behind = returned || lastStart ? undefined : lineAhead(first, Date.now());
     let started = false;
     const run = async (): Promise<R> => {
       started = true;
@@ -103,32 +135,37 @@ export function throttleProcessor<J extends ThrottledJob, R>(
       try {
         return await processor(job, token, signal);
       } finally {
-        // The longer runs count most: the line's windows must not run ahead of the log's.
-        holdMs = Math.max(performance.now() - startedAt, holdMs * (1 - HOLD_DECAY));
+        const now = performance.now();
+        longest = Math.max(now - startedAt, holdMs(now));
+        longestAt = now;
       }
     };
+    const delay = async (delayMs: number, to: string, key: string): Promise<never> => {
+      throttle.notify('debug', { message: `BullMQ job ${job.id} delayed ${delayMs} ms, to ${to}`, key });
+      await job.moveToDelayed(Date.now() + delayMs, token);
+      throw new DelayedError(`vendor-throttle: delayed ${delayMs} ms, to ${to} on key "${key}"`);
+    };
+    const lineUp = async (key: string, fromMs: number): Promise<never> => {
+      // Behind the jobs already delayed on the key, in every worker; the line itself is an estimate.
+      const delayMs = await throttle.lineUp(key, fromMs, { holdMs: holdMs(performance.now()), cost }).catch(() => fromMs);
+      placed(key, Date.now() + delayMs);
+      return delay(delayMs, 'its place in the line', key);
+    };
+    if (behind !== undefined) return lineUp(behind, 0);
+    let maxDelayMs = waitMs;
+    if (lastStart) maxDelayMs = Infinity;
+    else if (delayedTwice) maxDelayMs = Math.max(waitMs, await throttle.shortestWindow(first[0]!).catch(() => 0));
     try {
-      return await throttle.schedule(key, run, {
-        ...(waitHere ? {} : { maxDelayMs: waitMs }),
-        ...(options.cost === undefined ? {} : { cost: options.cost(job) }),
-        ...(signal === undefined ? {} : { signal }),
-      });
+      return await throttle.schedule(keys, run, { maxDelayMs, cost, ...(signal === undefined ? {} : { signal }) });
     } catch (error) {
       if (started || token === undefined) throw error;
       if (error instanceof RateLimitedError) {
-        const toSlot = await lateForItsPlace(throttle, job, error);
-        const delayMs = toSlot
-          ? error.retryAfterMs
-          : // Behind the jobs already delayed on the key, in every worker; the line itself is an estimate.
-            await throttle.lineUp(error.key, error.retryAfterMs, holdMs).catch(() => error.retryAfterMs);
-        const to = toSlot ? 'its slot' : 'its place in the line';
-        throttle.notify('debug', { message: `BullMQ job ${job.id} delayed ${delayMs} ms, to ${to}`, key: error.key });
-        await job.moveToDelayed(Date.now() + delayMs, token);
-        throw new DelayedError(`vendor-throttle: delayed ${delayMs} ms, to ${to} on key "${error.key}"`);
+        if (returned && !delayedTwice && (await lateForItsPlace(throttle, error))) return delay(error.retryAfterMs, 'its slot', error.key);
+        return lineUp(error.key, error.retryAfterMs);
       }
       if (error instanceof ThrottleClosedError) {
-        // Not the job's failure: another worker takes it.
-        await job.moveToDelayed(Date.now(), token);
+        // Not the job's failure: another worker (or this one, on a new throttle) takes it.
+        await job.moveToDelayed(Date.now() + CLOSED_DELAY_MS, token);
         throw new DelayedError('vendor-throttle: the throttle closed before the job could start');
       }
       throw error;

@@ -263,11 +263,16 @@ export class MemoryStore implements Store {
     return log.pausedUntil;
   }
 
-  async lineUp(namespace: string, key: string, fromMs: number, paces: readonly Pace[]): Promise<number> {
+  async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[]): Promise<number> {
     const nowMs = Math.ceil(this.#clock());
     const id = `${namespace}\n${key}`;
     const log = this.#open(id, nowMs);
-    const { line, startAt, endsAt } = placeInLine(log.line, nowMs + Math.ceil(fromMs), paces);
+    const { line, startAt, endsAt } = placeInLine(
+      log.line,
+      nowMs + Math.ceil(fromMs),
+      cost,
+      paces.map((pace) => ({ limit: pace.limit, windowMs: Math.ceil(pace.windowMs) })),
+    );
     log.line = line;
     log.expiresAt = Math.max(log.expiresAt, endsAt);
     this.#logs.set(id, log);

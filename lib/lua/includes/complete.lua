@@ -48,8 +48,8 @@ end
   its slots count. Each booking made the log live until the slot's bound (start + MAX_HOLD) plus
   RETAIN (never shortened: PEXPIRE GT); completions lowered the scores since. The log and meta now
   expire RETAIN after the highest score left (another process's call still in flight keeps its
-  bound), meta no earlier than its pause, its hold, or the calls a fold moved into its buckets
-  (`f`). PEXPIRE LT: never lengthened.
+  bound), meta no earlier than its pause, its hold, the calls a fold moved into its buckets (`f`),
+  or the end of its line of delayed jobs (`le`, line.lua). PEXPIRE LT: never lengthened.
 ]]
 local function vt_tidy(log, meta, now, retain)
   local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
@@ -58,7 +58,7 @@ local function vt_tidy(log, meta, now, retain)
     until_ms = tonumber(top[2]) + retain
     vt_expire(log, until_ms - now, now, 'LT')
   end
-  local fields = redis.call('HMGET', meta, 'pause', 'h', 'f')
-  until_ms = math.max(until_ms, tonumber(fields[1]) or 0, tonumber(fields[2]) or 0, (tonumber(fields[3]) or -retain) + retain)
+  local fields = redis.call('HMGET', meta, 'pause', 'h', 'f', 'le')
+  until_ms = math.max(until_ms, tonumber(fields[1]) or 0, tonumber(fields[2]) or 0, (tonumber(fields[3]) or -retain) + retain, tonumber(fields[4]) or 0)
   vt_expire(meta, until_ms - now, now, 'LT')
 end
