@@ -126,8 +126,8 @@ export function throttleProcessor<J extends ThrottledJob, R>(
     const lastStart = token === undefined || (maxStartedAttempts !== undefined && job.attemptsStarted >= maxStartedAttempts);
     // Delayed twice in a row (to its place, then to its slot): it waits in the worker up to a window.
     const delayedTwice = job.attemptsStarted - job.attemptsMade > MAX_DELAYS;
-    const first = Array.isArray(keys) ? (keys as readonly KeyInput[]) : [keys as KeyInput];
-    const behind = returned || lastStart ? undefined : lineAhead(first, Date.now());
+    const keyList = Array.isArray(keys) ? (keys as readonly KeyInput[]) : [keys as KeyInput];
+    const behind = returned || lastStart ? undefined : lineAhead(keyList, Date.now());
     let started = false;
     const run = async (): Promise<R> => {
       started = true;
@@ -154,7 +154,7 @@ export function throttleProcessor<J extends ThrottledJob, R>(
     if (behind !== undefined) return lineUp(behind, 0);
     let maxDelayMs = waitMs;
     if (lastStart) maxDelayMs = Infinity;
-    else if (delayedTwice) maxDelayMs = Math.max(waitMs, await throttle.shortestWindow(first[0]!).catch(() => 0));
+    else if (delayedTwice) maxDelayMs = Math.max(waitMs, await throttle.shortestWindow(keyList[0]!).catch(() => 0));
     try {
       return await throttle.schedule(keys, run, { maxDelayMs, cost, ...(signal === undefined ? {} : { signal }) });
     } catch (error) {
