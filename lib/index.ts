@@ -50,6 +50,7 @@ export type { MemoryStoreOptions } from './stores/memory-store.js';
 export { RedisStore } from './stores/redis-store.js';
 export type { RedisClientLike, RedisStoreOptions } from './stores/redis-options.js';
 export type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, RuleUsage, Settlement, Store, StoreNotice } from './store.js';
+export type { Pace } from './slot-plan.js';
 export {
   CallTimeoutError,
   QueueFullError,
