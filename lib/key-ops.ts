@@ -64,7 +64,7 @@ export class KeyOps {
     this.#c.notify('paused', { key: call.key, ms, source });
   }
 
-  async lineUp(key: KeyInput, fromMs: number, holdMs: number, cost: number): Promise<number> {
+  async lineUp(key: KeyInput, fromMs: number, holdMs: number, cost: number, behind: boolean): Promise<number | undefined> {
     const call = await prepareCall(this.#c.callDefaults, oneKey('lineUp', key), { cost });
     checkDelay('lineUp fromMs', fromMs);
     checkDelay('lineUp holdMs', holdMs);
@@ -75,9 +75,10 @@ export class KeyOps {
     const paces = call.rules
       .filter((rule) => rule.windowMs > 0)
       .map((rule) => ({ limit: rule.limit, windowMs: rule.windowMs + Math.min(Math.ceil(holdMs), rule.windowMs) }));
-    if (store.lineUp === undefined || paces.length === 0) return fromMs;
+    if (store.lineUp === undefined || paces.length === 0) return behind ? undefined : fromMs;
     try {
-      return await store.lineUp(this.#c.name, call.encoded, fromMs, call.cost, paces);
+      const place = await store.lineUp(this.#c.name, call.encoded, fromMs, call.cost, paces, behind);
+      return place < 0 ? undefined : place;
     } catch (error) {
       throw storeError(error);
     }

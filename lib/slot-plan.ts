@@ -229,24 +229,31 @@ export interface Pace {
 export type Line = ReadonlyArray<{ readonly start: number; readonly taken: number } | undefined>;
 
 /**
- * The place of one more call in a key's line, of `cost` places, asked by a call that could start at
- * the soonest at `from` (store clock, ms, whole): the soonest time from `from` that every pace
- * allows, its current window if it has room for `cost` more, else the window after it; each pace
- * whose window has ended by then starts a new one there. Returns the line as it then is, the
- * place's start, and when the line has no more use (the end of every current window). lua/line.lua
- * is the same rule.
+ * The place of one more call in a key's line, of `cost` places, asked at `now` by a call that could
+ * start at the soonest at `from` (store clock, ms, whole): the soonest time from `from` that every
+ * pace allows, its current window if it has room for `cost` more, else the window after it; each
+ * pace whose window has ended by then starts a new one there. With `behind`, a place is given only
+ * behind places not due yet (a pace's current window starts after `now`); else undefined, the line
+ * unchanged. Returns the line as it then is, the place's start, and when the line has no more use
+ * (the end of every current window). lua/line.lua is the same rule.
  */
 export function placeInLine(
   line: Line,
+  now: number,
   from: number,
   cost: number,
   paces: readonly Pace[],
-): { readonly line: Line; readonly startAt: number; readonly endsAt: number } {
+  behind = false,
+): { readonly line: Line; readonly startAt: number; readonly endsAt: number } | undefined {
   let at = from;
+  let ahead = false;
   paces.forEach((pace, i) => {
     const current = line[i];
-    if (current !== undefined) at = Math.max(at, current.taken + cost <= pace.limit ? current.start : current.start + pace.windowMs);
+    if (current === undefined) return;
+    at = Math.max(at, current.taken + cost <= pace.limit ? current.start : current.start + pace.windowMs);
+    if (current.start > now) ahead = true;
   });
+  if (behind && !ahead) return undefined;
   const next = paces.map((pace, i) => {
     const current = line[i];
     return current === undefined || at >= current.start + pace.windowMs ? { start: at, taken: cost } : { start: current.start, taken: current.taken + cost };

@@ -215,11 +215,13 @@ export interface Store {
    * `limit` places a window of `windowMs`) keeps its current window; a call takes `cost` places, at
    * the soonest time from `fromMs` from now that every pace allows: its current window if it has
    * room for them, else the window after it; a pace whose window has ended by then starts a new one there
-   * (lib/slot-plan.ts, `placeInLine`). A place is an estimate, not a booking: its holder asks for a
-   * slot when it comes, and the log decides. Resolves to ms from now until the place. `reset()`
-   * forgets the line.
+   * (lib/slot-plan.ts, `placeInLine`). With `behind`, a place is given only behind places not due
+   * yet (a pace's current window starts after now): else -1, nothing written (a new job with no
+   * line ahead of it asks for its slot instead). A place is an estimate, not a booking: its holder
+   * asks for a slot when it comes, and the log decides. Resolves to ms from now until the place.
+   * `reset()` forgets the line.
    */
-  lineUp?(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[]): Promise<number>;
+  lineUp?(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind?: boolean): Promise<number>;
   /**
    * Optional: the end of the key's vendor pause (store clock, ms; 0 or past when none). A call booked
    * to start later reads it when its start comes: a pause that ends after its start was set after the

@@ -251,12 +251,17 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * later window: resolves to ms from now until the place (see `Store.lineUp`). `fromMs`: the soonest
    * the call could start (a `RateLimitedError`'s `retryAfterMs`); `holdMs`: how long the calls run,
    * added to each rule's window, at most doubling it (a slot counts until a window after its call's
-   * completion); `cost`: the places the call takes. The key's rules with a window pace the line; a
-   * store without lines, or a key with none, answers `fromMs`.
+   * completion); `cost`: the places the call takes; `behind`: a place only behind places not due
+   * yet, else undefined. The key's rules with a window pace the line; a store without lines, or a
+   * key with none, answers `fromMs` (undefined with `behind`).
    * @internal for the job-queue adapters (lib/adapters/bullmq.ts).
    */
-  lineUp(key: KeyInput, fromMs: number, { holdMs = 0, cost = 1 }: { readonly holdMs?: number; readonly cost?: number } = {}): Promise<number> {
-    return this.#keyOps.lineUp(key, fromMs, holdMs, cost);
+  lineUp(
+    key: KeyInput,
+    fromMs: number,
+    { holdMs = 0, cost = 1, behind = false }: { readonly holdMs?: number; readonly cost?: number; readonly behind?: boolean } = {},
+  ): Promise<number | undefined> {
+    return this.#keyOps.lineUp(key, fromMs, holdMs, cost, behind);
   }
 
   /**

@@ -697,6 +697,13 @@ for (const { name, before: connect, make } of subjects) {
       expect(await store.lineUp('ns', 'costly', 0, 1, paces)).to.equal(0);
       expect(await store.lineUp('ns', 'costly', 0, 2, paces)).to.be.within(-50, 0);
       expect(await store.lineUp('ns', 'costly', 0, 1, paces)).to.be.within(50, 100);
+      // Behind only: a place behind places not due yet, else none and nothing written.
+      expect(await store.lineUp('ns', 'fresh', 0, 1, two, true)).to.equal(-1);
+      expect(await store.lineUp('ns', 'fresh', 0, 1, two)).to.equal(0);
+      expect(await store.lineUp('ns', 'fresh', 0, 1, two, true)).to.equal(-1);
+      expect(await store.lineUp('ns', 'ahead', 800, 1, two)).to.equal(800);
+      expect(await store.lineUp('ns', 'ahead', 0, 1, two, true)).to.be.within(750, 800);
+      expect(await store.lineUp('ns', 'ahead', 0, 1, two, true)).to.be.within(1_750, 1_800);
       // A line is no usage: the key's log holds nothing.
       expect((await store.inspect('ns', 'other', two)).rules[0]!.used).to.equal(0);
     });

@@ -51,9 +51,6 @@ const HOLD_HALF_LIFE_MS = 5_000;
 /** How long a job waits in the queue when its throttle closed before its slot (ms): a worker still running on the closed throttle must not spin on it. */
 const CLOSED_DELAY_MS = 1_000;
 
-/** Keys with a line ahead that one processor remembers (each process its own), at most; the oldest go first. */
-const LINES_KEPT = 10_000;
-
 /**
  * Whether a job back from its delay whose slot is `retryAfterMs` away goes to that slot itself: the
  * key's line ran a little ahead of its log (the calls ran longer than the line assumed) when the
@@ -99,23 +96,6 @@ export function throttleProcessor<J extends ThrottledJob, R>(
   let longest = 0;
   let longestAt = 0;
   const holdMs = (now: number): number => longest * 2 ** (-(now - longestAt) / HOLD_HALF_LIFE_MS);
-  // Keys on which this processor placed jobs in a line, and the last place (Date.now() ms): a new
-  // job of such a key takes a place behind them, not a slot they are due to take.
-  const lines = new Map<string, number>();
-  const lineAhead = (keys: readonly KeyInput[], now: number): string | undefined => {
-    for (const key of keys) {
-      const until = lines.get(String(key));
-      if (until !== undefined && until <= now) lines.delete(String(key));
-      else if (until !== undefined) return String(key);
-    }
-    return undefined;
-  };
-  const placed = (key: string, at: number): void => {
-    lines.delete(key);
-    lines.set(key, at);
-    if (lines.size > LINES_KEPT) lines.delete(lines.keys().next().value!);
-  };
-
   return async (job, token, signal) => {
     const keys = await options.key(job);
     const cost = options.cost?.(job) ?? 1;
@@ -127,7 +107,6 @@ export function throttleProcessor<J extends ThrottledJob, R>(
     // Delayed twice in a row (to its place, then to its slot): it waits in the worker up to a window.
     const delayedTwice = job.attemptsStarted - job.attemptsMade > MAX_DELAYS;
     const keyList = Array.isArray(keys) ? (keys as readonly KeyInput[]) : [keys as KeyInput];
-    const behind = returned || lastStart ? undefined : lineAhead(keyList, Date.now());
     let started = false;
     const run = async (): Promise<R> => {
       started = true;
@@ -147,11 +126,17 @@ export function throttleProcessor<J extends ThrottledJob, R>(
     };
     const lineUp = async (key: string, fromMs: number): Promise<never> => {
       // Behind the jobs already delayed on the key, in every worker; the line itself is an estimate.
-      const delayMs = await throttle.lineUp(key, fromMs, { holdMs: holdMs(performance.now()), cost }).catch(() => fromMs);
-      placed(key, Date.now() + delayMs);
+      const delayMs = (await throttle.lineUp(key, fromMs, { holdMs: holdMs(performance.now()), cost }).catch(() => undefined)) ?? fromMs;
       return delay(delayMs, 'its place in the line', key);
     };
-    if (behind !== undefined) return lineUp(behind, 0);
+    if (!returned && !lastStart) {
+      // A new job whose key has jobs delayed to places not due yet goes behind them, not into a slot
+      // they are due to take.
+      for (const key of keyList) {
+        const behind = await throttle.lineUp(key, 0, { holdMs: holdMs(performance.now()), cost, behind: true }).catch(() => undefined);
+        if (behind !== undefined) return delay(behind, 'its place in the line', String(key));
+      }
+    }
     let maxDelayMs = waitMs;
     if (lastStart) maxDelayMs = Infinity;
     else if (delayedTwice) maxDelayMs = Math.max(waitMs, await throttle.shortestWindow(keyList[0]!).catch(() => 0));

@@ -263,20 +263,17 @@ export class MemoryStore implements Store {
     return log.pausedUntil;
   }
 
-  async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[]): Promise<number> {
+  async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind = false): Promise<number> {
     const nowMs = Math.ceil(this.#clock());
     const id = `${namespace}\n${key}`;
     const log = this.#open(id, nowMs);
-    const { line, startAt, endsAt } = placeInLine(
-      log.line,
-      nowMs + Math.ceil(fromMs),
-      cost,
-      paces.map((pace) => ({ limit: pace.limit, windowMs: Math.ceil(pace.windowMs) })),
-    );
-    log.line = line;
-    log.expiresAt = Math.max(log.expiresAt, endsAt);
+    const exact = paces.map((pace) => ({ limit: pace.limit, windowMs: Math.ceil(pace.windowMs) }));
+    const placed = placeInLine(log.line, nowMs, nowMs + Math.ceil(fromMs), cost, exact, behind);
+    if (placed === undefined) return -1;
+    log.line = placed.line;
+    log.expiresAt = Math.max(log.expiresAt, placed.endsAt);
     this.#logs.set(id, log);
-    return startAt - nowMs;
+    return placed.startAt - nowMs;
   }
 
   async pausedUntil(namespace: string, key: string): Promise<number> {

@@ -237,10 +237,10 @@ export class RedisStore implements Store {
     return (await this.#scripts.run(scripts.pause.name, [meta, log, ...this.#kept(namespace)], [Math.ceil(ms), maxHoldMs])) as number;
   }
 
-  async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[]): Promise<number> {
+  async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind = false): Promise<number> {
     await this.#recovery?.recovered(namespace);
     const { meta } = this.#names(namespace, key);
-    const args = [Math.ceil(fromMs), cost, ...paces.flatMap((pace) => [pace.limit, Math.ceil(pace.windowMs)])];
+    const args = [Math.ceil(fromMs), cost, behind ? 1 : 0, ...paces.flatMap((pace) => [pace.limit, Math.ceil(pace.windowMs)])];
     return (await this.#scripts.run(scripts.line.name, [meta, ...this.#kept(namespace)], args)) as number;
   }
 

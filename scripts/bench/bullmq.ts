@@ -11,7 +11,8 @@
  * when the light users' last job completed (from when they were added), when the queue emptied
  * against the heavy user's ideal (its 60 calls at 5 per second: the last starts 11 s after the
  * first), calls over the limit at the vendor, jobs whose call ran more than once, and how many
- * times jobs were delayed.
+ * times jobs were delayed. --steady adds the heavy user's jobs one every 100 ms (twice its limit)
+ * instead of all at once.
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -87,10 +88,12 @@ interface Outcome {
   readonly runTwice: number;
   readonly delays: number;
   readonly mostStarts: number;
+  /** Jobs that started once, twice, 3 times, more. */
+  readonly byStarts: readonly number[];
   readonly failed: number;
 }
 
-async function runOnce(redisUrl: string, way: Way, waitMs: number): Promise<Outcome> {
+async function runOnce(redisUrl: string, way: Way, waitMs: number, steady: boolean): Promise<Outcome> {
   const vendor = await startVendor({ limit: LIMIT, windowMs: WINDOW_MS, latencyMs: { min: 5, max: 55 } });
   const prefix = `bench-${way}-${process.pid}-${Date.now()}`;
   const queueName = 'imports';
@@ -122,7 +125,18 @@ async function runOnce(redisUrl: string, way: Way, waitMs: number): Promise<Outc
   });
   for (const child of children) child.stdin!.write('go\n');
   const t0 = performance.now();
-  await queue.addBulk(Array.from({ length: HEAVY_JOBS }, (_, i) => ({ name: 'call', data: { user: 'heavy' }, opts: { jobId: `heavy-${i}` } })));
+  const heavy = (i: number) => ({ name: 'call', data: { user: 'heavy' }, opts: { jobId: `heavy-${i}` } });
+  if (steady) {
+    // Twice the heavy user's limit, a job every 100 ms, while the light users' jobs come at once.
+    void (async () => {
+      for (let i = 0; i < HEAVY_JOBS; i++) {
+        await queue.add(heavy(i).name, heavy(i).data, heavy(i).opts);
+        await new Promise((resolve) => setTimeout(resolve, WINDOW_MS / LIMIT / 2));
+      }
+    })();
+  } else {
+    await queue.addBulk(Array.from({ length: HEAVY_JOBS }, (_, i) => heavy(i)));
+  }
   const lightAt = performance.now();
   await queue.addBulk(
     Array.from({ length: LIGHT_USERS * LIGHT_JOBS }, (_, i) => ({ name: 'call', data: { user: `light-${i % LIGHT_USERS}` }, opts: { jobId: `light-${i}` } })),
@@ -151,13 +165,19 @@ async function runOnce(redisUrl: string, way: Way, waitMs: number): Promise<Outc
     runTwice: Object.values(runs).filter((count) => Number(count) > 1).length,
     delays: starts.reduce((sum, count) => sum + count - 1, 0),
     mostStarts: Math.max(...starts),
+    byStarts: [1, 2, 3].map((n) => starts.filter((count) => count === n).length).concat(starts.filter((count) => count > 3).length),
     failed,
   };
 }
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
-    options: { runs: { type: 'string', default: '1' }, 'wait-ms': { type: 'string', default: '250' }, ways: { type: 'string', default: 'schedule,processor' } },
+    options: {
+      runs: { type: 'string', default: '1' },
+      'wait-ms': { type: 'string', default: '250' },
+      ways: { type: 'string', default: 'schedule,processor' },
+      steady: { type: 'boolean', default: false },
+    },
   });
   const runs = Number(values.runs);
   const waitMs = Number(values['wait-ms']);
@@ -167,16 +187,16 @@ async function main(): Promise<void> {
   console.log(`${WORKERS} worker processes × concurrency ${CONCURRENCY}; the heavy user's ideal: its last call ${idealMs / 1000} s after its first.`);
   console.log('');
   console.log(
-    '| way | light users done | queue done (× ideal) | heavy user first→last call | over the limit | jobs run twice | delays (most starts of a job) | failed |',
+    '| way | light users done | queue done (× ideal) | heavy user first→last call | over the limit | jobs run twice | delays (most starts of a job) | jobs by starts, 1/2/3/more | failed |',
   );
-  console.log('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+  console.log('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
   try {
     for (let run = 0; run < runs; run++) {
       for (const way of values.ways.split(',') as Way[]) {
-        const o = await runOnce(server.url, way, waitMs);
+        const o = await runOnce(server.url, way, waitMs, values.steady);
         const name = way === 'processor' ? `throttleProcessor (waitMs ${waitMs})` : 'schedule() inside the processor';
         console.log(
-          `| ${name} | ${(o.lightDoneMs / 1000).toFixed(2)} s | ${(o.queueDoneMs / 1000).toFixed(2)} s (${(o.queueDoneMs / idealMs).toFixed(2)}×) | ${(o.heavyFirstToLastMs / 1000).toFixed(2)} s | ${o.over} | ${o.runTwice} | ${o.delays} (${o.mostStarts}) | ${o.failed} |`,
+          `| ${name} | ${(o.lightDoneMs / 1000).toFixed(2)} s | ${(o.queueDoneMs / 1000).toFixed(2)} s (${(o.queueDoneMs / idealMs).toFixed(2)}×) | ${(o.heavyFirstToLastMs / 1000).toFixed(2)} s | ${o.over} | ${o.runTwice} | ${o.delays} (${o.mostStarts}) | ${o.byStarts.join('/')} | ${o.failed} |`,
         );
       }
     }
