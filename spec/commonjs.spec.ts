@@ -25,6 +25,20 @@ const throttle = new Throttle({ name: 'acme', rules: ['1/s'], maxDelayMs: 0 });
 })();
 `;
 
+const BULLMQ_SCRIPT = `
+const { throttleProcessor } = require('vendor-throttle/bullmq');
+const { Throttle } = require('vendor-throttle');
+const throttle = new Throttle({ name: 'acme', rules: ['1/s'], mode: 'throw' });
+let refused = 'none';
+try {
+  throttleProcessor(throttle, async () => 1, { key: () => 'u' });
+} catch (error) {
+  refused = error.name;
+}
+console.log(typeof throttleProcessor, refused);
+throttle.close();
+`;
+
 describe('CommonJS: require("vendor-throttle")', function () {
   this.timeout(120_000);
   let work: string;
@@ -37,7 +51,7 @@ describe('CommonJS: require("vendor-throttle")', function () {
     rmSync(work, { recursive: true, force: true });
   });
 
-  it('loads the published package and runs a throttle', () => {
+  it('loads the published package and runs a throttle, and loads vendor-throttle/bullmq', () => {
     // Build as `npm run build` does, into a staging copy of the package.
     const staging = path.join(work, 'staging');
     mkdirSync(staging);
@@ -69,5 +83,9 @@ describe('CommonJS: require("vendor-throttle")', function () {
     writeFileSync(path.join(consumer, 'index.js'), SCRIPT);
     const output = execFileSync(process.execPath, ['index.js'], { cwd: consumer, encoding: 'utf8' });
     expect(JSON.parse(output.trim())).to.deep.equal([42, 'refused']);
+    // The BullMQ subpath, with bullmq installed beside it (an optional peer).
+    symlinkSync(path.join(root, 'node_modules', 'bullmq'), path.join(consumer, 'node_modules', 'bullmq'), 'dir');
+    writeFileSync(path.join(consumer, 'bullmq.js'), BULLMQ_SCRIPT);
+    expect(execFileSync(process.execPath, ['bullmq.js'], { cwd: consumer, encoding: 'utf8' }).trim()).to.equal('function ThrottleConfigError');
   });
 });
