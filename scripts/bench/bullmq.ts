@@ -68,7 +68,7 @@ async function workerProcess(config: WorkerConfig): Promise<void> {
   await worker.waitUntilReady();
   process.stdout.write('ready\n');
   await waitForLine();
-  // The parent says when the queue is done by closing stdin... or kills us; close in order anyway.
+  // The parent sends SIGTERM once the queue is done: the worker, the throttle, then the clients.
   await new Promise<void>((resolve) => process.once('SIGTERM', () => resolve()));
   await worker.close();
   await throttle.close();
@@ -99,7 +99,7 @@ async function runOnce(redisUrl: string, way: Way, waitMs: number, steady: boole
   const queueName = 'imports';
   const connection = new Redis(redisUrl, { maxRetriesPerRequest: null });
   const queue = new Queue<JobData>(queueName, { connection, prefix });
-  const events = new QueueEvents(queueName, { connection: { url: redisUrl } as never, prefix });
+  const events = new QueueEvents(queueName, { connection: { url: redisUrl }, prefix });
   await events.waitUntilReady();
   const config: WorkerConfig = { redisUrl, vendorUrl: vendor.url, queue: queueName, prefix, way, waitMs };
   const children = Array.from({ length: WORKERS }, () =>
