@@ -1,9 +1,9 @@
 /**
- * The recovery journal (Journal in lib/stores/redis-recovery.ts): what a process would put back into a store that
+ * The recovery journal (Journal in lib/stores/redis-journal.ts): what a process would put back into a store that
  * lost its data. Every call that may still count is listed, none that no longer counts.
  */
 import { expect } from 'chai';
-import { Journal } from '../lib/stores/redis-recovery.js';
+import { Journal } from '../lib/stores/redis-journal.js';
 
 const RETAIN = 1_000;
 const MAX_HOLD = 500;

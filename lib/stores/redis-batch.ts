@@ -1,7 +1,7 @@
 import { keyNames, type HashTag } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { KeyPart } from '../store.js';
-import type { Checks } from './redis-recovery.js';
+import type { Checks } from './redis-journal.js';
 import { CODES } from './redis-scripts.js';
 
 const { op: OP, status: STATUS, check: CHECK } = CODES;

@@ -1,0 +1,241 @@
+/*
+ * The journal (docs/design.md §9): what this process booked in a shared store and still counts
+ * there, slot by slot, until each falls out of every window. The store writes it with each booking
+ * and completion; recovery puts it back into a store that lost its data, the heartbeat and each
+ * decision check a key against its newest slot (the witness), the local fallback counts it
+ * (`recentCalls`), and a closing throttle shortens the keys' lives to it (`tidy`).
+ */
+
+/**
+ * This process's newest slot on a key, and until when the key must hold it (store clock, ms): a
+ * decision checks it before it relies on the key (lua/includes/check.lua).
+ */
+export interface Witness {
+  readonly number: number;
+  /** Its score as this process wrote it (a fold may have moved it into buckets once past it). */
+  readonly score: number;
+  /** Until then the slot counts: no trim removes it before. */
+  readonly keyUntil: number;
+}
+
+/** A witness's times are this much earlier than the slot's own (rounding of the scores written). */
+const WITNESS_MARGIN_MS = 5;
+
+/** One of this process's slots, as the store should hold it. */
+export interface JournalEntry {
+  readonly member: string;
+  /** Store clock, ms: the slot's release, its completion once known, else its bound (start + maxHoldMs). */
+  readonly score: number;
+}
+
+interface KeyJournal {
+  retainMs: number;
+  /** `Date.now()` of the key's last check (a decision's or the heartbeat's). */
+  checkedAt: number;
+  /** `Date.now()` when this process last put back its calls on the key (a check failed). */
+  restoredAt: number;
+  /** Calls without a completion yet: slot number → bound. Few: the calls in flight or booked ahead. */
+  readonly pending: Map<number, number>;
+  /** The highest number in `pending` (numbers only grow), or -1 when it must be found again. */
+  newest: number;
+  /**
+   * Completed calls, in the order their completions came: slot numbers and completion times as
+   * two packed arrays of numbers (16 bytes a call, where a Map entry costs about 100), since a key
+   * of a long window keeps many. Entries before `head` were pruned.
+   */
+  members: number[];
+  scores: number[];
+  head: number;
+}
+
+/**
+ * What this process booked in a shared store and still counts there: for each key, its slots until
+ * they fall out of every window. Kept so that a store that lost its data can be given back this
+ * process's share of it (`RedisStore` recovery). Memory follows the calls still inside their
+ * windows; `prune` drops the rest. Slots are numbered by the store; `member(n)` names them.
+ */
+export class Journal {
+  /** Store clock minus `Date.now()`, from the latest decision (for pruning between decisions). */
+  clockOffsetMs = 0;
+  readonly #namespaces = new Map<string, Map<string, KeyJournal>>();
+  readonly #member: (number: number) => string;
+  #size = 0;
+
+  constructor(member: (number: number) => string) {
+    this.#member = member;
+  }
+
+  /** Slots booked: numbers `first` .. `first + count - 1`, each with its bound. */
+  book(namespace: string, key: string, first: number, count: number, bound: number, retainMs: number, storeNow: number): void {
+    // The store's reading comes rounded up and Date.now() truncated: 2 ms less, so that the estimate
+    // never runs ahead of the store's clock (pruning a slot before it stops counting there).
+    this.clockOffsetMs = storeNow - Date.now() - 2;
+    const journal = this.#open(namespace, key, retainMs);
+    for (let number = first; number < first + count; number++) {
+      if (!journal.pending.has(number)) this.#size += 1;
+      journal.pending.set(number, bound);
+    }
+    if (journal.newest >= 0) journal.newest = Math.max(journal.newest, first + count - 1);
+  }
+
+  /**
+   * Calls put into the store for this process (`restore`: calls decided locally while it was down),
+   * so that they are put back too if the store later loses its data.
+   */
+  restored(namespace: string, key: string, entries: ReadonlyArray<{ number: number; score: number }>, retainMs: number): void {
+    if (entries.length === 0) return;
+    const journal = this.#open(namespace, key, retainMs);
+    for (const { number, score } of entries) this.#complete(journal, number, score);
+  }
+
+  /** Completions and releases, as sent to the store: NUMBER, RELEASE_AT pairs (RELEASE_AT -1: given back, never started). */
+  settle(namespace: string, key: string, pairs: readonly number[]): void {
+    const journal = this.#namespaces.get(namespace)?.get(key);
+    if (!journal) return;
+    for (let i = 0; i < pairs.length; i += 2) {
+      const number = pairs[i]!;
+      const bound = journal.pending.get(number);
+      // Only a call without a completion is settled; a completion sent again is already here.
+      if (bound === undefined) continue;
+      journal.pending.delete(number);
+      this.#size -= 1;
+      const releaseAt = pairs[i + 1]!;
+      if (releaseAt >= 0) this.#complete(journal, number, Math.min(bound, releaseAt));
+    }
+  }
+
+  #complete(journal: KeyJournal, number: number, score: number): void {
+    journal.members.push(number);
+    journal.scores.push(score);
+    this.#size += 1;
+  }
+
+  #open(namespace: string, key: string, retainMs: number): KeyJournal {
+    let keys = this.#namespaces.get(namespace);
+    if (!keys) this.#namespaces.set(namespace, (keys = new Map()));
+    let journal = keys.get(key);
+    if (!journal) keys.set(key, (journal = { retainMs, checkedAt: 0, restoredAt: 0, pending: new Map(), newest: -1, members: [], scores: [], head: 0 }));
+    journal.retainMs = Math.max(journal.retainMs, retainMs);
+    return journal;
+  }
+
+  /** The key's slots that still count at `storeNow` (as `prune` would keep them). */
+  keyEntries(namespace: string, key: string, storeNow: number): JournalEntry[] {
+    const journal = this.#namespaces.get(namespace)?.get(key);
+    return journal ? this.#entriesOf(journal, storeNow) : [];
+  }
+
+  /**
+   * The newest of this process's slots on the key that still counts at `storeNow` (a call without a
+   * completion, else the latest completed), or undefined when none does: a key this process holds
+   * nothing on needs no check. Marks the key checked at `checkedAt`.
+   */
+  witness(namespace: string, key: string, storeNow: number, checkedAt = Date.now()): Witness | undefined {
+    const journal = this.#namespaces.get(namespace)?.get(key);
+    if (!journal) return undefined;
+    journal.checkedAt = checkedAt;
+    const { retainMs, pending, members, scores } = journal;
+    let number = -1;
+    let score = 0;
+    if (pending.size > 0) {
+      if (!pending.has(journal.newest)) {
+        journal.newest = -1;
+        for (const n of pending.keys()) journal.newest = Math.max(journal.newest, n);
+      }
+      number = journal.newest;
+      score = pending.get(number)!;
+    }
+    if (number < 0 && journal.head < scores.length) {
+      number = members[members.length - 1]!;
+      score = scores[scores.length - 1]!;
+    }
+    if (number < 0 || score + retainMs - WITNESS_MARGIN_MS <= storeNow) return undefined;
+    return { number, score, keyUntil: score + retainMs - WITNESS_MARGIN_MS };
+  }
+
+  /**
+   * Whether this process should put back its calls on the key now (a check failed): not when it
+   * did within `withinMs` (checks failing while the key is held find the same loss).
+   */
+  restoreDue(namespace: string, key: string, withinMs: number, now = Date.now()): boolean {
+    const journal = this.#namespaces.get(namespace)?.get(key);
+    return journal !== undefined && now - journal.restoredAt >= withinMs;
+  }
+
+  /** This process put back its calls on the key at `now`. */
+  restoredNow(namespace: string, key: string, now = Date.now()): void {
+    const journal = this.#namespaces.get(namespace)?.get(key);
+    if (journal) journal.restoredAt = now;
+  }
+
+  /** The namespace's keys not checked since `before` (`Date.now()` ms). */
+  unchecked(namespace: string, before: number): string[] {
+    const out: string[] = [];
+    for (const [key, journal] of this.#namespaces.get(namespace) ?? []) if (journal.checkedAt < before) out.push(key);
+    return out;
+  }
+
+  namespaces(): string[] {
+    return [...this.#namespaces.keys()];
+  }
+
+  /** The namespace's keys (or those of `only`) with the slots that still count at `storeNow`. */
+  entriesOf(namespace: string, storeNow: number, only?: readonly string[]): Array<{ key: string; retainMs: number; entries: JournalEntry[] }> {
+    this.prune(storeNow);
+    const out = [];
+    const keys = this.#namespaces.get(namespace);
+    for (const key of only ?? keys?.keys() ?? []) {
+      const journal = keys?.get(key);
+      if (journal) out.push({ key, retainMs: journal.retainMs, entries: this.#entriesOf(journal, storeNow) });
+    }
+    return out;
+  }
+
+  /** A key's slots that still count at `storeNow`: its calls without a completion, then its completed ones. */
+  #entriesOf(journal: KeyJournal, storeNow: number): JournalEntry[] {
+    const { retainMs, pending, members, scores } = journal;
+    const entries: JournalEntry[] = [];
+    for (const [number, score] of pending) {
+      if (score + retainMs > storeNow) entries.push({ member: this.#member(number), score });
+    }
+    for (let i = journal.head; i < scores.length; i++) {
+      if (scores[i]! + retainMs > storeNow) entries.push({ member: this.#member(members[i]!), score: scores[i]! });
+    }
+    return entries;
+  }
+
+  /** Drops slots that no longer count anywhere (as the store's own expiry would); returns the slots left. */
+  prune(storeNow: number): number {
+    for (const [namespace, keys] of this.#namespaces) {
+      for (const [key, journal] of keys) {
+        const { retainMs, pending, scores } = journal;
+        for (const [number, score] of pending) {
+          if (score + retainMs <= storeNow) {
+            pending.delete(number);
+            this.#size -= 1;
+          }
+        }
+        // Completions come roughly in time order: drop from the front while they no longer count.
+        // One that came out of order waits behind the one before it (by at most the spread of
+        // response times): kept a little longer, never dropped early.
+        while (journal.head < scores.length && scores[journal.head]! + retainMs <= storeNow) {
+          journal.head += 1;
+          this.#size -= 1;
+        }
+        if (journal.head > 32 && journal.head * 2 > scores.length) {
+          journal.members = journal.members.slice(journal.head);
+          journal.scores = scores.slice(journal.head);
+          journal.head = 0;
+        }
+        if (pending.size === 0 && journal.head === journal.scores.length) keys.delete(key);
+      }
+      if (keys.size === 0) this.#namespaces.delete(namespace);
+    }
+    return this.#size;
+  }
+}
+
+/** The checks of a batch's keys (lua/includes/check.lua): each key's witness. */
+export interface Checks {
+  witness(key: string): Witness | undefined;
+}
