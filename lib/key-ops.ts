@@ -32,7 +32,7 @@ export interface KeyOpsContext {
 /** The names `limit()` takes. */
 const LIMIT_OPTIONS = ['cost'] as const satisfies ReadonlyArray<keyof LimitOptions>;
 
-/** The throttle's operations on one key besides `schedule()`: `inspect`, `pause`, `reset`, `limit` and `lineUp`. */
+/** The throttle's operations on one key besides `schedule()`: `inspect`, `pause`, `reset`, `limit`, `lineUp` and `shortestWindow`. */
 export class KeyOps {
   readonly #c: KeyOpsContext;
 
@@ -82,6 +82,12 @@ export class KeyOps {
     } catch (error) {
       throw storeError(error);
     }
+  }
+
+  async shortestWindow(key: KeyInput): Promise<number> {
+    const call = await prepareCall(this.#c.callDefaults, oneKey('shortestWindow', key), {});
+    const windows = call.rules.map((rule) => rule.windowMs).filter((windowMs) => windowMs > 0);
+    return windows.length === 0 ? 0 : Math.min(...windows);
   }
 
   async reset(key: KeyInput): Promise<void> {

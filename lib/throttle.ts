@@ -7,7 +7,7 @@ import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { throttleWrap } from './adapters/wrap.js';
 import { PAUSED } from './slot-plan.js';
-import { alsoOf, bindingKey, keysOf, limitedError, oneKey, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
+import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
 import { Completions, grantOf, Slots, type Grant } from './completions.js';
 import { CallTimeoutError, QueueFullError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
 import { StoreClient, type Call } from './store-client.js';
@@ -268,10 +268,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * The shortest window of `key`'s rules, ms (0 for a key under caps on calls in flight alone).
    * @internal for the job-queue adapters (lib/adapters/bullmq.ts).
    */
-  async shortestWindow(key: KeyInput): Promise<number> {
-    const call = await prepareCall(this.#callDefaults, oneKey('shortestWindow', key), {});
-    const windows = call.rules.map((rule) => rule.windowMs).filter((windowMs) => windowMs > 0);
-    return windows.length === 0 ? 0 : Math.min(...windows);
+  shortestWindow(key: KeyInput): Promise<number> {
+    return this.#keyOps.shortestWindow(key);
   }
 
   /**

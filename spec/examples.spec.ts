@@ -11,16 +11,21 @@ import { redisServer } from './support/hooks.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
+/** Runs scripts/examples/`file` through tsx against the run's Redis, with `env` added; its output's lines. */
+async function runExample(file: string, env: Record<string, string>): Promise<string[]> {
+  const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', `scripts/examples/${file}`], {
+    cwd: ROOT,
+    env: { ...process.env, REDIS_URL: redisServer().url, ...env },
+    timeout: 25_000,
+  });
+  return stdout.trim().split('\n');
+}
+
 describe('examples', function () {
   this.timeout(30_000);
 
   it('node-redis: two workers on node-redis clients keep 5 calls per second per user between them', async () => {
-    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'scripts/examples/node-redis.ts'], {
-      cwd: ROOT,
-      env: { ...process.env, REDIS_URL: redisServer().url, EXAMPLE_CALLS: '6' },
-      timeout: 25_000,
-    });
-    const lines = stdout.trim().split('\n');
+    const lines = await runExample('node-redis.ts', { EXAMPLE_CALLS: '6' });
     expect(lines.map((line) => line.split(':')[0])).to.deep.equal(['alice', 'bob']);
     for (const line of lines) {
       const starts = [...line.matchAll(/(\d+) ms \(worker (\d)\)/g)];
@@ -38,12 +43,7 @@ describe('examples', function () {
   });
 
   it("bullmq: light users run at once while the heavy user's jobs are delayed to 5 a second", async () => {
-    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'scripts/examples/bullmq.ts'], {
-      cwd: ROOT,
-      env: { ...process.env, REDIS_URL: redisServer().url, EXAMPLE_HEAVY_JOBS: '12' },
-      timeout: 25_000,
-    });
-    const lines = stdout.trim().split('\n');
+    const lines = await runExample('bullmq.ts', { EXAMPLE_HEAVY_JOBS: '12' });
     expect(lines.at(-1)).to.match(/^18 jobs completed, \d+ delays$/);
     expect(Number(/(\d+) delays/.exec(lines.at(-1)!)![1])).to.be.at.least(7);
     const times = new Map(lines.slice(0, -1).map((line) => [line.split(':')[0]!, [...line.matchAll(/\d+(?=,| ms)/g)].map(Number)]));
