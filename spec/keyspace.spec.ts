@@ -1,8 +1,9 @@
 /**
  * Nothing left behind: every Redis key a throttle writes per user expires when its namespace goes
- * idle, and after a run and `close()` the keyspace holds nothing of the namespace but its epoch once
- * its longest window has passed. The epoch (a few bytes per namespace, not per user) has no time to
- * live on purpose: only a loss removes it, so silence never looks like one (docs/design.md §9).
+ * idle, and after a run and `close()` the keyspace holds nothing of the namespace but its epoch and
+ * its mark once its longest window has passed. The epoch and the mark (a few bytes per namespace, not
+ * per user) have no time to live on purpose: only a loss removes them, so silence never looks like
+ * one (docs/design.md §7, §9).
  * Scans the run's own Redis.
  */
 import { expect } from 'chai';
@@ -47,22 +48,25 @@ describe('keyspace: nothing left behind', function () {
     await store.close();
   }
 
-  it('leaves every user key with a time to live no longer than the longest window, and the epoch alone after it', async () => {
+  it('leaves every user key with a time to live no longer than the longest window, and the epoch and the mark alone after it', async () => {
     const client = redisClient();
     const prefix = uniquePrefix();
     await run(client, prefix);
     const closedAt = performance.now();
     const left = await keysOf(client, prefix);
     const epoch = `${prefix}:acme:epoch`;
+    const mark = `${prefix}:acme:mark`;
     expect(left.get(epoch), 'the epoch never expires').to.equal(-1);
+    expect(left.get(mark), 'the mark never expires').to.equal(-1);
     left.delete(epoch);
+    left.delete(mark);
     expect(left.size).to.be.above(4);
     for (const [key, ttl] of left) expect(ttl, key).to.be.above(0);
     // The calls' history counts a window after their release.
     const idleMs = windowMs + 100;
     for (const [key, ttl] of left) expect(ttl, key).to.be.at.most(idleMs);
     await new Promise((resolve) => setTimeout(resolve, idleMs - (performance.now() - closedAt)));
-    expect([...(await keysOf(client, prefix)).keys()]).to.deep.equal([epoch]);
+    expect([...(await keysOf(client, prefix)).keys()].sort()).to.deep.equal([epoch, mark]);
   });
 
   it('while Redis evicts (a kept namespace), the same run leaves its keys without a time to live, their lifetimes in the index, which gives them back: nothing left after the window either', async () => {
@@ -78,12 +82,13 @@ describe('keyspace: nothing left behind', function () {
     const left = await keysOf(client, prefix);
     expect(left.has(`${prefix}:acme:{acme}:gone:log`), 'a kept key past its time').to.equal(false);
     const epoch = `${prefix}:acme:epoch`;
+    const mark = `${prefix}:acme:mark`;
     const index = new Map<string, number>();
     const entries = await client.zrange(kept, '0', '-1', 'WITHSCORES');
     for (let i = 0; i < entries.length; i += 2) index.set(entries[i]!, Number(entries[i + 1]));
     expect(left.size).to.be.above(5);
     for (const [key, ttl] of left) {
-      if (key === epoch || key === kept) continue;
+      if (key === epoch || key === mark || key === kept) continue;
       expect(ttl, `${key} has no time to live`).to.equal(-1);
       expect(index.get(key), `${key} in the index`).to.be.a('number');
     }
@@ -99,9 +104,10 @@ describe('keyspace: nothing left behind', function () {
     const after = await keysOf(client, prefix);
     expect(after.has(kept), 'the index').to.equal(false);
     after.delete(epoch);
+    after.delete(mark);
     for (const [key, ttl] of after) expect(ttl, key).to.be.within(1, windowMs + 100);
     await new Promise((resolve) => setTimeout(resolve, windowMs + 100));
-    expect([...(await keysOf(client, prefix)).keys()]).to.deep.equal([epoch]);
+    expect([...(await keysOf(client, prefix)).keys()].sort()).to.deep.equal([epoch, mark]);
   });
 
   it('keys that had times to live before the namespace was kept lose them at the next batch that opens them, meta included', async () => {

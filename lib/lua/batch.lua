@@ -5,7 +5,7 @@
 
   KEYS     for each key used, its two keys: log, meta (includes/log.lua); then, when EPOCH is not
            empty, the namespace's epoch key (epoch.lua); then, when KEPT is '1', the namespace's
-           index of kept keys (includes/log.lua)
+           index of kept keys and its mark (includes/log.lua)
   ARGV[1]  EPOCH    the epoch value the caller knows ('' = no check)
   ARGV[2]  TAG      this process's member suffix (members are <number><TAG>), which also names it
                     in a key's list of waiting processes
@@ -15,7 +15,7 @@
   ARGV[5]  FIELDS   everything else, as one MessagePack array of numbers, A below (unpacked in C:
                     far cheaper than hundreds of arguments, or a text to split; packNumbers in
                     lib/stores/redis-batch.ts):
-  ARGV[6]  KEPT     '1': the last key is the index of kept keys (a standalone Redis)
+  ARGV[6]  KEPT     '1': the last two keys are the index of kept keys and the mark (a standalone Redis)
   A[1]     S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
                     LIMIT, WINDOW, BUCKET (includes/decide.lua)
            then the operations, to the end of A, each its code (VT_OP_*, declared with the other
@@ -27,6 +27,11 @@
              COMPLETE     K, N, then N pairs NUMBER, RELEASE_AT (includes/complete.lua)
              LEAVE        K: this process no longer waits on the key (it leaves its waiting list)
              CHECK        K, NUMBER, SCORE, KEY_UNTIL (includes/check.lua), before the key's decisions
+             WITNESS      K, NUMBER, SCORE, KEY_UNTIL, DEADLINE: the same witness, checked by the key's
+                          first booking of one slot (includes/decide.lua, vt_key_book), or looked up
+                          after its decisions if none booked; DEADLINE: the life this process last
+                          gave the log (store clock ms), valid while the witness is there. Before the
+                          key's DECIDE operations; its calls of several keys use CHECK
              CHECK_FULL   the same, and the key's hold and replication id read too (the heartbeat's
                           check of a key no decision follows)
              TIDY         K, RETAIN (includes/complete.lua), after the key's other operations
@@ -44,17 +49,17 @@
 --- @include "log"
 --- @include "buckets"
 --- @include "waiters"
+--- @include "check"
 --- @include "decide"
 --- @include "complete"
---- @include "check"
 
 local A = cmsgpack.unpack(ARGV[5])
 
 local epoch_key = nil
 local last_key = #KEYS
 if ARGV[6] == '1' then
-  vt_kept(KEYS[last_key])
-  last_key = last_key - 1
+  vt_namespace(KEYS[last_key - 1], KEYS[last_key])
+  last_key = last_key - 2
 end
 if ARGV[1] ~= '' then epoch_key = KEYS[last_key] end
 local ready, epoch_names_redis = vt_epoch(epoch_key, ARGV[1])
@@ -114,8 +119,26 @@ local last = #A
 local lost = {}
 local checks = {}
 local pauses = {}
-local env = { grace = tonumber(ARGV[4]), replid = '' }
+local witnesses = {}
+local env = { grace = tonumber(ARGV[4]), replid = '', marked = math.huge }
 local per_key_replid = not epoch_names_redis and env.grace > 0
+-- The namespace's mark, read once (a standalone Redis; math.huge elsewhere: meta is always read).
+local marked_read = VT_MARK == nil
+local function vt_marked()
+  if not marked_read then
+    marked_read = true
+    env.marked = tonumber(redis.call('GET', VT_MARK) or 0)
+  end
+  return env.marked
+end
+-- A key found lost (K): no decision on it is made, it is held, and the namespace's epoch ends.
+local function vt_lost(k)
+  lost[k] = true
+  -- A key lost on a standalone Redis (evicted, most likely in a storm that takes others too):
+  -- the namespace's epoch ends with it, so that every process puts back all its calls under one
+  -- grace period before anything new is decided, whether or not a hold on this key survives.
+  if epoch_key ~= nil then redis.call('DEL', epoch_key) end
+end
 -- A VT_STATUS_NOT_MADE answer per call: a decision on a key that lost its data is not made.
 local function vt_not_made(calls)
   for c = 1, calls do
@@ -131,6 +154,7 @@ while i <= last do
     now = vt_now()
     out[2] = math.ceil(now)
     if per_key_replid then env.replid = vt_replid() end
+    vt_marked()
   end
   if op == VT_OP_DECIDE then
     if lost[k] then
@@ -138,7 +162,15 @@ while i <= last do
       vt_not_made(count)
       i = i + 6 + 2 * count
     else
-      i = vt_decide(KEYS[2 * k - 1], KEYS[2 * k], now, ready, tag, channel, sets[tonumber(A[i + 2])], A, i + 3, out, env)
+      local found_lost
+      local witness = witnesses[k]
+      i, found_lost = vt_decide(KEYS[2 * k - 1], KEYS[2 * k], now, ready, tag, channel, sets[tonumber(A[i + 2])], A, i + 3, out, env, witness)
+      witnesses[k] = nil
+      if found_lost then
+        vt_hold(KEYS[2 * k - 1], KEYS[2 * k], now, env.grace)
+        vt_lost(k)
+        checks[witness.at] = VT_CHECK_LOST
+      end
     end
   elseif op == VT_OP_DECIDE_KEYS then
     local n = k
@@ -160,26 +192,24 @@ while i <= last do
     end
     i = at + 3
   elseif op == VT_OP_COMPLETE then
-    i = vt_complete(KEYS[2 * k - 1], KEYS[2 * k], tag, channel, A, i + 2)
+    i = vt_complete(KEYS[2 * k - 1], KEYS[2 * k], tag, channel, A, i + 2, vt_marked())
   elseif op == VT_OP_LEAVE then
     vt_leave(KEYS[2 * k - 1], KEYS[2 * k], tag, channel)
     i = i + 2
   elseif op == VT_OP_CHECK or op == VT_OP_CHECK_FULL then
     local status
     status, i = vt_check(KEYS[2 * k - 1], KEYS[2 * k], tag, now, env.grace, env.replid, A, i + 2, op == VT_OP_CHECK_FULL)
-    if status == VT_CHECK_LOST then
-      lost[k] = true
-      -- A key lost on a standalone Redis (evicted, most likely in a storm that takes others too):
-      -- the namespace's epoch ends with it, so that every process puts back all its calls under one
-      -- grace period before anything new is decided, whether or not a hold on this key survives.
-      if epoch_key ~= nil then redis.call('DEL', epoch_key) end
-    end
+    if status == VT_CHECK_LOST then vt_lost(k) end
     checks[#checks + 1] = status
+  elseif op == VT_OP_WITNESS then
+    checks[#checks + 1] = VT_CHECK_WHOLE
+    witnesses[k] = { number = A[i + 2], score = tonumber(A[i + 3]), until_ms = tonumber(A[i + 4]), deadline = tonumber(A[i + 5]), at = #checks }
+    i = i + 6
   elseif op == VT_OP_PAUSED then
     pauses[#pauses + 1] = tonumber(redis.call('HGET', KEYS[2 * k], 'pause') or 0)
     i = i + 2
   elseif op == VT_OP_TIDY then
-    vt_tidy(KEYS[2 * k - 1], KEYS[2 * k], now, tonumber(A[i + 2]))
+    vt_tidy(KEYS[2 * k - 1], KEYS[2 * k], tag, now, tonumber(A[i + 2]))
     i = i + 3
   else
     return redis.error_reply('vtBatch: unknown operation ' .. tostring(A[i]))

@@ -14,6 +14,7 @@
                      the line has no more use (the end of every current window; vt_tidy keeps meta
                      until then)
   KEYS[2]  kept      the namespace's index of kept keys (includes/log.lua); none on a Cluster
+  KEYS[3]  mark      the namespace's mark (includes/log.lua); none on a Cluster
   ARGV[1]  FROM      ms from now: the soonest the caller's call could start
   ARGV[2]  COST      places the call takes (at most the smallest LIMIT)
   ARGV[3]  BEHIND    '1': only behind places not due yet
@@ -24,7 +25,7 @@
 --- @include "log"
 
 local meta = KEYS[1]
-vt_kept(KEYS[2])
+vt_namespace(KEYS[2], KEYS[3])
 local now = math.ceil(vt_now())
 local at = now + math.ceil(tonumber(ARGV[1]))
 local cost = tonumber(ARGV[2])

@@ -10,6 +10,7 @@
   KEYS[1]  meta      hash of the key (includes/log.lua); field `pause` = no start before this (ms)
   KEYS[2]  log       sorted set of the key's slots
   KEYS[3]  kept      the namespace's index of kept keys (includes/log.lua); none on a Cluster
+  KEYS[4]  mark      the namespace's mark (includes/log.lua); none on a Cluster
   ARGV[1]  MS        pause length from now, ms
   ARGV[2]  MAX_HOLD  the caller's maxHoldMs: a slot scored above now + MAX_HOLD was booked ahead
                      (includes/log.lua, vt_booked_ahead_above); 0 leaves the log alone
@@ -19,11 +20,12 @@
 --- @include "log"
 
 local meta, log = KEYS[1], KEYS[2]
-vt_kept(KEYS[3])
+vt_namespace(KEYS[3], KEYS[4])
 local now = vt_now()
 local now_ms = math.ceil(now)
 local pause = math.max(now_ms + math.ceil(tonumber(ARGV[1])), tonumber(redis.call('HGET', meta, 'pause') or 0))
 redis.call('HSET', meta, 'pause', pause)
+vt_mark(pause)
 vt_keep(meta, pause - now_ms + 1, now_ms)
 local max_hold = tonumber(ARGV[2] or 0)
 if max_hold > 0 then

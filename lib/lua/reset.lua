@@ -7,6 +7,7 @@
   KEYS[1]  log   sorted set of slots (includes/log.lua)
   KEYS[2]  meta  hash of the key
   KEYS[3]  kept  the namespace's index of kept keys (includes/log.lua); none on a Cluster
+  KEYS[4]  mark  the namespace's mark (includes/log.lua); none on a Cluster
   ARGV[1]  RETAIN    ms of history the key keeps (its longest window at least)
   ARGV[2]  CHANNEL   the namespace's channel prefix (includes/waiters.lua)
   ARGV[3]  MAX_HOLD  ms: a slot released later than now + MAX_HOLD was booked ahead, and stays
@@ -19,7 +20,7 @@
 --- @include "waiters"
 
 local log, meta = KEYS[1], KEYS[2]
-vt_kept(KEYS[3])
+vt_namespace(KEYS[3], KEYS[4])
 local now = vt_now()
 local cut = vt_booked_ahead_above(now, tonumber(ARGV[3]))
 local top = redis.call('ZREVRANGEBYSCORE', log, cut, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)

@@ -7,6 +7,7 @@
   KEYS[1]  log       sorted set of slots (see includes/log.lua)
   KEYS[2]  meta      hash of the key
   KEYS[3]  kept      the namespace's index of kept keys (includes/log.lua); none on a Cluster
+  KEYS[4]  mark      the namespace's mark (includes/log.lua); none on a Cluster
   ARGV[1]  RETAIN    ms of history to keep
   ARGV[2]  RELATIVE  1: scores are ms from the store's now; 0: absolute store-clock times (ms)
   ARGV[3]  HOLD      ms to hold the key from now (0: none), when this put back anything: a key found
@@ -20,7 +21,7 @@
 --- @include "log"
 
 local log, meta = KEYS[1], KEYS[2]
-vt_kept(KEYS[3])
+vt_namespace(KEYS[3], KEYS[4])
 local retain = tonumber(ARGV[1])
 local relative = ARGV[2] == '1'
 local hold = tonumber(ARGV[3])

@@ -114,22 +114,36 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   // Keys checked, in the order of their checks.
   const checked: string[] = [];
   const seen = new Set<string>();
-  const check = (key: string, full: boolean): void => {
+  // How a key is checked: its witness looked up at once (CHECK; FULL, meta too), or added by its first booking (WITNESS).
+  const check = (key: string, how: 'full' | 'now' | 'booking'): void => {
     if (seen.has(key)) return;
     seen.add(key);
     const witness = checks?.witness(key);
     if (witness === undefined) return;
-    args.push(full ? OP.checkFull : OP.check, indexOf(key), witness.number, Math.ceil(witness.score), Math.floor(witness.keyUntil));
+    const { number, score, keyUntil, deadline } = witness;
+    if (how === 'booking') args.push(OP.witness, indexOf(key), number, Math.ceil(score), Math.floor(keyUntil), Math.floor(deadline));
+    else args.push(how === 'full' ? OP.checkFull : OP.check, indexOf(key), number, Math.ceil(score), Math.floor(keyUntil));
     checked.push(key);
   };
+  // Keys of calls of several keys: checked at once, before any of their keys is booked.
+  const shared = new Set<string>();
+  for (const op of ops) {
+    if (op.type === 'd' && op.also.length > 0) for (const key of [op.key, ...op.also.map((part) => part.key)]) shared.add(key);
+  }
   for (const [key, keyOps] of byKey) {
     const k = indexOf(key);
     const pairs: number[] = [];
     let leave = false;
     let tidy = 0;
     // Before anything is decided on the key (a key a process holds nothing on has no witness). A
-    // decision reads meta itself; a check without one reads it too (full).
-    if (checks && keyOps.some((op) => op.type === 'd' || op.type === 'k')) check(key, !keyOps.some((op) => op.type === 'd'));
+    // decision reads meta itself; a check without one reads it too (full). A key of exact rules
+    // decided alone is checked by its first booking (no command of its own); one with a bucketed
+    // rule at once (a fold may have moved the witness: meta `f` tells).
+    if (checks && keyOps.some((op) => op.type === 'd' || op.type === 'k')) {
+      const decided = keyOps.some((op) => op.type === 'd');
+      const bucketed = keyOps.some((op) => op.type === 'd' && op.rules.some((rule) => rule.bucketMs !== undefined && rule.bucketMs > 0));
+      check(key, !decided ? 'full' : bucketed || shared.has(key) ? 'now' : 'booking');
+    }
     const groups = new Map<string, Op[]>();
     for (const op of keyOps) {
       if (op.type === 'c') {
@@ -171,7 +185,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   // Calls of several keys last, after every completion of the batch.
   for (const op of several) {
     const parts = [op, ...op.also];
-    for (const part of parts) check(part.key, false);
+    for (const part of parts) check(part.key, 'now');
     args.push(OP.decideKeys, parts.length);
     for (const part of parts) args.push(indexOf(part.key), setOf(op.maxHoldMs, part.retainMs, part.rules));
     args.push(op.cost, maxDelayArg(op.maxDelayMs), op.first);

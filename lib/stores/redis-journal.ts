@@ -1,3 +1,5 @@
+import { CODES } from './redis-scripts.js';
+
 /*
  * The journal (docs/design.md §9): what this process booked in a shared store and still counts
  * there, slot by slot, until each falls out of every window. The store writes it with each booking
@@ -16,6 +18,16 @@ export interface Witness {
   readonly score: number;
   /** Until then the slot counts: no trim removes it before. */
   readonly keyUntil: number;
+}
+
+/**
+ * This process's newest slot on a key, and until when the key must hold it (store clock, ms): a
+ * decision checks it before it relies on the key (lua/includes/check.lua), with the life this process
+ * believes the key's log has.
+ */
+export interface KeyWitness extends Witness {
+  /** The life this process last gave the log (store clock ms), 0 when unknown: valid while the witness is there. */
+  readonly deadline: number;
 }
 
 /** A witness's times are this much earlier than the slot's own (rounding of the scores written). */
@@ -38,6 +50,16 @@ interface KeyJournal {
   readonly pending: Map<number, number>;
   /** The highest number in `pending` (numbers only grow), or -1 when it must be found again. */
   newest: number;
+  /** The highest number among completed calls, and its completion. */
+  newestDone: number;
+  newestDoneScore: number;
+  /**
+   * The life this process last gave the key's log (store clock ms), and the number of the booking
+   * that did: the log lives at least that long while a witness of that number or later is there
+   * (lua/includes/decide.lua, vt_key_close).
+   */
+  deadline: number;
+  deadlineNumber: number;
   /**
    * Completed calls, in the order their completions came: slot numbers and completion times as
    * two packed arrays of numbers (16 bytes a call, where a Map entry costs about 100), since a key
@@ -67,6 +89,7 @@ export class Journal {
 
   /** Slots booked: numbers `first` .. `first + count - 1`, each with its bound. */
   book(namespace: string, key: string, first: number, count: number, bound: number, retainMs: number, storeNow: number): void {
+    // What the booking's script did to the log's life, or less (lua/includes/decide.lua, vt_key_close).
     // The store's reading comes rounded up and Date.now() truncated: 2 ms less, so that the estimate
     // never runs ahead of the store's clock (pruning a slot before it stops counting there).
     this.clockOffsetMs = storeNow - Date.now() - 2;
@@ -76,6 +99,16 @@ export class Journal {
       journal.pending.set(number, bound);
     }
     if (journal.newest >= 0) journal.newest = Math.max(journal.newest, first + count - 1);
+    const need = bound + retainMs;
+    if (need > journal.deadline) {
+      journal.deadline = need + expirySlack(retainMs);
+      journal.deadlineNumber = first;
+    }
+  }
+
+  /** The key's data was lost, or this process put back its calls there: what it believed of the log's life no longer holds. */
+  #forget(journal: KeyJournal): void {
+    journal.deadline = 0;
   }
 
   /**
@@ -105,6 +138,10 @@ export class Journal {
   }
 
   #complete(journal: KeyJournal, number: number, score: number): void {
+    if (number > journal.newestDone) {
+      journal.newestDone = number;
+      journal.newestDoneScore = score;
+    }
     journal.members.push(number);
     journal.scores.push(score);
     this.#size += 1;
@@ -114,7 +151,23 @@ export class Journal {
     let keys = this.#namespaces.get(namespace);
     if (!keys) this.#namespaces.set(namespace, (keys = new Map()));
     let journal = keys.get(key);
-    if (!journal) keys.set(key, (journal = { retainMs, checkedAt: 0, restoredAt: 0, pending: new Map(), newest: -1, members: [], scores: [], head: 0 }));
+    if (!journal) {
+      journal = {
+        retainMs,
+        checkedAt: 0,
+        restoredAt: 0,
+        pending: new Map(),
+        newest: -1,
+        newestDone: -1,
+        newestDoneScore: 0,
+        deadline: 0,
+        deadlineNumber: 0,
+        members: [],
+        scores: [],
+        head: 0,
+      };
+      keys.set(key, journal);
+    }
     journal.retainMs = Math.max(journal.retainMs, retainMs);
     return journal;
   }
@@ -126,15 +179,16 @@ export class Journal {
   }
 
   /**
-   * The newest of this process's slots on the key that still counts at `storeNow` (a call without a
-   * completion, else the latest completed), or undefined when none does: a key this process holds
-   * nothing on needs no check. Marks the key checked at `checkedAt`.
+   * The newest of this process's slots on the key (the one booked last, whether its call completed
+   * or not) that still counts at `storeNow`, or undefined when none does: a key this process holds
+   * nothing on needs no check. Its `deadline` is what this process believes of the log's life, 0
+   * when the belief does not rest on this witness. Marks the key checked at `checkedAt`.
    */
-  witness(namespace: string, key: string, storeNow: number, checkedAt = Date.now()): Witness | undefined {
+  witness(namespace: string, key: string, storeNow: number, checkedAt = Date.now()): KeyWitness | undefined {
     const journal = this.#namespaces.get(namespace)?.get(key);
     if (!journal) return undefined;
     journal.checkedAt = checkedAt;
-    const { retainMs, pending, members, scores } = journal;
+    const { retainMs, pending } = journal;
     let number = -1;
     let score = 0;
     if (pending.size > 0) {
@@ -145,12 +199,13 @@ export class Journal {
       number = journal.newest;
       score = pending.get(number)!;
     }
-    if (number < 0 && journal.head < scores.length) {
-      number = members[members.length - 1]!;
-      score = scores[scores.length - 1]!;
+    if (journal.newestDone > number && journal.newestDoneScore + retainMs - WITNESS_MARGIN_MS > storeNow) {
+      number = journal.newestDone;
+      score = journal.newestDoneScore;
     }
     if (number < 0 || score + retainMs - WITNESS_MARGIN_MS <= storeNow) return undefined;
-    return { number, score, keyUntil: score + retainMs - WITNESS_MARGIN_MS };
+    const deadline = number >= journal.deadlineNumber ? journal.deadline : 0;
+    return { number, score, keyUntil: score + retainMs - WITNESS_MARGIN_MS, deadline };
   }
 
   /**
@@ -165,7 +220,14 @@ export class Journal {
   /** This process put back its calls on the key at `now`. */
   restoredNow(namespace: string, key: string, now = Date.now()): void {
     const journal = this.#namespaces.get(namespace)?.get(key);
-    if (journal) journal.restoredAt = now;
+    if (!journal) return;
+    journal.restoredAt = now;
+    this.#forget(journal);
+  }
+
+  /** The store lost the namespace's data: what this process believed of its logs' lives no longer holds. */
+  forgetLives(namespace: string): void {
+    for (const journal of this.#namespaces.get(namespace)?.values() ?? []) this.#forget(journal);
   }
 
   /** The namespace's keys not checked since `before` (`Date.now()` ms). */
@@ -237,5 +299,10 @@ export class Journal {
 
 /** The checks of a batch's keys (lua/includes/check.lua): each key's witness. */
 export interface Checks {
-  witness(key: string): Witness | undefined;
+  witness(key: string): KeyWitness | undefined;
+}
+
+/** The slack a log's life gets beyond its latest booking's need, as lua/includes/decide.lua gives it. */
+function expirySlack(retainMs: number): number {
+  return Math.min(Math.max(retainMs, CODES.expiry.slackMinMs), CODES.expiry.slackMaxMs);
 }

@@ -223,6 +223,7 @@ export class Recovery {
     }
     this.#epochs.delete(namespace);
     this.#unrecovered.add(namespace);
+    this.journal.forgetLives(namespace);
     this.generation += 1;
     for (let attempt = 1; ; attempt++) {
       const grace = this.#holdGrace(namespace, epoch);

@@ -7,7 +7,7 @@ import { PAUSED, RECOVERING } from '../slot-plan.js';
  */
 export const CODES = {
   /** lua/batch.lua: the first field of each operation (its fields: the script's header). */
-  op: { decide: 1, decideKeys: 2, complete: 3, leave: 4, check: 5, checkFull: 6, tidy: 7, paused: 8 },
+  op: { decide: 1, decideKeys: 2, complete: 3, leave: 4, check: 5, checkFull: 6, tidy: 7, paused: 8, witness: 9 },
   /**
    * A decided call's status (lua/includes/decide.lua); `notMade`: its key was found lost, asked
    * again once put back; `bookedNow`: booked to start at once, answered in this one value.
@@ -17,6 +17,11 @@ export const CODES = {
   batch: { done: 1, epochChanged: 3 },
   /** What a key's check found (lua/includes/check.lua). */
   check: { whole: 0, lost: 1, held: 2 },
+  /**
+   * The slack a log's life gets beyond what its latest booking needs (its retain, within these
+   * bounds), so that the next bookings of the process need not set it again (lua/includes/decide.lua).
+   */
+  expiry: { slackMinMs: 1000, slackMaxMs: 10_000 },
   /** A decision's rule index when no rule set the start: none, a vendor pause, a hold after a loss. */
   rule: { none: -1, paused: PAUSED, recovering: RECOVERING },
 } as const;
@@ -35,7 +40,7 @@ function snakeCase(name: string): string {
  * lines replaced by `lib/lua/includes/name.lua`. Command names carry a version so that two library
  * versions sharing one client never run each other's script.
  */
-export const SCRIPT_VERSION = 19;
+export const SCRIPT_VERSION = 20;
 
 /** A script: its name (the ioredis command it is defined as) and its text. */
 export interface ScriptDefinition {

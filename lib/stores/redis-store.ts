@@ -305,11 +305,12 @@ export class RedisStore implements Store {
   }
 
   /**
-   * The namespace's index of kept keys, as the last key of a script (lua/includes/log.lua, "Key
-   * lifetimes"); none on a Cluster, where a script reaches one slot.
+   * The namespace's index of kept keys and its mark, as the last keys of a script
+   * (lua/includes/log.lua, "Key lifetimes" and `VT_MARK`); none on a Cluster, where a script
+   * reaches one slot.
    */
   #kept(namespace: string): string[] {
-    return this.#cluster ? [] : [`${this.prefix}:${namespace}:kept`];
+    return this.#cluster ? [] : [`${this.prefix}:${namespace}:kept`, `${this.prefix}:${namespace}:mark`];
   }
 
   #member(number: number): string {

@@ -22,11 +22,19 @@
   `r`: a failover since; the caller puts back its calls too, harmless if they are there), and the
   index in A after its arguments.
 ]]
+-- Whether a witness found gone, scored SCORE, is a loss: not when a fold moved it into the buckets.
+local function vt_witness_lost(meta, score)
+  return tonumber(redis.call('HGET', meta, 'f') or 0) < score
+end
+
+-- Whether WITNESS { number, score, until_ms } is gone from LOG while it counts: a loss.
+local function vt_witness_missing(log, meta, tag, now, witness)
+  return now < witness.until_ms and not redis.call('ZSCORE', log, witness.number .. tag) and vt_witness_lost(meta, witness.score)
+end
+
 local function vt_check(log, meta, tag, now, grace, replid, a, i, full)
   local status = VT_CHECK_WHOLE
-  if now < tonumber(a[i + 2]) and not redis.call('ZSCORE', log, a[i] .. tag) then
-    if tonumber(redis.call('HGET', meta, 'f') or 0) < tonumber(a[i + 1]) then status = VT_CHECK_LOST end
-  end
+  if vt_witness_missing(log, meta, tag, now, { number = a[i], score = tonumber(a[i + 1]), until_ms = tonumber(a[i + 2]) }) then status = VT_CHECK_LOST end
   if status == VT_CHECK_LOST then
     vt_hold(log, meta, now, grace)
   elseif full then

@@ -7,10 +7,12 @@
 
   A[I ..]  N   (1 or more) followed by N pairs: NUMBER (the member is NUMBER followed by TAG),
                RELEASE_AT (ms, store clock; -1 = remove)
+  MARKED   the namespace's mark (includes/log.lua): no process waits on the key past it, so the
+           waiting list is read only when a completion is not later than the mark
 
   Returns the index in A after its arguments.
 ]]
-local function vt_complete(log, meta, tag, channel, a, i)
+local function vt_complete(log, meta, tag, channel, a, i, marked)
   local count = tonumber(a[i])
   -- The latest completion is a time that has passed (no TIME needed): waiting entries long past
   -- theirs belong to processes that stopped asking, and are passed over.
@@ -31,8 +33,10 @@ local function vt_complete(log, meta, tag, channel, a, i)
   for from = 1, #scored, 1000 do
     redis.call('ZADD', log, 'XX', 'LT', unpack(scored, from, math.min(#scored, from + 999)))
   end
-  local value = redis.call('HGET', meta, 'w')
-  if value then vt_waiters_wake(vt_waiters_parse(value), channel, vt_user_key(log), latest) end
+  if marked >= latest then
+    local value = redis.call('HGET', meta, 'w')
+    if value then vt_waiters_wake(vt_waiters_parse(value), channel, vt_user_key(log), latest) end
+  end
   return i + 1 + 2 * count
 end
 
@@ -49,14 +53,21 @@ end
   RETAIN (never shortened: PEXPIRE GT); completions lowered the scores since. The log and meta now
   expire RETAIN after the highest score left (another process's call still in flight keeps its
   bound), meta no earlier than its pause, its hold, the calls a fold moved into its buckets (`f`),
-  or the end of its line of delayed jobs (`le`, line.lua). PEXPIRE LT: never lengthened.
+  or the end of its line of delayed jobs (`le`, line.lua). PEXPIRE LT: never lengthened. The log is
+  left as it is while another process has slots there that still count: that process may rely on
+  the life it gave the log (decide.lua, vt_key_close), and only its own bookings set it again.
 ]]
-local function vt_tidy(log, meta, now, retain)
+local function vt_tidy(log, meta, tag, now, retain)
   local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
   local until_ms = 0
   if top[2] then
     until_ms = tonumber(top[2]) + retain
-    vt_expire(log, until_ms - now, now, 'LT')
+    local counting = redis.call('ZRANGE', log, math.floor(now) - retain, '+inf', 'BYSCORE', 'LIMIT', 0, 1001)
+    local alone = #counting <= 1000
+    for _, member in ipairs(counting) do
+      if string.sub(member, -#tag) ~= tag then alone = false end
+    end
+    if alone then vt_expire(log, until_ms - now, now, 'LT') end
   end
   local fields = redis.call('HMGET', meta, 'pause', 'h', 'f', 'le')
   until_ms = math.max(until_ms, tonumber(fields[1]) or 0, tonumber(fields[2]) or 0, (tonumber(fields[3]) or -retain) + retain, tonumber(fields[4]) or 0)

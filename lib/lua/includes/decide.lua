@@ -56,17 +56,25 @@ local VT_META_FIELDS = { 'pause', 'w', 'h', 'r' }
 -- of a call that none binds.
 local vt_none = {}
 
--- One key of a decision: its state, read once per operation. Trims the log when it holds 32 more than
+-- One key of a decision: its state, read once per operation. meta is read only where it may hold
+-- something a decision needs: while the namespace's mark lies ahead (env.marked: a pause, a hold or
+-- a waiting list may be set; math.huge where there is no mark), for a bucketed rule set, or where
+-- each key names its Redis (env.replid). Trims the log when it holds 32 more than
 -- the history kept and the bookings ahead can count (entries older than the history sit below
 -- every index a rule looks at: trimming them only bounds memory). A key that failed over since its
--- last booking is held (vt_failed_over, includes/log.lua).
-local function vt_key_open(log, meta, set, cut, now, env)
-  local state = redis.call('HMGET', meta, unpack(set.meta_fields))
+-- last booking is held (vt_failed_over, includes/log.lua). WITNESS: this process's newest slot on
+-- the key, checked by the first booking (vt_key_book), or nil.
+local function vt_key_open(log, meta, set, cut, now, env, witness)
+  -- The life this process last gave the log (0: unknown), and its witness: one that no longer counts proves nothing.
+  local deadline = witness and witness.deadline or 0
+  if witness ~= nil and now >= witness.until_ms then witness = nil end
+  local state = vt_none
+  if env.marked >= cut or set.bucketed or env.replid ~= '' then state = redis.call('HMGET', meta, unpack(set.meta_fields)) end
   if vt_failed_over(log, meta, state[VT_STATE_REPLID], env.replid, now, env.grace) then
     state[VT_STATE_HOLD] = math.max(tonumber(state[VT_STATE_HOLD] or 0), math.ceil(now + env.grace))
     state[VT_STATE_REPLID] = env.replid
   end
-  local key = { log = log, meta = meta, set = set, state = state, replid = env.replid, pause = tonumber(state[VT_STATE_PAUSE] or 0), hold = tonumber(state[VT_STATE_HOLD] or 0), folded = vt_none, unfolded = set.bucketed, booked_until = 0, waits_until = 0, fresh = false }
+  local key = { log = log, meta = meta, set = set, state = state, replid = env.replid, pause = tonumber(state[VT_STATE_PAUSE] or 0), hold = tonumber(state[VT_STATE_HOLD] or 0), folded = vt_none, unfolded = set.bucketed, booked_until = 0, waits_until = 0, fresh = false, witness = witness, confirmed = false, deadline = deadline }
   -- Calls in the buckets of each bucketed rule: meta's count as of the last fold, never fewer than
   -- those still counting (buckets change only when calls are folded).
   if set.bucketed then
@@ -191,11 +199,38 @@ local function vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest,
 end
 
 -- Books COST slots at SCORE in KEY: members FIRST .. FIRST+COST-1 followed by TAG (FIRST as sent
--- when COST is 1, the usual call).
-local function vt_key_book(key, score, cost, first, tag)
+-- when COST is 1, the usual call). The first booking on a key with a witness checks it: a call of
+-- one slot adds the witness with it (ZADD NX, no command of its own: it adds 2 where the witness was
+-- gone), a larger one looks it up first. Returns false, booking nothing, when the key lost its data
+-- (the witness gone while it counts, and no fold took it): the caller puts back its calls.
+local function vt_key_book(key, score, cost, first, tag, now)
   -- A booking into an empty log (new, or emptied by a trim or a fold) creates the key: it has no
   -- time to live yet, which PEXPIRE GT would not set.
   if key.size == 0 then key.fresh = true end
+  local witness = key.witness
+  if witness ~= nil then
+    key.witness = nil
+    local member = witness.number .. tag
+    local gone
+    if cost == 1 then
+      gone = redis.call('ZADD', key.log, 'NX', score, first .. tag, witness.score, member) == 2
+      if gone then redis.call('ZREM', key.log, first .. tag) end
+    else
+      gone = not redis.call('ZSCORE', key.log, member)
+    end
+    if gone and vt_witness_lost(key.meta, witness.score) then
+      -- The witness put back (a slot of this process's) may have made the key anew: it lives as the slot counts.
+      if cost == 1 then vt_keep(key.log, witness.score + key.set.retain - now, now) end
+      return false
+    end
+    if gone and cost == 1 then redis.call('ZREM', key.log, member) end
+    key.confirmed = not gone
+    if cost == 1 then
+      key.size = key.size + 1
+      key.booked_until = math.max(key.booked_until, score)
+      return true
+    end
+  end
   if cost == 1 then
     redis.call('ZADD', key.log, score, first .. tag)
   else
@@ -212,16 +247,33 @@ local function vt_key_book(key, score, cost, first, tag)
   end
   key.size = key.size + cost
   key.booked_until = math.max(key.booked_until, score)
+  return true
 end
 
--- After the operation: the log lives until its latest booking plus the history (PEXPIRE GT never
--- shortens the lifetime an earlier booking ahead set), and this process is in the key's list of
+-- The slack a key's lifetime is given beyond what its latest booking needs, so that the next
+-- bookings of the same process need not set it again (lib/stores/redis-journal.ts computes the same).
+local function vt_expiry_slack(retain)
+  return math.min(math.max(retain, VT_EXPIRY_SLACK_MIN_MS), VT_EXPIRY_SLACK_MAX_MS)
+end
+
+-- After the operation: the log lives until its latest booking plus the history and a slack (PEXPIRE
+-- GT never shortens the lifetime an earlier booking ahead set), set only when it must grow: not
+-- when this process's witness was there (no loss since it last set the key's life, to
+-- witness.deadline, which nothing shortens while its slots count: vt_tidy) and that life is long
+-- enough (need <= DEADLINE). This process is in the key's list of
 -- waiting processes until WAITS_UNTIL, or out of it (0) unless STAY (its other calls still wait on
 -- the key: a call of several keys, or one of this key beside them).
 local function vt_key_close(key, now, now_ms, tag, channel, stay)
   if key.booked_until > 0 then
-    local ttl = math.ceil(key.booked_until + key.set.retain - now)
-    if key.fresh then vt_expire(key.log, ttl, now) else vt_expire(key.log, ttl, now, 'GT') end
+    local need = key.booked_until + key.set.retain
+    local ttl = math.ceil(need + vt_expiry_slack(key.set.retain) - now)
+    if key.fresh then
+      -- Never less than this process believes the log has (lib/stores/redis-journal.ts): it keeps
+      -- that belief until it finds its witness gone.
+      vt_expire(key.log, math.max(ttl, key.deadline - now), now)
+    elseif VT_KEPT ~= nil or not key.confirmed or need > key.deadline then
+      vt_expire(key.log, ttl, now, 'GT')
+    end
     -- Which Redis took the booking: written when it changes (a new key, a failover, meta expired).
     if key.replid ~= '' and key.state[VT_STATE_REPLID] ~= key.replid then
       redis.call('HSET', key.meta, 'r', key.replid)
@@ -240,8 +292,10 @@ local function vt_key_close(key, now, now_ms, tag, channel, stay)
   end
 end
 
--- decide: COUNT calls of one key (see the header).
-local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, env)
+-- decide: COUNT calls of one key (see the header). WITNESS: this process's newest slot on the key,
+-- or nil. Returns the index in A after its arguments, and whether the key was found to have lost
+-- its data (its calls from the one that found it on are answered VT_STATUS_NOT_MADE).
+local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, env, witness)
   local now_ms = math.ceil(now)
   -- What no longer counts at CUT no longer counts at now (NOW_MS, rounded up, may lie just past a
   -- slot's end that a call starting at the reading itself must still see).
@@ -250,7 +304,8 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
   local stay = a[i + 1] == 1
   local count = tonumber(a[i + 2])
   local calls_at = i + 3
-  local key = vt_key_open(log, meta, set, cut, now, env)
+  local key = vt_key_open(log, meta, set, cut, now, env, witness)
+  local lost = false
   for c = 0, count - 1 do
     -- The clock as read, not rounded up: a slot is free now only if it is free at the moment the
     -- call can start, which is after this reading, never before it.
@@ -260,9 +315,18 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
     start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, nil, 0)
     local bound, earliest
     bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set.max_hold, rule_index)
+    local answered = #out
     local status, book, waits, start = vt_answer(out, now, now_ms, math.max(ready, key.hold), a[calls_at + 2 * c], start_at, earliest, bound, rule_index)
     if waits then key.waits_until = math.max(key.waits_until, bound) end
-    if book then vt_key_book(key, start + set.max_hold, cost, a[calls_at + 2 * c + 1], tag) end
+    if book and not vt_key_book(key, start + set.max_hold, cost, a[calls_at + 2 * c + 1], tag, now) then
+      lost = true
+      for v = answered + 1, #out do out[v] = nil end
+      for rest = c, count - 1 do
+        local n = #out
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = VT_STATUS_NOT_MADE, 0, 0, 0, 0
+      end
+      break
+    end
     if status == VT_STATUS_DEFERRED then
       -- The calls after a deferred one meet the same state: the same answer.
       local n = #out
@@ -272,8 +336,10 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
       break
     end
   end
+  -- A witness no booking checked (no call was booked): looked up, as the decisions relied on the key.
+  if key.witness ~= nil then lost = vt_witness_missing(log, meta, tag, now, key.witness) end
   vt_key_close(key, now, now_ms, tag, channel, stay)
-  return calls_at + 2 * count
+  return calls_at + 2 * count, lost
 end
 
 -- decide several keys: one call of COST slots in N keys at once (lua/batch.lua gives each key's
@@ -302,7 +368,7 @@ local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, f
   local _, book, waits, start = vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index)
   for _, key in ipairs(keys) do
     if waits and key.binds ~= nil then key.waits_until = key.binds end
-    if book then vt_key_book(key, start + max_hold, cost, first, tag) end
+    if book then vt_key_book(key, start + max_hold, cost, first, tag, now) end
     vt_key_close(key, now, now_ms, tag, channel, true)
   end
 end

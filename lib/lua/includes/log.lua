@@ -36,8 +36,26 @@ end
 -- one slot: keys there always have a time to live).
 local VT_KEPT = nil
 
-local function vt_kept(index)
+-- The namespace's mark (a standalone Redis): until when (store clock ms) some key of the namespace
+-- may have a vendor pause, a hold or a waiting list in its meta. Decisions and completions read a
+-- key's meta only while the mark lies ahead of them, so a namespace where nothing is set pays no
+-- meta read per call. Every writer of those fields raises it (vt_mark). It has no time to live,
+-- like the epoch: only a loss of the whole store removes it, and the epoch finds that first (a
+-- batch reads the mark only under a valid epoch). One key of a few bytes per namespace. nil on a
+-- Cluster, where a script reaches one slot: there every decision reads its key's meta.
+local VT_MARK = nil
+
+-- The namespace's keys a script was given: its index of kept keys, then its mark (none on a Cluster).
+local function vt_namespace(index, mark)
   if index ~= nil and redis.call('EXISTS', index) == 1 then VT_KEPT = index end
+  VT_MARK = mark
+end
+
+-- Raises the namespace's mark to UNTIL_MS (store clock ms), never lowering it.
+local function vt_mark(until_ms)
+  if VT_MARK == nil then return end
+  until_ms = math.ceil(until_ms)
+  if tonumber(redis.call('GET', VT_MARK) or 0) < until_ms then redis.call('SET', VT_MARK, string.format('%d', until_ms)) end
 end
 
 -- KEY's life left at NOW (ms): as PTTL (-1: none, -2: no key), from the index when kept; and its
@@ -148,6 +166,7 @@ local function vt_hold(log, meta, now, grace)
   local hold = math.ceil(now + grace)
   if hold > tonumber(redis.call('HGET', meta, 'h') or 0) then
     redis.call('HSET', meta, 'h', hold)
+    vt_mark(hold)
     vt_keep(meta, math.max(hold - now, (vt_left(log, now))), now)
   end
 end

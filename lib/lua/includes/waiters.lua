@@ -87,6 +87,8 @@ local function vt_waiters_update(meta, value, tag, until_ms, now_ms, channel, ke
   if not changed then return end
   vt_waiters_write(meta, kept)
   if until_ms > 0 then
+    -- Its entry is read until a second past its time (vt_waiters_wake).
+    vt_mark(mine + 1000)
     -- meta lives until this process's time at least. Every writer of meta gives it a time to live, so
     -- one that held a list has one: GT extends it. A list just started may have created meta (NX).
     local ttl = math.max(1, math.ceil(mine - now_ms + 1))
