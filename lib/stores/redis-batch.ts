@@ -136,13 +136,10 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
     let leave = false;
     let tidy = 0;
     // Before anything is decided on the key (a key a process holds nothing on has no witness). A
-    // decision reads meta itself; a check without one reads it too (full). A key of exact rules
-    // decided alone is checked by its first booking (no command of its own); one with a bucketed
-    // rule at once (a fold may have moved the witness: meta `f` tells).
+    // decision reads meta itself; a check without one reads it too (full). A key decided alone is
+    // checked by its first booking (no command of its own).
     if (checks && keyOps.some((op) => op.type === 'd' || op.type === 'k')) {
-      const decided = keyOps.some((op) => op.type === 'd');
-      const bucketed = keyOps.some((op) => op.type === 'd' && op.rules.some((rule) => rule.bucketMs !== undefined && rule.bucketMs > 0));
-      check(key, !decided ? 'full' : bucketed || shared.has(key) ? 'now' : 'booking');
+      check(key, !keyOps.some((op) => op.type === 'd') ? 'full' : shared.has(key) ? 'now' : 'booking');
     }
     const groups = new Map<string, Op[]>();
     for (const op of keyOps) {

@@ -214,13 +214,15 @@ local function vt_key_book(key, score, cost, first, tag, now)
     local gone
     if cost == 1 then
       gone = redis.call('ZADD', key.log, 'NX', score, first .. tag, witness.score, member) == 2
-      if gone then redis.call('ZREM', key.log, first .. tag) end
     else
       gone = not redis.call('ZSCORE', key.log, member)
     end
     if gone and vt_witness_lost(key.meta, witness.score) then
-      -- The witness put back (a slot of this process's) may have made the key anew: it lives as the slot counts.
-      if cost == 1 then vt_keep(key.log, witness.score + key.set.retain - now, now) end
+      if cost == 1 then
+        redis.call('ZREM', key.log, first .. tag)
+        -- The witness put back (a slot of this process's) may have made the key anew: it lives as the slot counts.
+        vt_keep(key.log, witness.score + key.set.retain - now, now)
+      end
       return false
     end
     if gone and cost == 1 then redis.call('ZREM', key.log, member) end
