@@ -226,7 +226,8 @@ export interface Store {
    * Optional: the end of the key's vendor pause (store clock, ms; 0 or past when none). A call booked
    * to start later reads it when its start comes: a pause that ends after its start was set after the
    * booking (a decision never books into a pause), so the call gives its slot back and books again
-   * (as it does when this fails). A store without it must not take slots out of the log in `pause`.
+   * (as it does when this fails, up to the third failure in a row, which fails the call with
+   * `StoreUnavailableError`). A store without it must not take slots out of the log in `pause`.
    */
   pausedUntil?(namespace: string, key: string): Promise<number>;
   /**
