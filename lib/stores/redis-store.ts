@@ -56,6 +56,8 @@ export class RedisStore implements Store {
   /** Redis's evictions, watched by the heartbeat (a standalone Redis, with recovery). */
   readonly #evictions: EvictionWatch | undefined;
   readonly #watchers = new Set<(notice: StoreNotice) => void>();
+  /** A heartbeat failed and none has succeeded since: said once an episode. */
+  #beatFailing = false;
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
     if (clientKind(client) === undefined) {
@@ -93,9 +95,7 @@ export class RedisStore implements Store {
             return (await this.#scripts.run(scripts.keep.name, [kept!, `${kept!}:seen`], [mode, max, quietMs])) as number;
           },
           namespaces: () => recovery.journal.namespaces(),
-          notify: (notice) => {
-            for (const listener of this.#watchers) listener(notice);
-          },
+          notify: (notice) => this.#notify(notice),
           quietMs,
           recentMs: 3 * heartbeatMs,
         });
@@ -107,6 +107,12 @@ export class RedisStore implements Store {
   watch(listener: (notice: StoreNotice) => void): () => void {
     this.#watchers.add(listener);
     return () => this.#watchers.delete(listener);
+  }
+
+  /** Tells the watchers, unless the store closed or its client ended (its owner's doing: calls say so). */
+  #notify(notice: StoreNotice): void {
+    if (this.#closed || this.#scripts.ended) return;
+    for (const listener of this.#watchers) listener(notice);
   }
 
   /** A call may count in several keys at once (`ReserveRequest.also`): on a Cluster, keys of one slot. */
@@ -442,7 +448,7 @@ export class RedisStore implements Store {
       if (!recovery) return;
       if (lost.length > 0 || held.length > 0) {
         // Evicted, most likely: the watch finds out at once, and keeps the keys put back now.
-        if (lost.length > 0) await this.#evictions?.check().catch(() => undefined);
+        if (lost.length > 0) await this.#evictions?.check();
         await recovery.restoreKeys(namespace, lost, held);
         // Its waiting list may be gone with the key: this process's calls waiting there ask again
         // (deferred while the key is held) instead of waiting for a wake that may never come.
@@ -498,17 +504,34 @@ export class RedisStore implements Store {
     this.#heartbeat.unref();
   }
 
+  /**
+   * One beat. A beat that fails (Redis unreachable, a command refused) says so once
+   * (`heartbeatFailed`), until a beat succeeds; the next beat, or the next decision, tries again.
+   */
   async #beat(recovery: Recovery): Promise<void> {
-    await this.#evictions?.check().catch(() => undefined);
+    await this.#evictions?.check();
+    let failure: unknown;
     for (const namespace of recovery.journal.namespaces()) {
       try {
         const keys = recovery.unchecked(namespace);
         await Promise.all(keys.map((key) => this.#enqueue('k', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE)));
         await recovery.checkEpoch(namespace);
-      } catch {
-        // Redis unreachable: the next beat, or the next decision, tries again.
+      } catch (error) {
+        failure ??= error;
       }
     }
+    if (failure === undefined) {
+      this.#beatFailing = false;
+      return;
+    }
+    if (this.#beatFailing) return;
+    this.#beatFailing = true;
+    const why = failure instanceof Error ? failure.message : String(failure);
+    this.#notify({
+      kind: 'heartbeatFailed',
+      error: failure,
+      message: `The recovery heartbeat cannot check Redis for lost data (${why}): until a beat succeeds (one every heartbeatMs), a loss on keys no decision asks about goes unnoticed, and the calls booked there are not put back. Said once until then`,
+    });
   }
 }
 
