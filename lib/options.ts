@@ -182,8 +182,8 @@ export interface CallEvent {
 
 /**
  * Events a throttle emits (`throttle.on(name, listener)`). Listeners run synchronously on the hot
- * path: keep them cheap. A throwing listener never breaks a call: errors thrown by listeners are
- * caught and dropped.
+ * path: keep them cheap. A throwing listener never breaks a call: its error is thrown again on its
+ * own (a microtask), an uncaught exception, as the error of a listener of an I/O event is.
  */
 export interface ThrottleEvents {
   /** Something worth a look that changed nothing: a malformed vendor header that was ignored, a background write that failed. */

@@ -283,15 +283,19 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /**
-   * Emits an event, never letting a listener's error reach the call that caused it.
+   * Emits an event, never letting a listener's error reach the call that caused it: the error is
+   * thrown again on its own (a microtask), an uncaught exception as the error of a listener of an
+   * I/O event is. The listeners after the one that threw do not run, as with `emit()`.
    * @internal for the adapters (lib/adapters/) and the throttle itself.
    */
   notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void {
     if (this.listenerCount(event) === 0) return;
     try {
       (this.emit as (event: E, ...args: ThrottleEvents[E]) => boolean)(event, ...args);
-    } catch {
-      // A listener's failure is the listener's business.
+    } catch (error) {
+      queueMicrotask(() => {
+        throw error;
+      });
     }
   }
 
