@@ -401,7 +401,9 @@ export class RedisStore implements Store {
     const namespace = ops[0]!.namespace;
     const recovery = this.#recovery;
     // Pauses read alone (a call booked ahead came due with nothing else to send): an HGET each costs
-    // Redis a fraction of a script's run.
+    // Redis a fraction of a script's run. Not behind a recovery of the namespace, unlike a batch: a
+    // put-back restores calls, never a pause (one lost with the data stays lost), so the read gives
+    // the same answer before and after it, and the call's slot, journaled, is put back either way.
     if (ops.every((op) => op.type === 'p')) {
       for (const op of ops) {
         this.#scripts.hget(this.#names(namespace, op.key).meta, 'pause').then((end) => op.resolve(Number(end ?? 0)), op.reject);
