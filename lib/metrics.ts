@@ -325,10 +325,11 @@ function sharedMetrics(client: PromClientLike, registry: PromRegistryLike, prefi
     ),
     storeErrors: new client.Counter(config(names.storeErrors, 'Store failures seen by calls, by the onStoreError policy applied.', ['throttle', 'policy'])),
     storeWarnings: new client.Counter(
-      config(names.storeWarnings, 'What the store said while it happened (Redis evicting keys, evictions stopped, INFO denied), by kind.', [
-        'throttle',
-        'kind',
-      ]),
+      config(
+        names.storeWarnings,
+        'What the store said while it happened (Redis evicting keys, evictions stopped, INFO denied, a background check failing), by kind.',
+        ['throttle', 'kind'],
+      ),
     ),
     completed: new client.Counter(config(names.completed, 'Calls whose fn resolved.', ['throttle'])),
     failed: new client.Counter(config(names.failed, 'Calls whose fn threw, rejected or outlasted timeoutMs.', ['throttle'])),

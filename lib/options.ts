@@ -182,8 +182,8 @@ export interface CallEvent {
 
 /**
  * Events a throttle emits (`throttle.on(name, listener)`). Listeners run synchronously on the hot
- * path: keep them cheap. A throwing listener never breaks a call: errors thrown by listeners are
- * caught and dropped.
+ * path: keep them cheap. A throwing listener never breaks a call: its error is thrown again on its
+ * own (a microtask), an uncaught exception, as the error of a listener of an I/O event is.
  */
 export interface ThrottleEvents {
   /** Something worth a look that changed nothing: a malformed vendor header that was ignored, a background write that failed. */
@@ -224,7 +224,8 @@ export interface ThrottleEvents {
   storeError: [event: { readonly key: string; readonly error: StoreUnavailableError; readonly policy: StoreErrorPolicy }];
   /**
    * The store says what its users should know while it happens: Redis evicting keys (`evicting`,
-   * then `evictionsStopped`), or what it cannot watch (`cannotWatch`). `message` is a sentence for
+   * then `evictionsStopped`), what it cannot watch (`cannotWatch`), or a background check that fails
+   * (`evictionCheckFailed`, `heartbeatFailed`: once until one succeeds). `message` is a sentence for
    * a log: the cause, what the store does, and the fix.
    */
   storeWarning: [event: StoreNotice];

@@ -142,6 +142,7 @@ export function describe(value: unknown): string {
     const json = JSON.stringify(value);
     return json.length > 80 ? `${json.slice(0, 77)}...` : json;
   } catch {
+    // Not a failure: a value JSON cannot render (a cycle, a BigInt inside) is named by its tag.
     return Object.prototype.toString.call(value);
   }
 }

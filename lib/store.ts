@@ -101,16 +101,21 @@ export interface RestoredSlot {
  * every throttle on the store):
  * - `evicting`: Redis evicts keys under `maxmemory`, and what the store does about it;
  * - `evictionsStopped`: none for a while, and the store works as before;
- * - `cannotWatch`: the store cannot read what it watches (`INFO` denied to its user).
+ * - `cannotWatch`: the store cannot read what it watches (`INFO` denied to its user);
+ * - `evictionCheckFailed`: a check of the evictions failed (Redis unreachable, a script refused),
+ *   once until a check succeeds;
+ * - `heartbeatFailed`: the recovery heartbeat could not check for lost data, once until a beat succeeds.
  */
 export interface StoreNotice {
-  readonly kind: 'evicting' | 'evictionsStopped' | 'cannotWatch';
+  readonly kind: 'evicting' | 'evictionsStopped' | 'cannotWatch' | 'evictionCheckFailed' | 'heartbeatFailed';
   /** A sentence for a log: the cause, what the store does, and the fix. */
   readonly message: string;
   /** Redis's `maxmemory-policy` ('unknown' where it cannot be read). */
   readonly policy?: string;
   /** Redis's `evicted_keys` (INFO stats) at the time. */
   readonly evictedKeys?: number;
+  /** What failed (`evictionCheckFailed`, `heartbeatFailed`): the store's error. */
+  readonly error?: unknown;
 }
 
 /** Usage of one rule of a key (see `InspectResult`). */
@@ -226,7 +231,8 @@ export interface Store {
    * Optional: the end of the key's vendor pause (store clock, ms; 0 or past when none). A call booked
    * to start later reads it when its start comes: a pause that ends after its start was set after the
    * booking (a decision never books into a pause), so the call gives its slot back and books again
-   * (as it does when this fails). A store without it must not take slots out of the log in `pause`.
+   * (as it does when this fails, up to the third failure in a row, which fails the call with
+   * `StoreUnavailableError`). A store without it must not take slots out of the log in `pause`.
    */
   pausedUntil?(namespace: string, key: string): Promise<number>;
   /**

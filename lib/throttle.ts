@@ -9,8 +9,8 @@ import { throttleWrap } from './adapters/wrap.js';
 import { PAUSED } from './slot-plan.js';
 import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
 import { Completions, grantOf, Slots, type Grant } from './completions.js';
-import { CallTimeoutError, QueueFullError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
-import { StoreClient, type Call } from './store-client.js';
+import { CallTimeoutError, QueueFullError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
+import { StoreClient, storeError, type Call } from './store-client.js';
 import { LocalFallback } from './fallback.js';
 import type { KeyInput, KeysInput } from './keys.js';
 import { KeyOps } from './key-ops.js';
@@ -20,6 +20,7 @@ import {
   type LimitOptions,
   type LimitResult,
   type ScheduleOptions,
+  type StoreErrorPolicy,
   type ThrottleEvents,
   type ThrottleOptions,
   type ThrottleStats,
@@ -33,6 +34,13 @@ import { KeyLine, Lines, waitInLine, type WaiterHooks } from './waiting.js';
 
 /** Times a call that woke too late books again before it starts anyway (and says so in a `debug` event). */
 const MAX_REBOOKS = 3;
+
+/**
+ * Times in a row a call booked ahead may fail to read its key's pause before it fails with the
+ * store's error: a read that keeps failing while bookings succeed (an ACL that denies it) would
+ * otherwise book the call again and again, behind every call booked meanwhile.
+ */
+const PAUSE_READS = 3;
 
 /**
  * Keeps calls to one vendor under its limits per key, counted over every process that shares the store.
@@ -50,6 +58,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #callDefaults: CallDefaults;
   readonly #maxQueued: number;
   readonly #maxHoldMs: number;
+  readonly #policy: StoreErrorPolicy;
   readonly #fallback: LocalFallback | undefined;
   readonly #storeClient: StoreClient;
   readonly #completions: Completions;
@@ -79,6 +88,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     this.#maxHoldMs = settings.maxHoldMs;
     this.#maxQueued = settings.maxQueued;
     const policy = settings.onStoreError;
+    this.#policy = policy;
     this.#ownsStore = settings.store === undefined;
     this.store = settings.store ?? new MemoryStore();
     this.#fallback = policy === 'local' ? new LocalFallback(this.name, this.store, settings.localShare) : undefined;
@@ -273,15 +283,19 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /**
-   * Emits an event, never letting a listener's error reach the call that caused it.
+   * Emits an event, never letting a listener's error reach the call that caused it: the error is
+   * thrown again on its own (a microtask), an uncaught exception as the error of a listener of an
+   * I/O event is. The listeners after the one that threw do not run, as with `emit()`.
    * @internal for the adapters (lib/adapters/) and the throttle itself.
    */
   notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void {
     if (this.listenerCount(event) === 0) return;
     try {
       (this.emit as (event: E, ...args: ThrottleEvents[E]) => boolean)(event, ...args);
-    } catch {
-      // A listener's failure is the listener's business.
+    } catch (error) {
+      queueMicrotask(() => {
+        throw error;
+      });
     }
   }
 
@@ -348,8 +362,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     return this.#closing.signal.aborted ? this.#closing.signal : undefined;
   }
 
-  /** One booking: the wait in line, then the sleep until the slot starts. */
-  async #book(call: Call): Promise<Grant> {
+  /**
+   * One booking: the wait in line, then the sleep until the slot starts. `failedReads`: times in a
+   * row the call could not read its key's pause when a slot it booked ahead came (see PAUSE_READS).
+   */
+  async #book(call: Call, failedReads = 0): Promise<Grant> {
     this.#aborted(call)?.throwIfAborted();
     this.#refusals.check(call.line, call.cost, call.deadline - performance.now());
     const grant = await this.#inLine(call);
@@ -364,7 +381,22 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         this.#slots.release(call, grant);
         throw reason;
       }
-      const pausedUntil = await this.#pausedSinceBooked(call, grant, keys);
+      let pausedUntil: number | undefined;
+      try {
+        pausedUntil = await this.#pausedSinceBooked(grant, keys);
+      } catch (error) {
+        // A pause set since the booking may have taken the slot out of the log: the call does not start on it.
+        this.#slots.release(call, grant);
+        const failure = storeError(error);
+        if (!(failure instanceof StoreUnavailableError)) throw failure;
+        if (failedReads + 1 >= PAUSE_READS) {
+          // Bookings succeed but the read keeps failing: asking again, or waiting, would not tell either.
+          this.notify('storeError', { key: call.key, error: failure, policy: this.#policy });
+          throw failure;
+        }
+        this.notify('debug', { message: 'cannot read the vendor pause before a slot booked ahead starts; booking again', key: call.key, error });
+        return this.#book(call, failedReads + 1);
+      }
       if (pausedUntil !== undefined) {
         this.#slots.release(call, grant);
         // The retries asked as soon as the pause was set: this call asks again only behind them.
@@ -399,20 +431,13 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * The end (store clock) of a vendor pause set after the call's slot was booked (by any process
    * sharing the store) that covers the slot's start, or undefined: a decision never books into a
    * pause, so a pause that ends after the start is newer than the booking, and took the slot out of
-   * the log. Read when a slot booked ahead comes due. A store that fails to tell may have lost the
-   * slot that way: the call books again at once (0), and meets the store's failure there, under
-   * `onStoreError`.
+   * the log. Read when a slot booked ahead comes due; rejects with the store's error.
    */
-  async #pausedSinceBooked(call: Call, grant: Grant, keys: readonly string[]): Promise<number | undefined> {
+  async #pausedSinceBooked(grant: Grant, keys: readonly string[]): Promise<number | undefined> {
     const { store } = grant;
     if (store.pausedUntil === undefined) return undefined;
-    try {
-      const end = Math.max(...(await Promise.all(keys.map((key) => store.pausedUntil!(this.name, key)))));
-      return end > grant.result.startAt ? end : undefined;
-    } catch (error) {
-      this.notify('debug', { message: 'cannot read the vendor pause before a slot booked ahead starts; booking again', key: call.key, error });
-      return 0;
-    }
+    const end = Math.max(...(await Promise.all(keys.map((key) => store.pausedUntil!(this.name, key)))));
+    return end > grant.result.startAt ? end : undefined;
   }
 
   /**

@@ -30,6 +30,27 @@ describe("events of a call's life", () => {
     return throttle;
   }
 
+  it("a listener's error does not reach the call: it is thrown again on its own, as an uncaught exception", async () => {
+    const throttle = make();
+    const broken = new Error('the log shipper is down');
+    throttle.on('started', () => {
+      throw broken;
+    });
+    const uncaught: unknown[] = [];
+    // Mocha's own handler would fail the test: set aside while the call runs.
+    const handlers = process.listeners('uncaughtException');
+    process.removeAllListeners('uncaughtException');
+    process.on('uncaughtException', (error) => uncaught.push(error));
+    try {
+      expect(await throttle.schedule('u', () => 'ran')).to.equal('ran');
+      await fake.clock.tickAsync(0);
+    } finally {
+      process.removeAllListeners('uncaughtException');
+      for (const handler of handlers) process.on('uncaughtException', handler);
+    }
+    expect(uncaught).to.deep.equal([broken]);
+  });
+
   it('queued, started (after its wait) and completed (after its run), with their timings', async () => {
     const throttle = make();
     const seen = record(throttle);

@@ -12,11 +12,22 @@ describe('eviction watch', () => {
   const fake = useFakeClock();
 
   function watch(policy = 'volatile-ttl') {
-    const redis = { evicted: 0, policy, keepCalls: [] as string[], refuseOff: false };
+    const redis = {
+      evicted: 0,
+      policy,
+      keepCalls: [] as string[],
+      refuseOff: false,
+      infoDown: undefined as Error | undefined,
+      keepDown: undefined as Error | undefined,
+    };
     const notices: StoreNotice[] = [];
     const w = new EvictionWatch({
-      info: async (section) => (section === 'stats' ? `# Stats\r\nevicted_keys:${redis.evicted}\r\n` : `maxmemory_policy:${redis.policy}\r\n`),
+      info: async (section) => {
+        if (redis.infoDown && section === 'stats') throw redis.infoDown;
+        return section === 'stats' ? `# Stats\r\nevicted_keys:${redis.evicted}\r\n` : `maxmemory_policy:${redis.policy}\r\n`;
+      },
       keep: async (namespace, mode) => {
+        if (redis.keepDown) throw redis.keepDown;
         redis.keepCalls.push(`${mode} ${namespace}`);
         return mode === 'off' && redis.refuseOff ? -1 : 0;
       },
@@ -69,6 +80,27 @@ describe('eviction watch', () => {
     await beat(40);
     expect(notices).to.deep.equal([]);
     expect(w.failure).to.equal(undefined);
+  });
+
+  it('says once that its checks fail (evictionCheckFailed, with the error), whether INFO or keeping the keys fails, and again after a check succeeded', async () => {
+    const { redis, notices, beat } = watch();
+    await beat();
+    const unreachable = new Error('Redis cannot be reached: the client is reconnecting (connect ECONNREFUSED 127.0.0.1:6399)');
+    redis.infoDown = unreachable;
+    // Each check resolves: the heartbeat and the decisions that run it go on.
+    for (let i = 0; i < 3; i++) await beat();
+    expect(notices.map((n) => n.kind)).to.deep.equal(['evictionCheckFailed']);
+    expect(notices[0]!.error).to.equal(unreachable);
+    expect(notices[0]!.message).to.match(/^Cannot check Redis's evictions \(Redis cannot be reached.*\): until a check succeeds/);
+    redis.infoDown = undefined;
+    await beat();
+    // Evictions start, and keeping the namespace fails (the connection closed after INFO answered).
+    const closed = new Error('Connection is closed.');
+    redis.keepDown = closed;
+    await beat(5);
+    await beat(5);
+    expect(notices.map((n) => n.kind)).to.deep.equal(['evictionCheckFailed', 'evicting', 'evictionCheckFailed']);
+    expect(notices[2]!.error).to.equal(closed);
   });
 
   it('lets a namespace go only quietMs after its first reading, and never while another process saw evictions lately', async () => {

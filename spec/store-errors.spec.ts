@@ -4,7 +4,7 @@
  */
 import { expect } from 'chai';
 import { Redis, type RedisOptions } from 'ioredis';
-import { RateLimitedError, StoreUnavailableError, Throttle, type StoreErrorPolicy, type ThrottleEvents } from '../lib/index.js';
+import { RateLimitedError, StoreUnavailableError, Throttle, type StoreErrorPolicy, type StoreNotice, type ThrottleEvents } from '../lib/index.js';
 import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
 import { redisStore, uniquePrefix } from './support/hooks.js';
 import type { RuleString } from '../lib/rules.js';
@@ -183,6 +183,36 @@ describe('when Redis fails (onStoreError)', function () {
     // count the two made through Redis too, and grant nothing more.
     const error = await throttle.schedule('u', () => 'local').catch((reason: unknown) => reason);
     expect(error).to.be.instanceOf(RateLimitedError);
+  });
+
+  it('says once an outage that the recovery heartbeat and the eviction check fail (storeWarning heartbeatFailed, evictionCheckFailed)', async () => {
+    const store = redisStore(client, { prefix: uniquePrefix(), commandTimeoutMs: 300, recovery: { heartbeatMs: 50, graceMs: 150 } });
+    const throttle = new Throttle({ name: 'acme', rules: ['4/10s'], store });
+    throttles.push(throttle);
+    const warnings: StoreNotice[] = [];
+    throttle.on('storeWarning', (warning) => warnings.push(warning));
+    // The journal holds the call for 10 s: the heartbeat beats every 50 ms meanwhile.
+    await throttle.schedule('u', () => 'ran');
+    const port = server.port;
+    const outage = async (): Promise<void> => {
+      await server.stop();
+      // About ten beats, each failing.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    };
+    await outage();
+    // One of each, in the order the two found Redis gone.
+    const kinds = (): string[] => warnings.map((warning) => warning.kind).sort();
+    expect(kinds()).to.deep.equal(['evictionCheckFailed', 'heartbeatFailed']);
+    const beat = warnings.find((warning) => warning.kind === 'heartbeatFailed')!;
+    expect(beat.message).to.match(/^The recovery heartbeat cannot check Redis for lost data \(.+\): until a beat succeeds/);
+    expect(beat.error).to.be.instanceOf(Error);
+    // Redis is back (empty): a beat finds the loss and puts the call back, then beats succeed.
+    server = await startRedis({ port });
+    await waitFor(async () => store.recoveries === 1, 3_000);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(warnings).to.have.length(2);
+    await outage();
+    expect(kinds()).to.deep.equal(['evictionCheckFailed', 'evictionCheckFailed', 'heartbeatFailed', 'heartbeatFailed']);
   });
 
   it("'local' refuses a call whose cost is above the local share", async () => {

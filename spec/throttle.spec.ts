@@ -552,6 +552,46 @@ describe('Throttle: when the store comes and goes', () => {
     await throttle.close();
   });
 
+  it('fails a call booked ahead with the store error once its pause read failed 3 times in a row, while another process keeps the key busy', async () => {
+    const memory = new MemoryStore();
+    let reads = 0;
+    const denied = new Error("NOPERM User vt has no permissions to run the 'hget' command");
+    // Bookings succeed, the pause read is denied (an ACL without HGET).
+    const store = delegatingStore(memory, {
+      pausedUntil: async () => {
+        reads += 1;
+        throw denied;
+      },
+    });
+    const throttle = new Throttle({ name: 'v', rules: ['1/s'], store });
+    // Another process on the same store asks at the key's rate: the key stays booked ahead, and a
+    // call booked again goes behind its calls (without a bound, it did so every second, for ever).
+    const other = new Throttle({ name: 'v', rules: ['1/s'], store: memory });
+    const busy = setInterval(() => void other.schedule('u', () => {}).catch(() => undefined), 1_000);
+    const storeErrors: string[] = [];
+    const debug: string[] = [];
+    throttle.on('storeError', (event) => storeErrors.push(`${event.policy}: ${event.error.message}`));
+    throttle.on('debug', (event) => debug.push(event.message));
+    await throttle.schedule('u', () => {});
+    let called = false;
+    let outcome: unknown = 'still waiting';
+    void throttle
+      .schedule('u', () => (called = true))
+      .then(
+        () => (outcome = 'ran'),
+        (error: unknown) => (outcome = error),
+      );
+    await fake.clock.tickAsync(30_000);
+    clearInterval(busy);
+    expect(outcome).to.be.instanceOf(StoreUnavailableError);
+    expect((outcome as StoreUnavailableError).cause).to.equal(denied);
+    expect(called).to.equal(false);
+    expect(reads).to.equal(3);
+    expect(debug.filter((message) => /cannot read the vendor pause/.test(message))).to.have.length(2);
+    expect(storeErrors).to.deep.equal([`fail: Throttle store failed: ${denied.message}`]);
+    await Promise.all([throttle.close(), other.close()]);
+  });
+
   it('keeps a slot decided locally while a put-back is on its way, for the next put-back', async () => {
     const { store, state } = flakyStore({ restoreDelayMs: 300 });
     const throttle = new Throttle({ rules: ['3/5s'], store, onStoreError: 'local', localShare: 1 });

@@ -90,5 +90,7 @@ function isStreamBody(body: unknown): boolean {
 /** Cancels a body nobody will read, so that the connection is freed. */
 function release(response: ResponseExtras): void {
   if (response.bodyUsed || !response.body) return;
+  // Not a failure to report: a body that cannot be cancelled has errored or ended already, and
+  // its connection is freed either way.
   response.body.cancel().catch(() => {});
 }

@@ -55,6 +55,8 @@ export class EvictionWatch {
    */
   readonly #released = new Set<string>();
   #deniedSaid = false;
+  /** A check failed and none has succeeded since: said once an episode. */
+  #failing = false;
   #checking: Promise<void> | undefined;
 
   constructor(deps: EvictionWatchDeps) {
@@ -72,9 +74,18 @@ export class EvictionWatch {
    */
   failure: StoreUnavailableError | undefined;
 
-  /** Reads `evicted_keys` and acts on what changed; one check at a time. */
+  /**
+   * Reads `evicted_keys` and acts on what changed; one check at a time. Never rejects: a check that
+   * fails (Redis unreachable, a script refused) says so (`evictionCheckFailed`) once, until a check
+   * succeeds, and the next check tries again.
+   */
   check(): Promise<void> {
-    this.#checking ??= this.#check().finally(() => (this.#checking = undefined));
+    this.#checking ??= this.#check()
+      .then(
+        () => void (this.#failing = false),
+        (error: unknown) => this.#failed(error),
+      )
+      .finally(() => (this.#checking = undefined));
     return this.#checking;
   }
 
@@ -83,9 +94,9 @@ export class EvictionWatch {
     try {
       count = Number(/evicted_keys:(\d+)/.exec(await this.#deps.info('stats'))?.[1] ?? NaN);
     } catch (error) {
-      // Denied to this user (an ACL, a renamed command): said once. Anything else (Redis
-      // unreachable, the client closed) is the calls' business: the next beat reads again.
-      if (/NOPERM|no permissions|unknown command/i.test(error instanceof Error ? error.message : String(error))) this.#denied(error);
+      // Denied to this user (an ACL, a renamed command): said once, and not a failure of the check.
+      if (!/NOPERM|no permissions|unknown command/i.test(error instanceof Error ? error.message : String(error))) throw error;
+      this.#denied(error);
       return;
     }
     if (!Number.isFinite(count)) return;
@@ -137,7 +148,8 @@ export class EvictionWatch {
       evicting.policy = /maxmemory_policy:(\S+)/.exec(await this.#deps.info('memory'))?.[1] ?? 'unknown';
     } catch {
       // Denied, or no answer: acted on as a volatile-* policy (keeping keys is harmless under any
-      // other), and read again at the next check.
+      // other), and read again at the next check. Not silent: the `evicting` notice names the
+      // policy 'unknown'.
     }
     if (evicting.policy.startsWith('allkeys-')) {
       evicting.failure ??= new StoreUnavailableError(
@@ -188,6 +200,17 @@ export class EvictionWatch {
       await this.#deps.keep(namespace, 'on', 0);
       this.#kept.add(namespace);
     }
+  }
+
+  #failed(error: unknown): void {
+    if (this.#failing) return;
+    this.#failing = true;
+    const why = error instanceof Error ? error.message : String(error);
+    this.#deps.notify({
+      kind: 'evictionCheckFailed',
+      error,
+      message: `Cannot check Redis's evictions (${why}): until a check succeeds (tried again each recovery heartbeat), evictions are found only when a key is found lost, and keys are not kept out of the policy's reach. Said once until then`,
+    });
   }
 
   #denied(error: unknown): void {

@@ -56,6 +56,8 @@ export class RedisStore implements Store {
   /** Redis's evictions, watched by the heartbeat (a standalone Redis, with recovery). */
   readonly #evictions: EvictionWatch | undefined;
   readonly #watchers = new Set<(notice: StoreNotice) => void>();
+  /** A heartbeat failed and none has succeeded since: said once an episode. */
+  #beatFailing = false;
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
     if (clientKind(client) === undefined) {
@@ -93,9 +95,7 @@ export class RedisStore implements Store {
             return (await this.#scripts.run(scripts.keep.name, [kept!, `${kept!}:seen`], [mode, max, quietMs])) as number;
           },
           namespaces: () => recovery.journal.namespaces(),
-          notify: (notice) => {
-            for (const listener of this.#watchers) listener(notice);
-          },
+          notify: (notice) => this.#notify(notice),
           quietMs,
           recentMs: 3 * heartbeatMs,
         });
@@ -107,6 +107,12 @@ export class RedisStore implements Store {
   watch(listener: (notice: StoreNotice) => void): () => void {
     this.#watchers.add(listener);
     return () => this.#watchers.delete(listener);
+  }
+
+  /** Tells the watchers, unless the store closed or its client ended (its owner's doing: calls say so). */
+  #notify(notice: StoreNotice): void {
+    if (this.#closed || this.#scripts.ended) return;
+    for (const listener of this.#watchers) listener(notice);
   }
 
   /** A call may count in several keys at once (`ReserveRequest.also`): on a Cluster, keys of one slot. */
@@ -396,7 +402,9 @@ export class RedisStore implements Store {
     const namespace = ops[0]!.namespace;
     const recovery = this.#recovery;
     // Pauses read alone (a call booked ahead came due with nothing else to send): an HGET each costs
-    // Redis a fraction of a script's run.
+    // Redis a fraction of a script's run. Not behind a recovery of the namespace, unlike a batch: a
+    // put-back restores calls, never a pause (one lost with the data stays lost), so the read gives
+    // the same answer before and after it, and the call's slot, journaled, is put back either way.
     if (ops.every((op) => op.type === 'p')) {
       for (const op of ops) {
         this.#scripts.hget(this.#names(namespace, op.key).meta, 'pause').then((end) => op.resolve(Number(end ?? 0)), op.reject);
@@ -443,7 +451,7 @@ export class RedisStore implements Store {
       if (!recovery) return;
       if (lost.length > 0 || held.length > 0) {
         // Evicted, most likely: the watch finds out at once, and keeps the keys put back now.
-        if (lost.length > 0) await this.#evictions?.check().catch(() => undefined);
+        if (lost.length > 0) await this.#evictions?.check();
         await recovery.restoreKeys(namespace, lost, held);
         // Its waiting list may be gone with the key: this process's calls waiting there ask again
         // (deferred while the key is held) instead of waiting for a wake that may never come.
@@ -499,17 +507,34 @@ export class RedisStore implements Store {
     this.#heartbeat.unref();
   }
 
+  /**
+   * One beat. A beat that fails (Redis unreachable, a command refused) says so once
+   * (`heartbeatFailed`), until a beat succeeds; the next beat, or the next decision, tries again.
+   */
   async #beat(recovery: Recovery): Promise<void> {
-    await this.#evictions?.check().catch(() => undefined);
+    await this.#evictions?.check();
+    let failure: unknown;
     for (const namespace of recovery.journal.namespaces()) {
       try {
         const keys = recovery.unchecked(namespace);
         await Promise.all(keys.map((key) => this.#enqueue('k', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE)));
         await recovery.checkEpoch(namespace);
-      } catch {
-        // Redis unreachable: the next beat, or the next decision, tries again.
+      } catch (error) {
+        failure ??= error;
       }
     }
+    if (failure === undefined) {
+      this.#beatFailing = false;
+      return;
+    }
+    if (this.#beatFailing) return;
+    this.#beatFailing = true;
+    const why = failure instanceof Error ? failure.message : String(failure);
+    this.#notify({
+      kind: 'heartbeatFailed',
+      error: failure,
+      message: `The recovery heartbeat cannot check Redis for lost data (${why}): until a beat succeeds (one every heartbeatMs), a loss on keys no decision asks about goes unnoticed, and the calls booked there are not put back. Said once until then`,
+    });
   }
 }
 
