@@ -10,7 +10,7 @@
 import { expect } from 'chai';
 import { encodeKey, keyNames } from '../lib/keys.js';
 import { parseRule } from '../lib/rules.js';
-import { STALE_MS } from '../lib/stores/redis-liveness.js';
+import { STALE_MS, STAMP_EVERY_MS, Stamps } from '../lib/stores/redis-liveness.js';
 import type { ReserveRequest } from '../lib/store.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 
@@ -43,15 +43,15 @@ describe('RedisStore: slots of a dead process', () => {
     const neverStarted = now + 2000;
     await redis.zadd(
       log,
-      mayHaveStarted + MAX_HOLD,
+      String(mayHaveStarted + MAX_HOLD),
       '1.dead',
-      neverStarted + MAX_HOLD,
+      String(neverStarted + MAX_HOLD),
       '2.dead',
       // Asked for after its last stamp: unknown, kept.
-      neverStarted + MAX_HOLD,
+      String(neverStarted + MAX_HOLD),
       '3.dead',
       // A process that wrote no stamp (recovery: false): unknown, kept.
-      neverStarted + MAX_HOLD,
+      String(neverStarted + MAX_HOLD),
       '1.nostamp',
     );
     await redis.pexpire(log, 60_000);
@@ -60,7 +60,7 @@ describe('RedisStore: slots of a dead process', () => {
     const answer = await store.reserve(request('acct', 3));
     expect(answer.status).to.equal('deferred');
     await until('slot 2.dead given back', async () => (await redis.zscore(log, '2.dead')) === null, 1500);
-    expect(await redis.zrange(log, 0, -1)).to.have.members(['1.dead', '3.dead', '1.nostamp']);
+    expect(await redis.zrange(log, '0', '-1')).to.have.members(['1.dead', '3.dead', '1.nostamp']);
   });
 
   it('gives back nothing of a process whose stamp is fresh', async () => {
@@ -70,7 +70,7 @@ describe('RedisStore: slots of a dead process', () => {
     const [seconds] = (await redis.time()) as [string | number];
     const now = Number(seconds) * 1000;
     const alive = `${prefix}:${NAME}:alive`;
-    await redis.zadd(log, now + 2000 + MAX_HOLD, '1.live', now + 2100 + MAX_HOLD, '2.live', now + 2200 + MAX_HOLD, '3.live');
+    await redis.zadd(log, String(now + 2000 + MAX_HOLD), '1.live', String(now + 2100 + MAX_HOLD), '2.live', String(now + 2200 + MAX_HOLD), '3.live');
     await redis.pexpire(log, 60_000);
     const store = redisStore(redisClient(), { prefix });
     // Stamped every 100 ms for 1.2 s while the store waits on the key.
@@ -114,5 +114,26 @@ describe('RedisStore: slots of a dead process', () => {
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(await redis.exists(`${prefix}:${NAME}:alive`)).to.equal(0);
     expect(store.mayStart(NAME, ahead.members, ahead.startAt)).to.equal(true);
+  });
+
+  it('a process whose stamps stopped (a stalled event loop) starts none of the slots its stamps covered: they may have been given back', async () => {
+    // The store's answers to the stamps, by hand: confirmed at 1000, then at 1000 + STALE_MS + 100 (a gap).
+    const times = [1000, 1000 + STALE_MS + 100];
+    let seq = 5;
+    const stamps = new Stamps({ tag: '.me', seq: () => seq, storeNow: () => 1000, aliveKey: () => 'alive', run: async () => times.shift() ?? -1 });
+    stamps.holds(NAME, 5000, MAX_HOLD);
+    await new Promise((resolve) => setTimeout(resolve, STAMP_EVERY_MS / 2));
+    // Slot 5, covered by the stamp at 1000: starts while the stamp is fresh, not past it.
+    expect(stamps.mayStart(NAME, [5], 1000 + STALE_MS - 100)).to.equal(true);
+    expect(stamps.mayStart(NAME, [5], 1000 + STALE_MS + 50)).to.equal(false);
+    // Slot 6, asked for after the latest stamp was sent: in no stamp, no reaper touches it.
+    seq = 6;
+    expect(stamps.mayStart(NAME, [6], 99_999)).to.equal(true);
+    // The next stamp comes after a gap: a reaper may have taken this process for dead meanwhile.
+    await new Promise((resolve) => setTimeout(resolve, STAMP_EVERY_MS * 2));
+    expect(stamps.mayStart(NAME, [5], 1000 + STALE_MS)).to.equal(false);
+    // Slot 6 was first covered by the stamp after the gap: no reaper could take it before.
+    expect(stamps.mayStart(NAME, [6], 1000 + STALE_MS)).to.equal(true);
+    await stamps.close();
   });
 });

@@ -18,7 +18,8 @@
   by this Redis's clock leave: a slot whose start has passed here may have started (the owner's
   check compares the same two numbers, so no clock between masters need agree for slots booked
   ahead).
-  If any slot left and processes wait on the key (meta `w`), the first of them is woken.
+  The processes found dead leave the key's list of waiting processes (meta `w`); if any slot left
+  or any entry went, the first process still waiting is woken.
   Returns the number of slots removed.
 ]]
 --- @include "log"
@@ -28,12 +29,16 @@ local log, meta, alive = KEYS[1], KEYS[2], KEYS[3]
 local channel, stale_ms = ARGV[1], tonumber(ARGV[2])
 local now = vt_now()
 local removed = 0
+-- Processes found dead here: they leave the key's list of waiting processes too (else each
+-- completion would go on waking the dead one first until its entry lapses, up to MAX_HOLD later).
+local dead = {}
 
 for i = 3, #ARGV, 4 do
   local tag, at, n, hold = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local current = alive and redis.call('HGET', alive, tag)
   local still = alive == nil or (current == string.format('%d:%d:%d', at, n, hold) and now > at + stale_ms)
   if still then
+    dead[tag] = true
     local after = at + stale_ms
     if alive == nil then after = math.max(after, math.ceil(now)) end
     local members = redis.call('ZRANGEBYSCORE', log, '(' .. string.format('%d', after + hold), '+inf')
@@ -51,8 +56,14 @@ for i = 3, #ARGV, 4 do
   end
 end
 
-if removed > 0 then
-  local waiting = redis.call('HGET', meta, 'w')
-  if waiting then vt_waiters_wake(vt_waiters_parse(waiting), channel, vt_user_key(log), math.ceil(now)) end
+local waiting = redis.call('HGET', meta, 'w')
+if waiting then
+  local list = vt_waiters_parse(waiting)
+  local kept = {}
+  for _, w in ipairs(list) do
+    if not dead[w[1]] then kept[#kept + 1] = w end
+  end
+  if #kept < #list then vt_waiters_write(meta, kept) end
+  if removed > 0 or #kept < #list then vt_waiters_wake(kept, channel, vt_user_key(log), math.ceil(now)) end
 end
 return removed

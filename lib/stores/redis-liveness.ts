@@ -38,7 +38,7 @@ interface NamespaceStamps {
   from: number;
   /** Store time of the latest stamp Redis confirmed. */
   confirmed: number | undefined;
-  /** Store time of the latest start of a slot booked ahead here: stamps go on until a little past it. */
+  /** Store time until which this process holds slots booked ahead or waits here: stamps go on until a little past it. */
   aheadUntil: number;
   /** The largest maxHoldMs of the namespace's slots (the reaper derives a slot's start from its score with it). */
   hold: number;
@@ -68,15 +68,20 @@ export class Stamps {
     this.#deps = deps;
   }
 
-  /** A slot booked ahead to start at `startAt` (store clock): stamps start now if they had stopped. */
-  bookedAhead(namespace: string, startAt: number, maxHoldMs: number): void {
+  /**
+   * This process holds a slot booked ahead to start at `until` (store clock), or waits on a key
+   * (listed in its waiting processes) until then: stamps start now if they had stopped, and go on
+   * until then. A process found dead loses its slots booked ahead, and its place in the lists of
+   * waiting processes (which would otherwise get the wakes meant for the living).
+   */
+  holds(namespace: string, until: number, maxHoldMs: number): void {
     if (this.#closed) return;
     let state = this.#namespaces.get(namespace);
     if (!state) {
       state = { sent: 0, from: 0, confirmed: undefined, aheadUntil: 0, hold: 0, timer: undefined, written: false, count: 0 };
       this.#namespaces.set(namespace, state);
     }
-    state.aheadUntil = Math.max(state.aheadUntil, startAt);
+    state.aheadUntil = Math.max(state.aheadUntil, until);
     state.hold = Math.max(state.hold, maxHoldMs);
     if (state.timer === undefined) this.#schedule(namespace, state, 0);
   }

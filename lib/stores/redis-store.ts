@@ -198,7 +198,9 @@ export class RedisStore implements Store {
       this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now);
       for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now);
       this.#startHeartbeat();
-      if (waitMs > 0) this.#stamps?.bookedAhead(namespace, startAt, maxHoldMs);
+      if (waitMs > 0) this.#stamps?.holds(namespace, startAt, maxHoldMs);
+    } else if (status === CODES.status.deferred) {
+      this.#stamps?.holds(namespace, now + retryMs, maxHoldMs);
     }
     // Waiting behind slots booked ahead: those of a dead process are given back (lib/stores/redis-liveness.ts).
     const waitsFor = status === CODES.status.deferred ? retryMs : status === CODES.status.booked && waitMs > STALE_MS ? waitMs : 0;
