@@ -117,8 +117,14 @@ export class KeyOps {
       throw error;
     }
     const { result, extra } = decided;
-    const booked = result.status === 'booked';
-    const grant = booked ? grantOf(result, extra) : undefined;
+    let booked = result.status === 'booked';
+    let grant = booked ? grantOf(result, extra) : undefined;
+    if (grant !== undefined && extra.store.mayStart?.(this.#c.name, result.members, result.startAt) === false) {
+      // The store may have given the slot back (this process's liveness stamps lapsed): not started.
+      this.#c.slots.release(call, grant);
+      booked = false;
+      grant = undefined;
+    }
     const startedAt = performance.now();
     const retryAfterMs = booked ? 0 : Math.max(1, result.waitMs);
     if (booked) life.started();

@@ -236,6 +236,13 @@ export interface Store {
    */
   pausedUntil?(namespace: string, key: string): Promise<number>;
   /**
+   * Optional: whether this process may start its slots `members`, booked to start at `startAt`
+   * (store clock), right now. False when the store may have given them back (another process took
+   * this one for dead while its event loop or its link stalled): the call books again instead.
+   * Asked synchronously just before a call starts.
+   */
+  mayStart?(namespace: string, members: readonly string[], startAt: number): boolean;
+  /**
    * Adds calls that started without this store deciding them (decided by a process's local fallback
    * while the store was down), so that the store's next decisions count them.
    */

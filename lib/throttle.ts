@@ -160,8 +160,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       let grant: Grant;
       try {
         grant = await this.#book(call);
-        // A call that woke too late for its slot books again (rare: a stalled event loop).
-        if (this.#lateBy(grant) > this.#maxHoldMs / 2) grant = await this.#rebook(call, grant);
+        // A call that woke too late for its slot, or whose slot the store may have given back,
+        // books again (rare: a stalled event loop). Nothing is awaited from the check to the start.
+        if (this.#lateBy(grant) > this.#maxHoldMs / 2 || !this.#mayStart(grant)) grant = await this.#rebook(call, grant);
       } catch (error) {
         life?.notStarted(error);
         throw error;
@@ -344,9 +345,17 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     let grant = late;
     for (let rebooks = 0; ; rebooks++) {
       const lateBy = this.#lateBy(grant);
-      if (lateBy <= this.#maxHoldMs / 2) return grant;
-      const message = `woke ${Math.round(lateBy)} ms after its slot, over half of maxHoldMs (${this.#maxHoldMs} ms)`;
+      const mayStart = this.#mayStart(grant);
+      if (lateBy <= this.#maxHoldMs / 2 && mayStart) return grant;
+      const message = mayStart
+        ? `woke ${Math.round(lateBy)} ms after its slot, over half of maxHoldMs (${this.#maxHoldMs} ms)`
+        : 'its slot may have been given back to other processes (this process stopped renewing its liveness stamp in the store: a stalled event loop or link)';
       if (rebooks >= MAX_REBOOKS) {
+        if (!mayStart) {
+          // Starting could put a window over the limit: never.
+          this.#slots.release(call, grant);
+          throw new StoreUnavailableError(`The call's slot ${message}, after ${MAX_REBOOKS} new bookings`);
+        }
         this.notify('debug', { message: `${message}: starting anyway after ${MAX_REBOOKS} new bookings`, key: call.key });
         return grant;
       }
@@ -354,6 +363,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       this.#slots.release(call, grant);
       grant = await this.#book(call);
     }
+  }
+
+  /** Whether the store lets the slot start now (`Store.mayStart`): it cannot have given it back. */
+  #mayStart(grant: Grant): boolean {
+    const { result } = grant;
+    return grant.store.mayStart?.(this.name, result.members, result.startAt) ?? true;
   }
 
   /** The call's signal if aborted, else the throttle's if it closes, else undefined. */

@@ -64,4 +64,6 @@ export const scripts = {
   epoch: { name: `vtEpoch${SCRIPT_VERSION}`, lua: load('epoch') },
   reset: { name: `vtReset${SCRIPT_VERSION}`, lua: load('reset') },
   keep: { name: `vtKeep${SCRIPT_VERSION}`, lua: load('keep') },
+  alive: { name: `vtAlive${SCRIPT_VERSION}`, lua: load('alive') },
+  reap: { name: `vtReap${SCRIPT_VERSION}`, lua: load('reap') },
 } as const satisfies Record<string, ScriptDefinition>;

@@ -7,6 +7,7 @@ import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlo
 import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
 import { Journal } from './redis-journal.js';
+import { Reaper, STALE_MS, Stamps } from './redis-liveness.js';
 import { MAX_RECOVERIES, Recovery } from './redis-recovery.js';
 import { redisStoreSettings, type RedisClientLike, type RedisStoreOptions } from './redis-options.js';
 import { ClientDriver, clientKind } from './redis-client.js';
@@ -58,6 +59,10 @@ export class RedisStore implements Store {
   readonly #watchers = new Set<(notice: StoreNotice) => void>();
   /** A heartbeat failed and none has succeeded since: said once an episode. */
   #beatFailing = false;
+  /** This process's liveness stamps while it holds slots booked ahead (with recovery; none without). */
+  readonly #stamps: Stamps | undefined;
+  /** Gives back the slots dead processes booked ahead on keys where this process waits. */
+  readonly #reaper: Reaper;
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
     if (clientKind(client) === undefined) {
@@ -70,6 +75,15 @@ export class RedisStore implements Store {
     this.#scripts = new ClientDriver(client, timeoutMs, { ended: () => this.#wakes.ended(), ready: () => this.#wakes.ready() });
     this.#cluster = this.#scripts.cluster;
     this.#wakes = new Wakes(this.#scripts);
+    this.#reaper = new Reaper({
+      tag: this.#tag,
+      cluster: this.#cluster,
+      aliveKey: (namespace) => this.#aliveKey(namespace),
+      names: (namespace, key) => this.#names(namespace, key),
+      channel: (namespace) => this.#channel(namespace),
+      run: (name, keys, args) => this.#scripts.run(name, keys, args),
+      freed: (namespace, key) => this.#wakes.wake(`${this.#channel(namespace)}${this.#tag}`, key),
+    });
     if (recovery !== false) {
       const { heartbeatMs, graceMs } = recovery;
       this.#recovery = new Recovery({
@@ -82,6 +96,14 @@ export class RedisStore implements Store {
         names: (namespace, key) => this.#names(namespace, key),
         kept: (namespace) => this.#kept(namespace),
         cluster: this.#cluster,
+      });
+      const clock = this.#recovery;
+      this.#stamps = new Stamps({
+        tag: this.#tag,
+        seq: () => this.#seq,
+        storeNow: () => clock.storeNow(),
+        aliveKey: (namespace) => this.#aliveKey(namespace),
+        run: (name, keys, args) => this.#scripts.run(name, keys, args),
       });
       if (!this.#cluster) {
         const recovery = this.#recovery;
@@ -182,7 +204,13 @@ export class RedisStore implements Store {
       this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now);
       for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now);
       this.#startHeartbeat();
+      if (waitMs > 0) this.#stamps?.holds(namespace, startAt, maxHoldMs);
+    } else if (status === CODES.status.deferred) {
+      this.#stamps?.holds(namespace, now + retryMs, maxHoldMs);
     }
+    // Waiting behind slots booked ahead: those of a dead process are given back (lib/stores/redis-liveness.ts).
+    const waitsFor = status === CODES.status.deferred ? retryMs : status === CODES.status.booked && waitMs > STALE_MS ? waitMs : 0;
+    if (waitsFor > 0) for (const part of [request, ...also]) this.#reaper.waits(namespace, part.key, waitsFor);
     return { status: STATUSES[status]!, waitMs, retryMs, startAt, now, ruleIndex, members };
   }
 
@@ -297,11 +325,25 @@ export class RedisStore implements Store {
     return this.#recovery.journal.keyEntries(namespace, key, now).map(({ score }) => ({ releaseInMs: Math.ceil(score - now), cost: 1 }));
   }
 
-  /** Stops the epoch heartbeat and the store's subscriber. The client belongs to the caller and stays open. */
+  /**
+   * Whether this process may start its slots `members` booked to start at `startAt` (store clock):
+   * false when another process may have given them back, taking this one for dead (its liveness
+   * stamps stopped: a stalled event loop or link). The caller then books again.
+   */
+  mayStart(namespace: string, members: readonly string[], startAt: number): boolean {
+    if (this.#stamps === undefined) return true;
+    const numbers: number[] = [];
+    for (const member of members) if (member.endsWith(this.#tag)) numbers.push(Number.parseInt(member, 10));
+    return this.#stamps.mayStart(namespace, numbers, startAt);
+  }
+
+  /** Stops the epoch heartbeat, the liveness stamps (removing them) and the store's subscriber. The client belongs to the caller and stays open. */
   async close(): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#heartbeat);
     this.#heartbeat = undefined;
+    this.#reaper.close();
+    await this.#stamps?.close();
     this.#wakes.close();
     this.#scripts.close();
   }
@@ -317,6 +359,11 @@ export class RedisStore implements Store {
    */
   #kept(namespace: string): string[] {
     return this.#cluster ? [] : [`${this.prefix}:${namespace}:kept`, `${this.prefix}:${namespace}:mark`];
+  }
+
+  /** The namespace's liveness stamps (lua/alive.lua). */
+  #aliveKey(namespace: string): string {
+    return `${this.prefix}:${namespace}:alive`;
   }
 
   #member(number: number): string {

@@ -30,6 +30,11 @@ export interface FaultWorkerConfig {
   readonly maxHoldMs: number;
   readonly key: string;
   readonly calls: number;
+  /**
+   * Once its calls have completed some and sleep until slots booked ahead, blocks its event loop for
+   * this many ms (a stalled process: no timer, no stamp, no answer read). @default none
+   */
+  readonly stallMs?: number;
 }
 
 /** What the worker has locally, as its `progress` lines report it. */
@@ -52,9 +57,11 @@ export interface FaultWorkerDone {
   /** When each response was read (wall-clock ms). */
   readonly completions: number[];
   readonly errors: string[];
+  /** The throttle's `debug` messages. */
+  readonly debug: string[];
 }
 
-type Message = { readonly type: 'ready' } | FaultWorkerProgress | FaultWorkerDone;
+type Message = { readonly type: 'ready' } | { readonly type: 'stalled'; readonly ms: number } | FaultWorkerProgress | FaultWorkerDone;
 
 const now = (): number => performance.timeOrigin + performance.now();
 
@@ -83,9 +90,18 @@ async function runWorker(config: FaultWorkerConfig): Promise<void> {
     const starts: number[] = [];
     const completions: number[] = [];
     const errors: string[] = [];
+    const debug: string[] = [];
+    throttle.on('debug', ({ message }) => debug.push(message));
+    let stall = config.stallMs ?? 0;
     let last = '';
     const report = (): void => {
       const { sleeping, queued } = throttle.stats;
+      if (stall > 0 && sleeping > 0 && completions.length > 0) {
+        print({ type: 'stalled', ms: stall });
+        const until = performance.now() + stall;
+        stall = 0;
+        while (performance.now() < until);
+      }
       const line = `${starts.length}/${completions.length}/${sleeping}/${queued}`;
       if (line !== last) print({ type: 'progress', started: starts.length, completed: completions.length, sleeping, queued });
       last = line;
@@ -110,7 +126,7 @@ async function runWorker(config: FaultWorkerConfig): Promise<void> {
       ),
     );
     clearInterval(progress);
-    print({ type: 'done', starts, completions, errors });
+    print({ type: 'done', starts, completions, errors, debug });
   } finally {
     clearInterval(progress);
     await throttle.close();

@@ -1,0 +1,139 @@
+/**
+ * A process that dies with slots booked ahead (docs/design.md §5, "A process that dies"): its
+ * liveness stamp goes stale, and a process waiting on the key gives back the slots it booked to
+ * start after that, while those that may have started count to their bound.
+ *
+ * Store level, against the run's Redis: a dead process is written by hand (its stamp in the
+ * namespace's `alive` hash, its slots in the key's log), and a live `RedisStore` waits on the key.
+ * The end-to-end cases, with processes killed and stalled, are in spec/faults.spec.ts.
+ */
+import { expect } from 'chai';
+import { encodeKey, keyNames } from '../lib/keys.js';
+import { parseRule } from '../lib/rules.js';
+import { STALE_MS, STAMP_EVERY_MS, Stamps } from '../lib/stores/redis-liveness.js';
+import type { ReserveRequest } from '../lib/store.js';
+import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
+
+const MAX_HOLD = 10_000;
+const NAME = 'vendor';
+
+function request(key: string, limit: number, maxDelayMs = Infinity): ReserveRequest {
+  return { namespace: NAME, key: encodeKey(key), rules: [parseRule(`${limit}/1000ms`)], cost: 1, maxDelayMs, maxHoldMs: MAX_HOLD, retainMs: 1000 };
+}
+
+async function until(what: string, check: () => Promise<boolean>, withinMs: number): Promise<void> {
+  const end = Date.now() + withinMs;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`${what}: not within ${withinMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+describe('RedisStore: slots of a dead process', () => {
+  it('gives back the slots booked ahead to start after its stamp went stale, and keeps those that may have started', async () => {
+    const redis = redisClient();
+    const prefix = uniquePrefix();
+    const { log } = keyNames(prefix, NAME, encodeKey('acct'));
+    const [seconds, micros] = (await redis.time()) as [string | number, string | number];
+    const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    // Dead a second ago: it had asked for slots 1 and 2 when it last stamped.
+    const stampedAt = now - 1000;
+    await redis.hset(`${prefix}:${NAME}:alive`, '.dead', `${stampedAt}:2:${MAX_HOLD}`);
+    const mayHaveStarted = stampedAt + STALE_MS - 100;
+    const neverStarted = now + 2000;
+    await redis.zadd(
+      log,
+      String(mayHaveStarted + MAX_HOLD),
+      '1.dead',
+      String(neverStarted + MAX_HOLD),
+      '2.dead',
+      // Asked for after its last stamp: unknown, kept.
+      String(neverStarted + MAX_HOLD),
+      '3.dead',
+      // A process that wrote no stamp (recovery: false): unknown, kept.
+      String(neverStarted + MAX_HOLD),
+      '1.nostamp',
+    );
+    await redis.pexpire(log, 60_000);
+
+    const store = redisStore(redisClient(), { prefix });
+    const answer = await store.reserve(request('acct', 3));
+    expect(answer.status).to.equal('deferred');
+    await until('slot 2.dead given back', async () => (await redis.zscore(log, '2.dead')) === null, 1500);
+    expect(await redis.zrange(log, '0', '-1')).to.have.members(['1.dead', '3.dead', '1.nostamp']);
+  });
+
+  it('gives back nothing of a process whose stamp is fresh', async () => {
+    const redis = redisClient();
+    const prefix = uniquePrefix();
+    const { log } = keyNames(prefix, NAME, encodeKey('acct'));
+    const [seconds] = (await redis.time()) as [string | number];
+    const now = Number(seconds) * 1000;
+    const alive = `${prefix}:${NAME}:alive`;
+    await redis.zadd(log, String(now + 2000 + MAX_HOLD), '1.live', String(now + 2100 + MAX_HOLD), '2.live', String(now + 2200 + MAX_HOLD), '3.live');
+    await redis.pexpire(log, 60_000);
+    const store = redisStore(redisClient(), { prefix });
+    // Stamped every 100 ms for 1.2 s while the store waits on the key.
+    for (let i = 0; i < 12; i++) {
+      const [s, us] = (await redis.time()) as [string | number, string | number];
+      await redis.hset(alive, '.live', `${Number(s) * 1000 + Math.floor(Number(us) / 1000)}:3:${MAX_HOLD}`);
+      if (i === 0) expect((await store.reserve(request('acct', 3))).status).to.equal('deferred');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect(await redis.zcard(log)).to.equal(3);
+  });
+
+  it('stamps the namespace while this process holds slots booked ahead, and removes the stamp on close()', async () => {
+    const redis = redisClient();
+    const prefix = uniquePrefix();
+    const alive = `${prefix}:${NAME}:alive`;
+    const store = redisStore(redisClient(), { prefix });
+    const first = await store.reserve(request('acct', 1));
+    expect(first.status).to.equal('booked');
+    await store.settle(NAME, encodeKey('acct'), [{ member: first.members[0]!, releaseAt: first.now + 1 }]);
+    const ahead = await store.reserve(request('acct', 1));
+    expect(ahead.status).to.equal('booked');
+    expect(ahead.waitMs).to.be.above(0);
+    await until('a stamp', async () => (await redis.hlen(alive)) === 1, 500);
+    // Not before its start comes: the stamps must reach it first.
+    expect(store.mayStart(NAME, ahead.members, ahead.startAt)).to.equal(false);
+    await new Promise((resolve) => setTimeout(resolve, ahead.waitMs));
+    expect(store.mayStart(NAME, ahead.members, ahead.startAt)).to.equal(true);
+    await store.close();
+    expect(await redis.hlen(alive)).to.equal(0);
+  });
+
+  it('writes no stamp with recovery: false, and starts its slots without one', async () => {
+    const redis = redisClient();
+    const prefix = uniquePrefix();
+    const store = redisStore(redisClient(), { prefix, recovery: false });
+    const first = await store.reserve(request('acct', 1));
+    await store.settle(NAME, encodeKey('acct'), [{ member: first.members[0]!, releaseAt: first.now + 1 }]);
+    const ahead = await store.reserve(request('acct', 1));
+    expect(ahead.waitMs).to.be.above(0);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(await redis.exists(`${prefix}:${NAME}:alive`)).to.equal(0);
+    expect(store.mayStart(NAME, ahead.members, ahead.startAt)).to.equal(true);
+  });
+
+  it('a process whose stamps stopped (a stalled event loop) starts none of the slots its stamps covered: they may have been given back', async () => {
+    // The store's answers to the stamps, by hand: confirmed at 1000, then at 1000 + STALE_MS + 100 (a gap).
+    const times = [1000, 1000 + STALE_MS + 100];
+    let seq = 5;
+    const stamps = new Stamps({ tag: '.me', seq: () => seq, storeNow: () => 1000, aliveKey: () => 'alive', run: async () => times.shift() ?? -1 });
+    stamps.holds(NAME, 5000, MAX_HOLD);
+    await new Promise((resolve) => setTimeout(resolve, STAMP_EVERY_MS / 2));
+    // Slot 5, covered by the stamp at 1000: starts while the stamp is fresh, not past it.
+    expect(stamps.mayStart(NAME, [5], 1000 + STALE_MS - 100)).to.equal(true);
+    expect(stamps.mayStart(NAME, [5], 1000 + STALE_MS + 50)).to.equal(false);
+    // Slot 6, asked for after the latest stamp was sent: in no stamp, no reaper touches it.
+    seq = 6;
+    expect(stamps.mayStart(NAME, [6], 99_999)).to.equal(true);
+    // The next stamp comes after a gap: a reaper may have taken this process for dead meanwhile.
+    await new Promise((resolve) => setTimeout(resolve, STAMP_EVERY_MS * 2));
+    expect(stamps.mayStart(NAME, [5], 1000 + STALE_MS)).to.equal(false);
+    // Slot 6 was first covered by the stamp after the gap: no reaper could take it before.
+    expect(stamps.mayStart(NAME, [6], 1000 + STALE_MS)).to.equal(true);
+    await stamps.close();
+  });
+});
