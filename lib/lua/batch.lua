@@ -120,14 +120,15 @@ local lost = {}
 local checks = {}
 local pauses = {}
 local witnesses = {}
-local env = { grace = tonumber(ARGV[4]), replid = '', marked = math.huge }
+local env = { grace = tonumber(ARGV[4]), replid = '', marked = math.huge, bucketed = math.huge }
 local per_key_replid = not epoch_names_redis and env.grace > 0
 -- The namespace's mark, read once (a standalone Redis; math.huge elsewhere: meta is always read).
 local marked_read = VT_MARK == nil
 local function vt_marked()
   if not marked_read then
     marked_read = true
-    env.marked = tonumber(redis.call('GET', VT_MARK) or 0)
+    local mark = redis.call('HMGET', VT_MARK, 'm', 'b')
+    env.marked, env.bucketed = tonumber(mark[1] or 0), tonumber(mark[2] or 0)
   end
   return env.marked
 end

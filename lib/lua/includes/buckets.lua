@@ -143,6 +143,8 @@ local function vt_fold(log, meta, a, rules_at, rule_count, at, f)
       vt_keep(meta, longest, at + 1)
     end
   end
+  -- Decisions of bucketed rule sets read meta while some bucket counts (VT_MARK, includes/log.lua).
+  if until_ms > 0 then vt_mark(until_ms, 'b') end
   return until_ms, totals, removed
 end
 

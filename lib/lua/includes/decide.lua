@@ -58,8 +58,8 @@ local vt_none = {}
 
 -- One key of a decision: its state, read once per operation. meta is read only where it may hold
 -- something a decision needs: while the namespace's mark lies ahead (env.marked: a pause, a hold or
--- a waiting list may be set; math.huge where there is no mark), for a bucketed rule set, or where
--- each key names its Redis (env.replid). Trims the log when it holds 32 more than
+-- a waiting list may be set; env.bucketed, for a bucketed rule set: buckets may count; math.huge
+-- where there is no mark), or where each key names its Redis (env.replid). Trims the log when it holds 32 more than
 -- the history kept and the bookings ahead can count (entries older than the history sit below
 -- every index a rule looks at: trimming them only bounds memory). A key that failed over since its
 -- last booking is held (vt_failed_over, includes/log.lua). WITNESS: this process's newest slot on
@@ -69,7 +69,7 @@ local function vt_key_open(log, meta, set, cut, now, env, witness)
   local deadline = witness and witness.deadline or 0
   if witness ~= nil and now >= witness.until_ms then witness = nil end
   local state = vt_none
-  if env.marked >= cut or set.bucketed or env.replid ~= '' then state = redis.call('HMGET', meta, unpack(set.meta_fields)) end
+  if env.marked >= cut or (set.bucketed and env.bucketed >= cut) or env.replid ~= '' then state = redis.call('HMGET', meta, unpack(set.meta_fields)) end
   if vt_failed_over(log, meta, state[VT_STATE_REPLID], env.replid, now, env.grace) then
     state[VT_STATE_HOLD] = math.max(tonumber(state[VT_STATE_HOLD] or 0), math.ceil(now + env.grace))
     state[VT_STATE_REPLID] = env.replid

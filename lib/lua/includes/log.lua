@@ -36,13 +36,15 @@ end
 -- one slot: keys there always have a time to live).
 local VT_KEPT = nil
 
--- The namespace's mark (a standalone Redis): until when (store clock ms) some key of the namespace
--- may have a vendor pause, a hold or a waiting list in its meta. Decisions and completions read a
--- key's meta only while the mark lies ahead of them, so a namespace where nothing is set pays no
--- meta read per call. Every writer of those fields raises it (vt_mark). It has no time to live,
--- like the epoch: only a loss of the whole store removes it, and the epoch finds that first (a
--- batch reads the mark only under a valid epoch). One key of a few bytes per namespace. nil on a
--- Cluster, where a script reaches one slot: there every decision reads its key's meta.
+-- The namespace's mark (a standalone Redis), a hash: `m` = until when (store clock ms) some key of
+-- the namespace may have a vendor pause, a hold or a waiting list in its meta; `b` = until when some
+-- key may have buckets that count (includes/buckets.lua). Decisions and completions read a key's
+-- meta only while the mark lies ahead of them (`b` for a bucketed rule set), so a namespace where
+-- nothing is set pays no meta read per call. Every writer of those fields raises it (vt_mark). It
+-- has no time to live, like the epoch: only a loss of the whole store removes it, and the epoch
+-- finds that first (a batch reads the mark only under a valid epoch). One key of a few bytes per
+-- namespace. nil on a Cluster, where a script reaches one slot: there every decision reads its
+-- key's meta.
 local VT_MARK = nil
 
 -- The namespace's keys a script was given: its index of kept keys, then its mark (none on a Cluster).
@@ -51,11 +53,12 @@ local function vt_namespace(index, mark)
   VT_MARK = mark
 end
 
--- Raises the namespace's mark to UNTIL_MS (store clock ms), never lowering it.
-local function vt_mark(until_ms)
+-- Raises the namespace's mark FIELD ('m' by default, or 'b') to UNTIL_MS (store clock ms), never lowering it.
+local function vt_mark(until_ms, field)
   if VT_MARK == nil then return end
+  field = field or 'm'
   until_ms = math.ceil(until_ms)
-  if tonumber(redis.call('GET', VT_MARK) or 0) < until_ms then redis.call('SET', VT_MARK, string.format('%d', until_ms)) end
+  if tonumber(redis.call('HGET', VT_MARK, field) or 0) < until_ms then redis.call('HSET', VT_MARK, field, string.format('%d', until_ms)) end
 end
 
 -- KEY's life left at NOW (ms): as PTTL (-1: none, -2: no key), from the index when kept; and its
