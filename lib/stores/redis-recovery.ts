@@ -20,6 +20,13 @@ const RESTORE_CONCURRENCY = 128;
 const CLAIM_POLL_MS = 10;
 
 /**
+ * How long a lookup asks again before it takes a provisional epoch as it is: long enough for the
+ * claims of processes connecting together to land (each claims as its connection is ready), short
+ * enough that a call that cannot wait for a real loss is still refused at once.
+ */
+const CLAIM_WAIT_MS = 100;
+
+/**
  * Per client object (the user's), its claim token and the recoveries of the stores on it: a
  * connection is claimed (lua/epoch.lua, KEYS[2]) only while none of them holds calls.
  */
@@ -172,8 +179,8 @@ export class Recovery {
    * for every process that holds calls there to find it (each checks every heartbeat) and hold it
    * longer while it puts them back. Otherwise it is ready at once. An epoch made to wait only
    * because a connection to a young Redis was not claimed yet is provisional: asked again every
-   * CLAIM_POLL_MS until it is ready (every connection claimed: processes starting together) or no
-   * longer provisional (a process found a loss).
+   * CLAIM_POLL_MS, for up to CLAIM_WAIT_MS, until it is ready (every connection claimed: processes
+   * starting together) or no longer provisional (a process found a loss).
    */
   #epochOf(namespace: string): Promise<string> {
     let lookup = this.#epochLookups.get(namespace);
@@ -192,6 +199,7 @@ export class Recovery {
 
   async #firstEpoch(namespace: string): Promise<string> {
     const graceMs = 2 * this.#heartbeatMs;
+    const until = Date.now() + CLAIM_WAIT_MS;
     for (;;) {
       const id = randomBytes(6).toString('base64url');
       const [value, provisional] = (await this.#run(scripts.epoch.name, this.#epochKeys(namespace), [
@@ -201,7 +209,7 @@ export class Recovery {
         this.#epochNames,
         this.#claimToken(),
       ])) as [string, number];
-      if (provisional !== 1 || readyOf(value) <= this.storeNow()) return value;
+      if (provisional !== 1 || readyOf(value) <= this.storeNow() || Date.now() >= until) return value;
       await new Promise((resolve) => setTimeout(resolve, CLAIM_POLL_MS));
     }
   }
