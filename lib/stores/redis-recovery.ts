@@ -16,6 +16,22 @@ export const MAX_RECOVERIES = 3;
 /** Restores in flight at once while a journal is put back (ioredis pipelines them on one connection). */
 const RESTORE_CONCURRENCY = 128;
 
+/** How often a lookup asks again while its epoch is provisional (some connection not claimed yet). */
+const CLAIM_POLL_MS = 10;
+
+/**
+ * How long a lookup asks again before it takes a provisional epoch as it is: long enough for the
+ * claims of processes connecting together to land (each claims as its connection is ready), short
+ * enough that a call that cannot wait for a real loss is still refused at once.
+ */
+const CLAIM_WAIT_MS = 100;
+
+/**
+ * Per client object (the user's), its claim token and the recoveries of the stores on it: a
+ * connection is claimed (lua/epoch.lua, KEYS[2]) only while none of them holds calls.
+ */
+const claimsByClient = new WeakMap<object, { readonly token: string; readonly recoveries: Set<Recovery> }>();
+
 /** What recovery needs of the store: its client's GET, and its scripts with a timeout. */
 export interface RecoveryDeps {
   readonly prefix: string;
@@ -31,6 +47,8 @@ export interface RecoveryDeps {
   kept(namespace: string): string[];
   /** A Cluster: no batch reaches the epoch, and the epoch names no Redis (each key does, lua/epoch.lua). */
   readonly cluster: boolean;
+  /** The user's client object: its connection is what this process claims on a young Redis. */
+  readonly client: object;
 }
 
 /**
@@ -51,6 +69,7 @@ export class Recovery {
   readonly #run: RecoveryDeps['run'];
   readonly #names: RecoveryDeps['names'];
   readonly #kept: RecoveryDeps['kept'];
+  readonly #claims: { readonly token: string; readonly recoveries: Set<Recovery> };
   /**
    * Namespace → the epoch value this process knows (see lua/epoch.lua): set once this process has
    * put back its journal under it (or, for a namespace seen for the first time, adopted it).
@@ -75,6 +94,42 @@ export class Recovery {
     this.#epochNames = deps.cluster ? 0 : 1;
     this.#client = { get: deps.get };
     this.#run = deps.run;
+    let claims = claimsByClient.get(deps.client);
+    if (claims === undefined) {
+      claims = { token: randomBytes(9).toString('base64url'), recoveries: new Set() };
+      claimsByClient.set(deps.client, claims);
+    }
+    claims.recoveries.add(this);
+    this.#claims = claims;
+  }
+
+  /** `<prefix>:young`: the claims of a young standalone Redis (lua/epoch.lua, KEYS[2]). */
+  get #youngKey(): string {
+    return `${this.#prefix}:young`;
+  }
+
+  /**
+   * The client's token while no store of this process on the client holds calls, else '': a
+   * connection claimed tells a process that looks up a new namespace on a young Redis that this
+   * connection holds nothing to put back (docs/design.md §9, "A start-up or a loss").
+   */
+  #claimToken(): string {
+    for (const recovery of this.#claims.recoveries) {
+      if (recovery.journal.prune(recovery.storeNow()) > 0) return '';
+    }
+    return this.#claims.token;
+  }
+
+  /**
+   * Claims the client's connection on a young standalone Redis (the client is ready: a new
+   * connection, which nothing claimed yet). Best effort: a connection not claimed only makes a
+   * process that looks up a new namespace there wait its grace, as after a loss.
+   */
+  async claim(): Promise<void> {
+    if (this.#epochNames === 0) return;
+    const token = this.#claimToken();
+    if (token === '') return;
+    await this.#run(scripts.epoch.name, [this.#youngKey, this.#youngKey], ['', 2 * this.#heartbeatMs, 'claim', 1, token]);
   }
 
   /** Keys found without this process's calls (a check failed) and put back one by one. */
@@ -122,12 +177,15 @@ export class Recovery {
    * namespace, or a Redis that lost its data before any live process noticed. When the Redis shows
    * a sign of a loss (lua/epoch.lua, 'first'), it is created ready two heartbeats from now: time
    * for every process that holds calls there to find it (each checks every heartbeat) and hold it
-   * longer while it puts them back. Otherwise it is ready at once.
+   * longer while it puts them back. Otherwise it is ready at once. An epoch made to wait only
+   * because a connection to a young Redis was not claimed yet is provisional: asked again every
+   * CLAIM_POLL_MS, for up to CLAIM_WAIT_MS, until it is ready (every connection claimed: processes
+   * starting together) or no longer provisional (a process found a loss).
    */
   #epochOf(namespace: string): Promise<string> {
     let lookup = this.#epochLookups.get(namespace);
     if (!lookup) {
-      lookup = this.#newEpoch(namespace, 2 * this.#heartbeatMs, 'first')
+      lookup = this.#firstEpoch(namespace)
         .then((value) => {
           // A recovery that started meanwhile decides what this process knows.
           if (!this.#recovering.has(namespace) && !this.#unrecovered.has(namespace)) this.#epochs.set(namespace, value);
@@ -139,10 +197,32 @@ export class Recovery {
     return lookup;
   }
 
-  /** Runs lua/epoch.lua: the epoch in force, created (ready `graceMs` from now, see its MODE) if missing. */
-  #newEpoch(namespace: string, graceMs: number, mode: 'lost' | 'first' = 'lost'): Promise<string> {
+  async #firstEpoch(namespace: string): Promise<string> {
+    const graceMs = 2 * this.#heartbeatMs;
+    const until = Date.now() + CLAIM_WAIT_MS;
+    for (;;) {
+      const id = randomBytes(6).toString('base64url');
+      const [value, provisional] = (await this.#run(scripts.epoch.name, this.#epochKeys(namespace), [
+        id,
+        graceMs,
+        'first',
+        this.#epochNames,
+        this.#claimToken(),
+      ])) as [string, number];
+      if (provisional !== 1 || readyOf(value) <= this.storeNow() || Date.now() >= until) return value;
+      await new Promise((resolve) => setTimeout(resolve, CLAIM_POLL_MS));
+    }
+  }
+
+  /** lua/epoch.lua's keys: the epoch, and on a standalone Redis the claims of a young Redis. */
+  #epochKeys(namespace: string): string[] {
+    return this.#epochNames === 1 ? [this.epochKey(namespace), this.#youngKey] : [this.epochKey(namespace)];
+  }
+
+  /** Runs lua/epoch.lua ('lost'): the epoch in force, created ready `graceMs` from now if missing. */
+  #newEpoch(namespace: string, graceMs: number): Promise<string> {
     const id = randomBytes(6).toString('base64url');
-    return this.#run(scripts.epoch.name, [this.epochKey(namespace)], [id, graceMs, mode, this.#epochNames]) as Promise<string>;
+    return this.#run(scripts.epoch.name, this.#epochKeys(namespace), [id, graceMs, 'lost', this.#epochNames]) as Promise<string>;
   }
 
   /**
@@ -288,14 +368,14 @@ export class Recovery {
    * data again), it stops: the put-back then finds the epoch changed and starts again.
    */
   #holdGrace(namespace: string, epoch: string): { stop(): Promise<void> } {
-    const key = this.epochKey(namespace);
+    const keys = this.#epochKeys(namespace);
     let value = epoch;
     let stopped = false;
     let timer: NodeJS.Timeout | undefined;
     let writing: Promise<void> = Promise.resolve();
     const extend = async (): Promise<boolean> => {
       try {
-        const now = (await this.#run(scripts.epoch.name, [key], [idOf(value), this.#graceMs, 'extend', this.#epochNames])) as string | null;
+        const now = (await this.#run(scripts.epoch.name, keys, [idOf(value), this.#graceMs, 'extend', this.#epochNames])) as string | null;
         if (now !== null && idOf(now) === idOf(value)) value = now;
         else stopped = true;
         return true;

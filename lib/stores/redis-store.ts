@@ -72,7 +72,12 @@ export class RedisStore implements Store {
     this.prefix = prefix;
     this.hashTag = hashTag;
     // The subscriber follows the client: it closes when the client ends, and opens again when it is back.
-    this.#scripts = new ClientDriver(client, timeoutMs, { ended: () => this.#wakes.ended(), ready: () => this.#wakes.ready() });
+    // A connection (again): claimed on a young Redis while this process holds no calls (lua/epoch.lua).
+    const ready = (): void => {
+      this.#wakes.ready();
+      this.#claim();
+    };
+    this.#scripts = new ClientDriver(client, timeoutMs, { ended: () => this.#wakes.ended(), ready });
     this.#cluster = this.#scripts.cluster;
     this.#wakes = new Wakes(this.#scripts);
     this.#reaper = new Reaper({
@@ -96,6 +101,7 @@ export class RedisStore implements Store {
         names: (namespace, key) => this.#names(namespace, key),
         kept: (namespace) => this.#kept(namespace),
         cluster: this.#cluster,
+        client,
       });
       const clock = this.#recovery;
       this.#stamps = new Stamps({
@@ -105,6 +111,7 @@ export class RedisStore implements Store {
         aliveKey: (namespace) => this.#aliveKey(namespace),
         run: (name, keys, args) => this.#scripts.run(name, keys, args),
       });
+      if (this.#scripts.status === 'ready') this.#claim();
       if (!this.#cluster) {
         const recovery = this.#recovery;
         // Evictions are over once none came for this long: long enough not to flip a namespace in
@@ -346,6 +353,15 @@ export class RedisStore implements Store {
     await this.#stamps?.close();
     this.#wakes.close();
     this.#scripts.close();
+  }
+
+  /**
+   * Claims the client's connection on a young Redis (lua/epoch.lua 'claim'). A claim that fails
+   * only leaves the connection unclaimed: a process starting there waits its grace, as after a loss.
+   */
+  #claim(): void {
+    if (this.#closed) return;
+    this.#recovery?.claim().catch(() => undefined);
   }
 
   #names(namespace: string, key: string): KeyNames {
