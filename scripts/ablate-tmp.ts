@@ -13,7 +13,12 @@ let prev: Array<{ key: string; member: string }> = [];
 async function round() {
   const settles = prev.filter((p) => p.member).map((p) => store.settle('ns', p.key, [{ member: p.member, releaseAt: Date.now() }]));
   const asks = [];
-  for (let i = 0; i < N; i++) asks.push(store.reserve({ namespace: 'ns', key: `u${i}`, cost: 1, maxHoldMs: 10000, retainMs: 1000, rules, maxDelayMs: Infinity }).then((r) => ({ key: `u${i}`, member: r.members[0]! })));
+  for (let i = 0; i < N; i++)
+    asks.push(
+      store
+        .reserve({ namespace: 'ns', key: `u${i}`, cost: 1, maxHoldMs: 10000, retainMs: 1000, rules, maxDelayMs: Infinity })
+        .then((r) => ({ key: `u${i}`, member: r.members[0]! })),
+    );
   await Promise.all(settles);
   prev = await Promise.all(asks);
 }
@@ -32,8 +37,16 @@ for (const line of stats.split('\n')) {
   else if (m[1] !== 'config' && m[1] !== 'info') inner += Number(m[3]);
 }
 const pairs = 300 * N;
-console.log(`per pair: evalsha ${(evalsha / pairs).toFixed(2)} µs, commands ${(inner / pairs).toFixed(2)} µs, outside ${((evalsha - inner) / pairs).toFixed(2)} µs`);
-console.log(stats.split('\n').filter((l) => l.startsWith('cmdstat')).map((l) => l.replace(/,rejected.*/, '')).join('\n'));
+console.log(
+  `per pair: evalsha ${(evalsha / pairs).toFixed(2)} µs, commands ${(inner / pairs).toFixed(2)} µs, outside ${((evalsha - inner) / pairs).toFixed(2)} µs`,
+);
+console.log(
+  stats
+    .split('\n')
+    .filter((l) => l.startsWith('cmdstat'))
+    .map((l) => l.replace(/,rejected.*/, ''))
+    .join('\n'),
+);
 await store.close();
 client.disconnect();
 admin.disconnect();

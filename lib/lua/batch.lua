@@ -127,8 +127,9 @@ local marked_read = VT_MARK == nil
 local function vt_marked()
   if not marked_read then
     marked_read = true
+    -- A missing mark (a namespace whose epoch an earlier version made): every key's meta is read.
     local mark = redis.call('HMGET', VT_MARK, 'm', 'b')
-    env.marked, env.bucketed = tonumber(mark[1] or 0), tonumber(mark[2] or 0)
+    env.marked, env.bucketed = tonumber(mark[1]) or math.huge, tonumber(mark[2]) or math.huge
   end
   return env.marked
 end

@@ -26,6 +26,9 @@
                                  every connection is claimed, unless a process reported a loss there
                                  ('lost', 'extend': the field goes).
                   It expires GRACE + 1 s after its last write, once it can no longer be read.
+  KEYS[3]  mark   the namespace's mark (includes/log.lua), standalone only: made with a new epoch
+                  where it is missing (a new namespace, or one that lost its data), so that a
+                  namespace whose mark is missing is one whose decisions read every key's meta.
   ARGV[1]  ID     a random id for a new epoch (the script adds '@<replid>' with NAMES); with MODE
                   'extend', the id of the epoch to extend
   ARGV[2]  GRACE  ms from now until a new epoch is ready
@@ -184,6 +187,10 @@ local id = ARGV[1]
 if names then id = id .. '@' .. replid end
 value = id .. ':' .. ready
 redis.call('SET', KEYS[1], value)
+if KEYS[3] ~= nil then
+  redis.call('HSETNX', KEYS[3], 'm', 0)
+  redis.call('HSETNX', KEYS[3], 'b', 0)
+end
 if young_key ~= nil and vt_young() then
   redis.call('HSET', young_key, 'e:' .. KEYS[1], 1)
   if sign == 'unclaimed' then redis.call('HSET', young_key, provisional, id) end

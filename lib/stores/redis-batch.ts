@@ -6,51 +6,83 @@ import { CODES } from './redis-scripts.js';
 
 const { op: OP, status: STATUS, check: CHECK } = CODES;
 
-/**
- * One operation waiting for the next batch: a decision ('d'), the completions and releases of a
- * key ('c'), this process no longer waiting on a key ('l'), or a check of a key's log against this
- * process's journal ('k', the heartbeat's; a decision's keys are checked too), or a key's life
- * shortened to what its slots need ('t', its throttle closes), or the end of a key's vendor pause
- * read ('p', a call booked ahead whose start has come). Every operation has
- * the same fields (one object shape on the hot path); those of another type are left empty.
- */
-export interface Op {
-  readonly type: 'd' | 'c' | 'l' | 'k' | 't' | 'p';
+/** What every operation waiting for the next batch has: its key, and who gets the answer. */
+interface OpOf<T extends string, A> {
+  readonly type: T;
   readonly namespace: string;
   readonly key: string;
-  /** 'd': slots per call, the bound on a slot's release, the history kept, the rules. */
-  readonly cost: number;
-  readonly maxHoldMs: number;
-  readonly retainMs: number;
-  readonly rules: readonly Rule[];
-  /** 'd': book only a slot that starts within this many ms (Infinity: any). */
-  readonly maxDelayMs: number;
-  /** 'd': number of the call's first member (members are FIRST .. FIRST+COST-1, see `RedisStore`). */
-  readonly first: number;
-  /** 'd': more keys the call counts in (decided with `key` in one step); empty for a call of one key. */
-  readonly also: readonly KeyPart[];
-  /** 'd' of one key: this process still waits on the key through calls of several keys (it stays in the key's waiting list). */
-  readonly stay: boolean;
-  /** 'c': NUMBER, RELEASE_AT (-1 = remove) pairs. */
-  readonly pairs: readonly number[];
-  /** 'd': the decision's answer; 'p': the pause's end (store clock ms, 0 when none); the others: undefined. */
-  readonly resolve: (reply: Decided | number | undefined) => void;
+  readonly resolve: (answer: A) => void;
   readonly reject: (error: unknown) => void;
   /** Times the batch found the store had lost its data. */
   tries: number;
 }
 
-/** A decision's answer (lua/includes/decide.lua): status, wait, start, rule index, store clock, retry. */
-export type Decided = readonly [status: number, waitMs: number, startAt: number, ruleIndex: number, now: number, retryMs: number];
+/** A decision: COST slots as soon as every rule of the key (and of `also`) allows, within `maxDelayMs`. */
+export interface DecideOp extends OpOf<'decide', Decision> {
+  /** Slots per call, the bound on a slot's release, the history kept, the rules. */
+  readonly cost: number;
+  readonly maxHoldMs: number;
+  readonly retainMs: number;
+  readonly rules: readonly Rule[];
+  /** Book only a slot that starts within this many ms (Infinity: any). */
+  readonly maxDelayMs: number;
+  /** Number of the call's first member (members are FIRST .. FIRST+COST-1, see `RedisStore`). */
+  readonly first: number;
+  /** More keys the call counts in (decided with `key` in one step); empty for a call of one key. */
+  readonly also: readonly KeyPart[];
+  /** A call of one key: this process still waits on the key through calls of several keys (it stays in the key's waiting list). */
+  readonly stay: boolean;
+}
+
+/** The completions and releases of a key's calls: NUMBER, RELEASE_AT (-1: never started) pairs. */
+export interface CompleteOp extends OpOf<'complete', void> {
+  readonly pairs: readonly number[];
+}
+
+/** This process no longer waits on the key. */
+export type LeaveOp = OpOf<'leave', void>;
+
+/** The heartbeat's check of a key's log against this process's journal (a decision's keys are checked too). */
+export type CheckOp = OpOf<'check', void>;
+
+/** The key's life shortened to what its slots need (its throttle closes). */
+export interface TidyOp extends OpOf<'tidy', void> {
+  readonly retainMs: number;
+}
+
+/** The end of the key's vendor pause (store clock ms, 0 when none), for a call booked ahead whose start has come. */
+export type PausedOp = OpOf<'paused', number>;
+
+/** One operation waiting for the next batch (lua/batch.lua's header describes each). */
+export type Op = DecideOp | CompleteOp | LeaveOp | CheckOp | TidyOp | PausedOp;
+
+/** A decision's answer (lua/includes/decide.lua). */
+export interface Decision {
+  /** `CODES.status`: booked, deferred or refused. */
+  readonly status: number;
+  readonly waitMs: number;
+  readonly startAt: number;
+  readonly ruleIndex: number;
+  /** The store's clock when it decided. */
+  readonly now: number;
+  readonly retryMs: number;
+}
 
 /** What a batch's checks found. */
 export interface Checked {
   /** The decisions not made (status 3): their keys failed a check; asked again once put back. */
-  readonly again: Op[];
+  readonly again: DecideOp[];
   /** Keys whose check found this process's calls gone: it puts them back, and holds the key again if that added any. */
   readonly lost: string[];
   /** Keys found held (another process found a loss, or a failover): it puts its calls back too, without holding. */
   readonly held: string[];
+}
+
+/** A batch's reply, read: each decision's answer (undefined: not made), each check's finding, each pause's end. */
+interface Reply {
+  readonly decisions: ReadonlyArray<Decision | undefined>;
+  readonly checks: readonly number[];
+  readonly pauses: readonly number[];
 }
 
 /** One `EVALSHA` of lua/batch.lua: its keys, its arguments after EPOCH, TAG, CHANNEL and GRACE, and who gets which reply. */
@@ -58,9 +90,10 @@ export interface EncodedBatch {
   readonly keys: string[];
   /** Every field after EPOCH, TAG, CHANNEL and GRACE, packed as lua/batch.lua's FIELDS. */
   readonly fields: Buffer;
-  deliver(reply: readonly unknown[]): Checked;
+  /** Hands each operation its answer. */
+  deliver(reply: unknown): Checked;
   /** The decisions the reply booked (for a reply that came after its callers gave up: lib/stores/redis-store.ts). */
-  booked(reply: readonly unknown[]): Op[];
+  booked(reply: unknown): DecideOp[];
 }
 
 /** Per rules array, its arguments as lua/batch.lua reads a rule set (rules arrays are reused per key). */
@@ -84,10 +117,12 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   const sets = new Map<string, number>();
   const setArgs: number[] = [];
   const args: number[] = [];
-  const decided: Op[][] = [];
-  const others: Op[] = [];
-  const several: Op[] = [];
-  const paused: Op[] = [];
+  // The decisions in the order of their answers, the other operations (answered when the batch is
+  // done), and the pause reads in the order of theirs.
+  const decided: DecideOp[] = [];
+  const others: Array<CompleteOp | LeaveOp | CheckOp | TidyOp> = [];
+  const several: DecideOp[] = [];
+  const paused: PausedOp[] = [];
   const namespace = ops[0]!.namespace;
   // K of a key: its place among the keys of the batch, 1-based.
   const indexOf = (key: string): number => {
@@ -128,54 +163,64 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   // Keys of calls of several keys: checked at once, before any of their keys is booked.
   const shared = new Set<string>();
   for (const op of ops) {
-    if (op.type === 'd' && op.also.length > 0) for (const key of [op.key, ...op.also.map((part) => part.key)]) shared.add(key);
+    if (op.type === 'decide' && op.also.length > 0) for (const key of [op.key, ...op.also.map((part) => part.key)]) shared.add(key);
   }
   for (const [key, keyOps] of byKey) {
     const k = indexOf(key);
     const pairs: number[] = [];
     let leave = false;
     let tidy = 0;
+    let decides = false;
     // Before anything is decided on the key (a key a process holds nothing on has no witness). A
     // decision reads meta itself; a check without one reads it too (full). A key decided alone is
     // checked by its first booking (no command of its own).
-    if (checks && keyOps.some((op) => op.type === 'd' || op.type === 'k')) {
-      check(key, !keyOps.some((op) => op.type === 'd') ? 'full' : shared.has(key) ? 'now' : 'booking');
-    }
-    const groups = new Map<string, Op[]>();
+    const groups = new Map<string, DecideOp[]>();
     for (const op of keyOps) {
-      if (op.type === 'c') {
-        for (const value of op.pairs) pairs.push(value);
-        others.push(op);
-      } else if (op.type === 'l') {
-        leave = true;
-        others.push(op);
-      } else if (op.type === 'k') {
-        others.push(op);
-      } else if (op.type === 't') {
-        tidy = Math.max(tidy, op.retainMs);
-        others.push(op);
-      } else if (op.type === 'p') {
-        args.push(OP.paused, k);
-        paused.push(op);
-      } else if (op.also.length > 0) {
-        several.push(op);
-      } else {
-        const set = setOf(op.maxHoldMs, op.retainMs, op.rules);
-        const id = `${op.cost}|${set}`;
-        const same = groups.get(id);
-        if (same) same.push(op);
-        else groups.set(id, [op]);
+      switch (op.type) {
+        case 'complete':
+          for (const value of op.pairs) pairs.push(value);
+          others.push(op);
+          break;
+        case 'leave':
+          leave = true;
+          others.push(op);
+          break;
+        case 'check':
+          others.push(op);
+          break;
+        case 'tidy':
+          tidy = Math.max(tidy, op.retainMs);
+          others.push(op);
+          break;
+        case 'paused':
+          args.push(OP.paused, k);
+          paused.push(op);
+          break;
+        case 'decide': {
+          decides = true;
+          if (op.also.length > 0) {
+            several.push(op);
+            break;
+          }
+          const id = `${op.cost}|${setOf(op.maxHoldMs, op.retainMs, op.rules)}`;
+          const same = groups.get(id);
+          if (same) same.push(op);
+          else groups.set(id, [op]);
+        }
       }
     }
+    if (checks && (decides || keyOps.some((op) => op.type === 'check'))) check(key, !decides ? 'full' : shared.has(key) ? 'now' : 'booking');
     // Completions first (they may free room), then the leave, then the decisions.
     if (pairs.length > 0) args.push(OP.complete, k, pairs.length / 2, ...pairs);
     if (leave) args.push(OP.leave, k);
     for (const group of groups.values()) {
       const { cost, maxHoldMs, retainMs, rules } = group[0]!;
-      // STAY: the process stays in the key's waiting list (see Op.stay).
+      // STAY: the process stays in the key's waiting list (see DecideOp.stay).
       args.push(OP.decide, k, setOf(maxHoldMs, retainMs, rules), cost, group.some((op) => op.stay) ? 1 : 0, group.length);
-      for (const op of group) args.push(maxDelayArg(op.maxDelayMs), op.first);
-      decided.push(group);
+      for (const op of group) {
+        args.push(maxDelayArg(op.maxDelayMs), op.first);
+        decided.push(op);
+      }
     }
     if (tidy > 0) args.push(OP.tidy, k, tidy);
   }
@@ -186,57 +231,78 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
     args.push(OP.decideKeys, parts.length);
     for (const part of parts) args.push(indexOf(part.key), setOf(op.maxHoldMs, part.retainMs, part.rules));
     args.push(op.cost, maxDelayArg(op.maxDelayMs), op.first);
-    decided.push([op]);
+    decided.push(op);
   }
+  const read = (reply: unknown): Reply => readReply(reply, decided.length, checked.length, paused.length);
   return {
     keys,
     fields: packNumbers(sets.size, setArgs, args),
-    deliver: (reply) => {
-      const now = reply[1] as number;
-      const r = reply as number[];
-      const again: Op[] = [];
-      // Keys held (a decision deferred with rule index -3): this process puts back its calls there
-      // too, if it holds any (a key checked).
+    deliver: (raw) => {
+      const { decisions, checks: found, pauses } = read(raw);
+      const again: DecideOp[] = [];
+      // Keys held (a decision not booked for a hold, rule index VT_RULE_RECOVERING): this process
+      // puts back its calls there too, if it holds any (a key checked).
       const held = new Set<string>();
-      let at = 2;
-      for (const group of decided) {
-        for (const op of group) {
-          if (r[at] === STATUS.bookedNow) {
-            op.resolve([STATUS.booked, 0, now, CODES.rule.none, now, 0]);
-            at += 1;
-            continue;
-          }
-          if (r[at] === STATUS.notMade) again.push(op);
-          else {
-            if (r[at] !== STATUS.booked && r[at + 3] === CODES.rule.recovering) for (const key of [op.key, ...op.also.map((part) => part.key)]) held.add(key);
-            op.resolve([r[at]!, r[at + 1]!, r[at + 2]!, r[at + 3]!, now, r[at + 4]!]);
-          }
-          at += 5;
+      decided.forEach((op, i) => {
+        const decision = decisions[i];
+        if (decision === undefined) {
+          again.push(op);
+          return;
         }
-      }
-      for (const op of others) op.resolve(undefined);
+        if (decision.status !== STATUS.booked && decision.ruleIndex === CODES.rule.recovering) {
+          held.add(op.key);
+          for (const part of op.also) held.add(part.key);
+        }
+        op.resolve(decision);
+      });
+      for (const op of others) op.resolve();
       const lost: string[] = [];
       const heldKeys: string[] = [];
-      for (const key of checked) {
-        const status = r[at++];
-        if (status === CHECK.lost) lost.push(key);
-        else if (status === CHECK.held || held.has(key)) heldKeys.push(key);
-      }
-      for (const op of paused) op.resolve(r[at++]);
+      checked.forEach((key, i) => {
+        if (found[i] === CHECK.lost) lost.push(key);
+        else if (found[i] === CHECK.held || held.has(key)) heldKeys.push(key);
+      });
+      paused.forEach((op, i) => op.resolve(pauses[i]!));
       return { again, lost, held: heldKeys };
     },
-    booked: (reply) => {
-      const out: Op[] = [];
-      let at = 2;
-      for (const group of decided) {
-        for (const op of group) {
-          if (reply[at] === STATUS.booked || reply[at] === STATUS.bookedNow) out.push(op);
-          at += reply[at] === STATUS.bookedNow ? 1 : 5;
-        }
-      }
-      return out;
+    booked: (raw) => {
+      const { decisions } = read(raw);
+      return decided.filter((_, i) => decisions[i]?.status === STATUS.booked);
     },
   };
+}
+
+/**
+ * The one reader of lua/batch.lua's reply: `{ DONE, NOW_MS, per decision its answer (VT_STATUS_BOOKED_NOW
+ * alone, or five values), per check its finding, per pause read its end }`, checked against what
+ * the batch asked for.
+ */
+function readReply(reply: unknown, decisionCount: number, checkCount: number, pauseCount: number): Reply {
+  if (!Array.isArray(reply) || reply[0] !== CODES.batch.done) throw new TypeError(`Unexpected reply from lua/batch.lua: ${JSON.stringify(reply)}`);
+  let at = 1;
+  const next = (): number => {
+    const value: unknown = reply[at++];
+    if (typeof value !== 'number') throw new TypeError(`Unexpected reply from lua/batch.lua at ${at - 1}: ${JSON.stringify(value)}`);
+    return value;
+  };
+  const now = next();
+  const decisions: Array<Decision | undefined> = [];
+  for (let i = 0; i < decisionCount; i++) {
+    const status = next();
+    if (status === STATUS.bookedNow) {
+      decisions.push({ status: STATUS.booked, waitMs: 0, startAt: now, ruleIndex: CODES.rule.none, now, retryMs: 0 });
+      continue;
+    }
+    const waitMs = next();
+    const startAt = next();
+    const ruleIndex = next();
+    const retryMs = next();
+    decisions.push(status === STATUS.notMade ? undefined : { status, waitMs, startAt, ruleIndex, now, retryMs });
+  }
+  const checks = Array.from({ length: checkCount }, next);
+  const pauses = Array.from({ length: pauseCount }, next);
+  if (at !== reply.length) throw new TypeError(`Unexpected reply from lua/batch.lua: ${reply.length} values where ${at} were expected`);
+  return { decisions, checks, pauses };
 }
 
 /** MAX_DELAY as lua/includes/decide.lua reads it: whole ms, or -1 for any. */

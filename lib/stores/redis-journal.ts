@@ -225,9 +225,18 @@ export class Journal {
     this.#forget(journal);
   }
 
-  /** The store lost the namespace's data: what this process believed of its logs' lives no longer holds. */
-  forgetLives(namespace: string): void {
-    for (const journal of this.#namespaces.get(namespace)?.values() ?? []) this.#forget(journal);
+  /**
+   * The namespace's logs (or the key's) lost their data, or had their lives shortened: what this
+   * process believed of those lives no longer holds.
+   */
+  forgetLives(namespace: string, key?: string): void {
+    const keys = this.#namespaces.get(namespace);
+    if (key !== undefined) {
+      const journal = keys?.get(key);
+      if (journal) this.#forget(journal);
+      return;
+    }
+    for (const journal of keys?.values() ?? []) this.#forget(journal);
   }
 
   /** The namespace's keys not checked since `before` (`Date.now()` ms). */

@@ -216,7 +216,7 @@ export class Recovery {
 
   /** lua/epoch.lua's keys: the epoch, and on a standalone Redis the claims of a young Redis. */
   #epochKeys(namespace: string): string[] {
-    return this.#epochNames === 1 ? [this.epochKey(namespace), this.#youngKey] : [this.epochKey(namespace)];
+    return this.#epochNames === 1 ? [this.epochKey(namespace), this.#youngKey, `${this.#prefix}:${namespace}:mark`] : [this.epochKey(namespace)];
   }
 
   /** Runs lua/epoch.lua ('lost'): the epoch in force, created ready `graceMs` from now if missing. */

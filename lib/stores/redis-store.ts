@@ -3,8 +3,8 @@ import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
 import { encodeKey, keyNames, type HashTag, type KeyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { Pace } from '../slot-plan.js';
-import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
-import { encodeBatch, ruleArgs, type Decided, type Op } from './redis-batch.js';
+import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
+import { encodeBatch, ruleArgs, type DecideOp, type Decision, type Op } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
 import { Journal } from './redis-journal.js';
 import { Reaper, STALE_MS, Stamps } from './redis-liveness.js';
@@ -190,21 +190,10 @@ export class RedisStore implements Store {
     if (also.length > 0 && this.#cluster && this.hashTag === 'key') {
       throw new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }");
     }
-    const [status, waitMs, startAt, ruleIndex, now, retryMs] = (await this.#enqueue(
-      'd',
-      namespace,
-      key,
-      cost,
-      maxHoldMs,
-      retainMs,
-      rules,
-      maxDelayMs,
-      first,
-      NONE,
-      0,
-      also,
-      request.stay === true,
-    )) as Decided;
+    const stay = request.stay === true;
+    const { status, waitMs, startAt, ruleIndex, now, retryMs } = await new Promise<Decision>((resolve, reject) =>
+      this.#push({ type: 'decide', namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, also, stay, resolve, reject, tries: 0 }),
+    );
     let members: readonly string[] = NONE;
     if (status === CODES.status.booked) {
       members = cost === 1 ? [this.#member(first)] : Array.from({ length: cost }, (_, i) => this.#member(first + i));
@@ -234,7 +223,7 @@ export class RedisStore implements Store {
     }
     if (pairs.length === 0) return;
     this.#recovery?.journal.settle(namespace, key, pairs);
-    await this.#enqueue('c', namespace, key, 0, 0, 0, NO_RULES, 0, 0, pairs, coalesceMs);
+    await new Promise<void>((resolve, reject) => this.#push({ type: 'complete', namespace, key, pairs, resolve, reject, tries: 0 }, coalesceMs));
   }
 
   /** While the client cannot connect (its latest attempt failed: refused, a TLS failure), resolves once it does. */
@@ -247,7 +236,7 @@ export class RedisStore implements Store {
   }
 
   async leave(namespace: string, key: string): Promise<void> {
-    await this.#enqueue('l', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE);
+    await new Promise<void>((resolve, reject) => this.#push({ type: 'leave', namespace, key, resolve, reject, tries: 0 }));
   }
 
   async inspect(namespace: string, key: string, rules: readonly Rule[], maxHoldMs?: number): Promise<InspectResult> {
@@ -288,7 +277,7 @@ export class RedisStore implements Store {
 
   /** Read in the next batch, with the decisions and completions of the moment. */
   async pausedUntil(namespace: string, key: string): Promise<number> {
-    return (await this.#enqueue('p', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE)) as number;
+    return new Promise<number>((resolve, reject) => this.#push({ type: 'paused', namespace, key, resolve, reject, tries: 0 }));
   }
 
   async restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number): Promise<void> {
@@ -392,41 +381,26 @@ export class RedisStore implements Store {
   }
 
   /**
-   * Queues an operation for the next batch. Everything this process asks within one turn of the
-   * event loop goes to Redis together, at the next `setImmediate`: operations on different keys of
-   * one namespace share one `EVALSHA` (on a Cluster, one per key).
+   * Queues an operation for the next batch, which answers it. Everything this process asks within
+   * one turn of the event loop goes to Redis together, at the next `setImmediate`: operations on
+   * different keys of one namespace share one `EVALSHA` (on a Cluster, one per key). Completions
+   * alone may wait `delayMs` for company (see `settle`).
    */
-  #enqueue(
-    type: Op['type'],
-    namespace: string,
-    key: string,
-    cost: number,
-    maxHoldMs: number,
-    retainMs: number,
-    rules: readonly Rule[],
-    maxDelayMs: number,
-    first: number,
-    pairs: readonly number[],
-    delayMs = 0,
-    also: readonly KeyPart[] = NONE,
-    stay = false,
-  ): Promise<Decided | number | undefined> {
-    return new Promise((resolve, reject) => {
-      // One object shape for every operation (see Op).
-      this.#queue.push({ type, namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, also, stay, pairs, resolve, reject, tries: 0 });
-      if (this.#flushScheduled === 'now') return;
-      const at = performance.now() + delayMs;
-      if (type === 'c' && delayMs > 0 && at >= this.#flushAt) return;
-      if (this.#flushScheduled !== 'none') clearTimeout(this.#flushScheduled);
-      if (type === 'c' && delayMs > 0) {
-        this.#flushScheduled = setTimeout(() => this.#flush(), delayMs);
-        this.#flushAt = at;
-      } else {
-        this.#flushScheduled = 'now';
-        this.#flushAt = Infinity;
-        setImmediate(() => this.#flush());
-      }
-    });
+  #push(op: Op, delayMs = 0): void {
+    this.#queue.push(op);
+    if (this.#flushScheduled === 'now') return;
+    const alone = op.type === 'complete' && delayMs > 0;
+    const at = performance.now() + delayMs;
+    if (alone && at >= this.#flushAt) return;
+    if (this.#flushScheduled !== 'none') clearTimeout(this.#flushScheduled);
+    if (alone) {
+      this.#flushScheduled = setTimeout(() => this.#flush(), delayMs);
+      this.#flushAt = at;
+    } else {
+      this.#flushScheduled = 'now';
+      this.#flushAt = Infinity;
+      setImmediate(() => this.#flush());
+    }
   }
 
   #flush(): void {
@@ -438,7 +412,11 @@ export class RedisStore implements Store {
     const batches = new Map<string, Map<string, Op[]>>();
     for (const op of ops) {
       // On a Cluster a call of several keys goes alone: its keys share a slot, which others need not.
-      const id = !this.#cluster ? op.namespace : op.also.length > 0 ? `${op.namespace}\n${op.key}\n${op.first}` : `${op.namespace}\n${op.key}`;
+      const id = !this.#cluster
+        ? op.namespace
+        : op.type === 'decide' && op.also.length > 0
+          ? `${op.namespace}\n${op.key}\n${op.first}`
+          : `${op.namespace}\n${op.key}`;
       let byKey = batches.get(id);
       if (!byKey) batches.set(id, (byKey = new Map()));
       const same = byKey.get(op.key);
@@ -468,8 +446,9 @@ export class RedisStore implements Store {
     // Redis a fraction of a script's run. Not behind a recovery of the namespace, unlike a batch: a
     // put-back restores calls, never a pause (one lost with the data stays lost), so the read gives
     // the same answer before and after it, and the call's slot, journaled, is put back either way.
-    if (ops.every((op) => op.type === 'p')) {
-      for (const op of ops) {
+    const pauses = ops.filter((op) => op.type === 'paused');
+    if (pauses.length === ops.length) {
+      for (const op of pauses) {
         this.#scripts.hget(this.#names(namespace, op.key).meta, 'pause').then((end) => op.resolve(Number(end ?? 0)), op.reject);
       }
       return;
@@ -481,7 +460,7 @@ export class RedisStore implements Store {
         await recovery.recovered(namespace);
         // Completions alone need no epoch check: on a store that lost its data they change
         // nothing (ZADD XX), and the next decision finds the loss.
-        if (ops.some((op) => op.type === 'd')) epoch = await recovery.epochOf(namespace);
+        if (ops.some((op) => op.type === 'decide')) epoch = await recovery.epochOf(namespace);
       }
       const generation = recovery?.generation ?? 0;
       const { keys, fields, deliver, booked } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace));
@@ -491,15 +470,15 @@ export class RedisStore implements Store {
       for (const kept of this.#kept(namespace)) keys.push(kept);
       // A batch that answers after commandTimeoutMs: its callers got StoreUnavailableError, and the
       // slots it booked for them are given back.
-      const late = (reply: unknown): void => this.#giveBack(booked(reply as unknown[]));
-      const reply = (await this.#scripts.run(
+      const late = (reply: unknown): void => this.#giveBack(booked(reply));
+      const reply = await this.#scripts.run(
         scripts.batch.name,
         keys,
         // The operations as one string of fields (lua/batch.lua's FIELDS): far cheaper to send than one argument each.
         [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, fields, this.#cluster ? '0' : '1'],
         late,
-      )) as unknown[];
-      if (reply[0] === CODES.batch.epochChanged && recovery) {
+      );
+      if (Array.isArray(reply) && reply[0] === CODES.batch.epochChanged && recovery) {
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.
         const lost = generation === recovery.generation && (await recovery.recover(namespace));
@@ -513,6 +492,7 @@ export class RedisStore implements Store {
       const { again, lost, held } = deliver(reply);
       if (!recovery) return;
       if (lost.length > 0 || held.length > 0) {
+        for (const key of [...lost, ...held]) recovery.journal.forgetLives(namespace, key);
         // Evicted, most likely: the watch finds out at once, and keeps the keys put back now.
         if (lost.length > 0) await this.#evictions?.check();
         await recovery.restoreKeys(namespace, lost, held);
@@ -543,11 +523,17 @@ export class RedisStore implements Store {
     const recovery = this.#recovery;
     if (recovery === undefined) return;
     const keys = recovery.journal.entriesOf(namespace, recovery.storeNow());
-    await Promise.all(keys.map(({ key, retainMs }) => this.#enqueue('t', namespace, key, 0, 0, retainMs, NO_RULES, 0, 0, NONE)));
+    // The logs' lives are shortened: what this process believed of them no longer holds.
+    recovery.journal.forgetLives(namespace);
+    await Promise.all(
+      keys.map(
+        ({ key, retainMs }) => new Promise<void>((resolve, reject) => this.#push({ type: 'tidy', namespace, key, retainMs, resolve, reject, tries: 0 })),
+      ),
+    );
   }
 
   /** Removes the slots of decisions whose callers were told the store failed (their answer came too late). */
-  #giveBack(ops: readonly Op[]): void {
+  #giveBack(ops: readonly DecideOp[]): void {
     for (const op of ops) {
       const settle = Array.from({ length: op.cost }, (_, i) => ({ member: this.#member(op.first + i), releaseAt: null }));
       for (const key of [op.key, ...op.also.map((part) => part.key)]) this.settle(op.namespace, key, settle).catch(() => undefined);
@@ -580,7 +566,7 @@ export class RedisStore implements Store {
     for (const namespace of recovery.journal.namespaces()) {
       try {
         const keys = recovery.unchecked(namespace);
-        await Promise.all(keys.map((key) => this.#enqueue('k', namespace, key, 0, 0, 0, NO_RULES, 0, 0, NONE)));
+        await Promise.all(keys.map((key) => new Promise<void>((resolve, reject) => this.#push({ type: 'check', namespace, key, resolve, reject, tries: 0 }))));
         await recovery.checkEpoch(namespace);
       } catch (error) {
         failure ??= error;
@@ -621,5 +607,3 @@ const STATUSES: Record<number, ReserveResult['status']> = {
   [CODES.status.deferred]: 'deferred',
   [CODES.status.refused]: 'refused',
 };
-
-const NO_RULES: readonly Rule[] = [];

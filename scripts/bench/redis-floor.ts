@@ -17,7 +17,7 @@
  *   calls a script, without the loss checks of recovery (they add a ZSCORE per key and batch).
  */
 import { Redis } from 'ioredis';
-import { encodeBatch, type Op } from '../../lib/stores/redis-batch.js';
+import { encodeBatch, type CompleteOp, type DecideOp, type Op } from '../../lib/stores/redis-batch.js';
 import { scripts } from '../../lib/stores/redis-scripts.js';
 import type { Rule } from '../../lib/rules.js';
 import { diffServer, serverSnapshot } from './redis-stats.js';
@@ -103,9 +103,9 @@ function logFloor(state: boolean): Contender {
 const RULES: readonly Rule[] = [{ limit: 1000, windowMs: 1000 }];
 const noop = (): void => {};
 
-function op(type: 'd' | 'c', key: string, first: number, pairs: readonly number[]): Op {
+function decide(key: string, first: number): DecideOp {
   return {
-    type,
+    type: 'decide',
     namespace: 'floor',
     key,
     cost: 1,
@@ -116,11 +116,14 @@ function op(type: 'd' | 'c', key: string, first: number, pairs: readonly number[
     first,
     also: [],
     stay: false,
-    pairs,
     resolve: noop,
     reject: noop,
     tries: 0,
   };
+}
+
+function complete(key: string, pairs: readonly number[]): CompleteOp {
+  return { type: 'complete', namespace: 'floor', key, pairs, resolve: noop, reject: noop, tries: 0 };
 }
 
 const vendorThrottle: Contender = async (redis, calls, run) => {
@@ -130,9 +133,9 @@ const vendorThrottle: Contender = async (redis, calls, run) => {
     return (await redis.evalsha(sha, keys.length, ...keys, '', ':t', 'vt:', 0, fields)) as number[];
   };
   for (let sent = 0; sent < calls; sent += BATCH) {
-    const decisions = Array.from({ length: BATCH }, (_, i) => op('d', `u${(sent + i) % KEYS}`, sent + i, []));
+    const decisions = Array.from({ length: BATCH }, (_, i) => decide(`u${(sent + i) % KEYS}`, sent + i));
     const now = (await send(decisions))[1]!;
-    await send(decisions.map((d) => op('c', d.key, 0, [d.first, now])));
+    await send(decisions.map((d) => complete(d.key, [d.first, now])));
   }
 };
 

@@ -274,7 +274,7 @@ local function vt_key_close(key, now, now_ms, tag, channel, stay)
       -- that belief until it finds its witness gone.
       vt_expire(key.log, math.max(ttl, key.deadline - now), now)
     elseif VT_KEPT ~= nil or not key.confirmed or need > key.deadline then
-      vt_expire(key.log, ttl, now, 'GT')
+      vt_expire(key.log, math.max(ttl, key.deadline - now), now, 'GT')
     end
     -- Which Redis took the booking: written when it changes (a new key, a failover, meta expired).
     if key.replid ~= '' and key.state[VT_STATE_REPLID] ~= key.replid then

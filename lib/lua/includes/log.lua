@@ -43,8 +43,9 @@ local VT_KEPT = nil
 -- nothing is set pays no meta read per call. Every writer of those fields raises it (vt_mark). It
 -- has no time to live, like the epoch: only a loss of the whole store removes it, and the epoch
 -- finds that first (a batch reads the mark only under a valid epoch). One key of a few bytes per
--- namespace. nil on a Cluster, where a script reaches one slot: there every decision reads its
--- key's meta.
+-- namespace, made with the epoch (epoch.lua); a namespace without one (its epoch made by an earlier
+-- version) reads every key's meta. nil on a Cluster, where a script reaches one slot: there every
+-- decision reads its key's meta.
 local VT_MARK = nil
 
 -- The namespace's keys a script was given: its index of kept keys, then its mark (none on a Cluster).
@@ -53,7 +54,8 @@ local function vt_namespace(index, mark)
   VT_MARK = mark
 end
 
--- Raises the namespace's mark FIELD ('m' by default, or 'b') to UNTIL_MS (store clock ms), never lowering it.
+-- Raises the namespace's mark FIELD ('m' by default, or 'b') to UNTIL_MS (store clock ms), never
+-- lowering it. A field missing (read as "anything may be set": lua/batch.lua) is made with it.
 local function vt_mark(until_ms, field)
   if VT_MARK == nil then return end
   field = field or 'm'
