@@ -90,12 +90,16 @@ describe(`a worker that dies or stalls with slots booked ahead (two processes ×
       outcome = await run('killed');
     });
 
-    it('lets the survivor finish within 1.5× the ideal: the slots the dead worker never started are given back', () => {
+    it("lets the survivor finish before the dead worker's slots reach their bounds: the slots it never started are given back, and its place in the waiting list", () => {
       expect(outcome.survivor.errors).to.deep.equal([]);
       expect(outcome.survivor.starts).to.have.length(CALLS);
       const atDeath = outcome.victim.messages.filter((message): message is FaultWorkerProgress => message.type === 'progress').at(-1)!;
       expect(atDeath.sleeping, 'calls of the victim asleep until their slots at its death').to.be.at.least(1);
-      expect(outcome.ratio).to.be.at.most(1.5);
+      // Slots the victim booked that may have started (their start within a stamp's reach) still
+      // count to their bound, and take a share of each window; the others, and its waiting entry,
+      // go within about a second. Were none given back, the survivor would wait for their bounds,
+      // maxHoldMs after their starts. (How close to the ideal it comes: scripts/bench/dead-worker.ts.)
+      expect(Math.max(...outcome.survivor.starts) - outcome.wentAt).to.be.below(MAX_HOLD_MS);
     });
 
     it('lets no window over the limit reach the vendor', () => {
