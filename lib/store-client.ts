@@ -70,6 +70,7 @@ export interface Decided {
 export type LateAnswer = (call: Call, decided: Decided) => void;
 
 const NO_KEYS: readonly never[] = [];
+const LEFT: Promise<unknown> = Promise.resolve([]);
 
 /**
  * The throttle's side of the store protocol: one decision per call, with `onStoreError` applied
@@ -177,6 +178,7 @@ export class StoreClient {
 
   /** Leaves the keys' waiting lists in the store (this process's calls there went away); never rejects. */
   leave(keys: readonly string[]): Promise<unknown> {
+    if (keys.length === 0) return LEFT;
     const { store, namespace } = this.#options;
     return Promise.all(keys.map((key) => store.leave?.(namespace, key).catch(() => undefined)));
   }

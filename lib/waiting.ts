@@ -446,6 +446,7 @@ export class Lines {
    * count as left.
    */
   leaving(call: Call): string[] {
+    if (call.also.length === 0 && !this.#listed.has(call.encoded)) return [];
     return keysOf(call).filter((key) => {
       if (!this.#listed.has(key)) return false;
       if (key !== call.line && (this.#lines.has(key) || this.#alone.has(key))) return false;

@@ -319,15 +319,20 @@ function maxDelayArg(maxDelayMs: number): number {
 export function packNumbers(first: number, ...lists: ReadonlyArray<readonly number[]>): Buffer {
   let count = 1;
   let size = 5 + byteLength(first);
-  for (const list of lists) {
+  // Indexed loops: an iterator would box every double it hands out.
+  for (let l = 0; l < lists.length; l++) {
+    const list = lists[l]!;
     count += list.length;
-    for (const value of list) size += byteLength(value);
+    for (let i = 0; i < list.length; i++) size += byteLength(list[i]!);
   }
   const out = Buffer.allocUnsafe(size);
   out[0] = 0xdd;
   out.writeUInt32BE(count, 1);
   let at = writeNumber(out, 5, first);
-  for (const list of lists) for (const value of list) at = writeNumber(out, at, value);
+  for (let l = 0; l < lists.length; l++) {
+    const list = lists[l]!;
+    for (let i = 0; i < list.length; i++) at = writeNumber(out, at, list[i]!);
+  }
   return out;
 }
 
