@@ -70,7 +70,7 @@ local sets = {}
 local i = 2
 for n = 1, A[1] do
   local rule_count = tonumber(A[i + 2])
-  local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, least = math.huge, most_exact = 0, bucketed = false, meta_fields = { unpack(VT_META_FIELDS) }, groups = {}, limits = {}, windows = {}, buckets = {} }
+  local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { unpack(VT_META_FIELDS) }, groups = {}, limits = {}, windows = {}, buckets = {} }
   local by_prefix = {}
   local longest = 1
   for r = 0, rule_count - 1 do
@@ -79,7 +79,6 @@ for n = 1, A[1] do
     -- Parsed once per batch: every decision of the set reads them.
     set.limits[r], set.windows[r], set.buckets[r] = limit, window, tonumber(A[i + 5 + 3 * r])
     set.most = math.max(set.most, limit)
-    set.least = math.min(set.least, limit)
     longest = math.max(longest, window)
     if A[i + 5 + 3 * r] ~= 0 then
       -- A bucketed rule's (WINDOW, BUCKET): meta's count of calls in its buckets is read with the state.

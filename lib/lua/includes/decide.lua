@@ -308,20 +308,6 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
   local calls_at = i + 3
   local key = vt_key_open(log, meta, set, cut, now, env, witness)
   local lost = false
-  -- The usual decision: one call, on a key with nothing set in meta (a pause, a hold, waiting
-  -- processes: not read), ready, nothing to fold, and too few slots for any rule to bind. It starts
-  -- now, as the general path below would answer (VT_STATUS_BOOKED_NOW), without its steps.
-  if count == 1 and key.state == vt_none and ready <= now_ms and key.size + cost <= set.least and not (key.unfolded and vt_fold_due(key.size, key.folded, set, cost)) then
-    if vt_key_book(key, now_ms + set.max_hold, cost, a[calls_at + 1], tag, now) then
-      out[#out + 1] = VT_STATUS_BOOKED_NOW
-    else
-      lost = true
-      local n = #out
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = VT_STATUS_NOT_MADE, 0, 0, 0, 0
-    end
-    vt_key_close(key, now, now_ms, tag, channel, stay)
-    return calls_at + 2, lost
-  end
   for c = 0, count - 1 do
     -- The clock as read, not rounded up: a slot is free now only if it is free at the moment the
     -- call can start, which is after this reading, never before it.
