@@ -158,9 +158,11 @@ describe('calls of several keys: 4 processes share one Redis, a silent per-user 
       expect(stats.dropped, 'over a user limit').to.equal(0);
       expect(vendor.violations(), 'over a user limit').to.equal(0);
       expect(windowViolations(all, 20, 500), 'over the app limit').to.equal(0);
-      // 0.95-0.97 in runs on a quiet machine (scripts/several-keys.ts measures it); one window lost
-      // to a user whose calls came last reads 0.81, a lost wake (a call waiting to its bound) 0.2.
-      expect(ideal / span, 'quota of the app limit').to.be.at.least(0.8);
+      // What it guards against is a lost wake: a call waiting to its bound (maxHoldMs, 10 s) reads
+      // 0.2. Which user's calls come last is a race between the processes: each window lost to a
+      // user whose calls came last (its own limit binding alone) costs 500 ms, read 0.78-0.91 on this
+      // machine. The quota itself is a benchmark figure (scripts/several-keys.ts).
+      expect(span, 'first to last arrival: at most two windows over the ideal').to.be.below(ideal + 2 * 500);
     } finally {
       await vendor.close();
     }

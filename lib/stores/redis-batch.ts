@@ -266,6 +266,8 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       return { again, lost, held: heldKeys };
     },
     booked: (raw) => {
+      // A batch that found the epoch changed did nothing.
+      if (Array.isArray(raw) && raw[0] === CODES.batch.epochChanged) return [];
       const { decisions } = read(raw);
       return decided.filter((_, i) => decisions[i]?.status === STATUS.booked);
     },
