@@ -8,6 +8,7 @@ import { expect } from 'chai';
 import { startVendor, type Vendor } from '../scripts/sim-vendor.js';
 import { startFaultWorker, type FaultWorker, type FaultWorkerConfig, type FaultWorkerDone, type FaultWorkerProgress } from './support/fault-worker.js';
 import { redisServer, uniquePrefix } from './support/hooks.js';
+import { STAMP_EVERY_MS } from '../lib/stores/redis-liveness.js';
 
 const LIMIT = 10;
 const WINDOW_MS = 1000;
@@ -59,8 +60,9 @@ async function run(victimFate: 'killed' | 'stalled'): Promise<Outcome> {
     if (victimFate === 'killed') {
       // Booked ahead behind known releases: sleeping until slots of the next window.
       await victim.waitFor((message) => message.type === 'progress' && message.completed >= 1 && message.sleeping >= 1);
-      // Its slots start up to a window later: still asleep a tenth of a window on.
-      await new Promise((resolve) => setTimeout(resolve, WINDOW_MS / 10));
+      // Killed once a liveness stamp covers the slots it booked ahead (stamps go every
+      // STAMP_EVERY_MS: slots asked for after the last one are in none, and count to their bound).
+      await new Promise((resolve) => setTimeout(resolve, 2 * STAMP_EVERY_MS));
       victim.child.kill('SIGKILL');
     }
     const done = await survivor.waitFor((message): message is FaultWorkerDone => message.type === 'done');

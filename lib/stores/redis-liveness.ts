@@ -10,8 +10,12 @@
 import type { KeyNames } from '../keys.js';
 import { scripts } from './redis-scripts.js';
 
-/** How often a process that holds slots booked ahead stamps the namespace (ms). */
-export const STAMP_EVERY_MS = 100;
+/**
+ * How often a process that holds slots booked ahead stamps the namespace (ms): half of STALE_MS, so
+ * that a stamp a little late is no gap. Each stamp is a client command: a busy key pays them
+ * beside its calls (docs/benchmarks.md).
+ */
+export const STAMP_EVERY_MS = 250;
 /**
  * A stamp older than this (ms, store clock) is stale: its process's slots booked to start later than
  * the stamp + STALE_MS never started. The owner tolerates gaps up to STALE_MS - STAMP_MARGIN_MS
@@ -26,7 +30,7 @@ const KEEP_MS = 3_600_000;
 /** Every this many stamps, the writer also drops stamps older than KEEP_MS. */
 const SWEEP_EVERY = 100;
 /** How often a process with keys whose decisions wait reads the namespace's stamps (ms). */
-const WATCH_EVERY_MS = 250;
+const WATCH_EVERY_MS = 500;
 
 type Run = (name: string, keys: readonly string[], args: ReadonlyArray<string | number>) => Promise<unknown>;
 
