@@ -534,17 +534,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
 
   #run<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>): Promise<Awaited<T>> {
     const startedAt = performance.now();
-    const running = this.#running(call, grant, fn, startedAt);
+    const running = new Promise<Awaited<T>>((resolve) => resolve(fn() as Awaited<T>)).finally(() => this.#slots.complete(call, grant, startedAt));
     // Past timeoutMs the call may still reach the vendor: its slot counts to its bound unless it completes later.
     return withTimeout(running, call.timeoutMs, () => new CallTimeoutError(call.key, call.timeoutMs));
-  }
-
-  /** `fn`'s outcome; its completion is written once it settles. */
-  async #running<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>, startedAt: number): Promise<Awaited<T>> {
-    try {
-      return await fn();
-    } finally {
-      this.#slots.complete(call, grant, startedAt);
-    }
   }
 }
