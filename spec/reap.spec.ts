@@ -90,7 +90,9 @@ describe('RedisStore: slots of a dead process', () => {
     const store = redisStore(redisClient(), { prefix });
     const first = await store.reserve(request('acct', 1));
     expect(first.status).to.equal('booked');
-    await store.settle(NAME, encodeKey('acct'), [{ member: first.members[0]!, releaseAt: first.now + 1 }]);
+    // Completed at the first decision's reading (rounded up): no later than the next decision's, so
+    // known there (a release 1 ms later was still in flight when both fell in one ms).
+    await store.settle(NAME, encodeKey('acct'), [{ member: first.members[0]!, releaseAt: first.now }]);
     const ahead = await store.reserve(request('acct', 1));
     expect(ahead.status).to.equal('booked');
     expect(ahead.waitMs).to.be.above(0);
@@ -108,7 +110,9 @@ describe('RedisStore: slots of a dead process', () => {
     const prefix = uniquePrefix();
     const store = redisStore(redisClient(), { prefix, recovery: false });
     const first = await store.reserve(request('acct', 1));
-    await store.settle(NAME, encodeKey('acct'), [{ member: first.members[0]!, releaseAt: first.now + 1 }]);
+    // Completed at the first decision's reading (rounded up): no later than the next decision's, so
+    // known there (a release 1 ms later was still in flight when both fell in one ms).
+    await store.settle(NAME, encodeKey('acct'), [{ member: first.members[0]!, releaseAt: first.now }]);
     const ahead = await store.reserve(request('acct', 1));
     expect(ahead.waitMs).to.be.above(0);
     await new Promise((resolve) => setTimeout(resolve, 300));
