@@ -75,8 +75,8 @@ describe('a Redis that starts with the app', function () {
     it(`${mode}: ${PROCESSES} processes calling at once on a brand-new Redis are served at once`, async () => {
       const results = await startTogether(mode);
       console.log(`      ${mode}: ${JSON.stringify(results)}`);
-      // Young enough to be taken for a restart (up less than two heartbeats) by the sign of a loss.
-      expect(results.map((result) => result.uptimeS)).to.deep.equal(Array(PROCESSES).fill(0));
+      // Young enough to be taken for a restart (up less than two heartbeats, 2 s) by the sign of a loss.
+      for (const { uptimeS } of results) expect(uptimeS).to.be.below(2);
       expect(results.map((result) => result.error)).to.deep.equal(Array(PROCESSES).fill(null));
       for (const { startedAfterMs } of results) expect(startedAfterMs).to.be.a('number').and.below(AT_ONCE_MS);
     });

@@ -55,7 +55,9 @@ runAsChild<StartupConfig>(import.meta.url, 'startup worker', async (config) => {
   process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
   const client = new Redis(await urlLine);
   client.on('error', () => {});
-  const store = new RedisStore(client, { prefix: config.prefix });
+  // Heartbeats of 1 s: Redis counts as young (up less than two heartbeats, in whole seconds) for
+  // 2 s, time for three processes to load and connect on a busy machine.
+  const store = new RedisStore(client, { prefix: config.prefix, recovery: { heartbeatMs: 1000, graceMs: 3000 } });
   const throttle = new Throttle({ name: 'vendor', rules: ['10/1s'], store, mode: config.mode });
   await new Promise((resolve) => client.once('ready', resolve));
   process.stdout.write(`${JSON.stringify({ connected: true })}\n`);
