@@ -104,6 +104,11 @@ for n = 1, A[1] do
   -- The history kept (RETAIN, k longest windows) and the slots booked ahead (a window at most) hold
   -- at most (k + 1) × the largest limit: 32 more, and the log is trimmed.
   set.trim_above = set.most * (math.ceil(set.retain / longest) + 1) + 32
+  -- The log's size up to which calls of one slot each start now with no rule read (decide.lua,
+  -- vt_decide_now): below every limit, and below the size that folds a bucketed set.
+  set.room = math.huge
+  for r = 0, rule_count - 1 do set.room = math.min(set.room, set.limits[r]) end
+  if set.bucketed then set.room = math.min(set.room, 2 * set.most_exact + 33) end
   sets[n] = set
   i = i + 3 + 3 * rule_count
 end

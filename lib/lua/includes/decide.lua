@@ -63,8 +63,8 @@ local vt_none = {}
 -- the history kept and the bookings ahead can count (entries older than the history sit below
 -- every index a rule looks at: trimming them only bounds memory). A key that failed over since its
 -- last booking is held (vt_failed_over, includes/log.lua). WITNESS: this process's newest slot on
--- the key, checked by the first booking (vt_key_book), or nil.
-local function vt_key_open(log, meta, set, cut, now, env, witness)
+-- the key, checked by the first booking (vt_key_book), or nil. SIZE: the log's size if already read.
+local function vt_key_open(log, meta, set, cut, now, env, witness, size)
   -- The life this process last gave the log (0: unknown), and its witness: one that no longer counts proves nothing.
   local deadline = witness and witness.deadline or 0
   if witness ~= nil and now >= witness.until_ms then witness = nil end
@@ -86,7 +86,7 @@ local function vt_key_open(log, meta, set, cut, now, env, witness)
   for g, group in ipairs(set.groups) do
     for _, r in ipairs(group.rules) do key.folded[r] = tonumber(state[#VT_META_FIELDS + g] or 0) end
   end
-  local size = redis.call('ZCARD', log)
+  size = size or redis.call('ZCARD', log)
   if size > set.trim_above then
     size = size - redis.call('ZREMRANGEBYSCORE', log, '-inf', cut - set.retain)
   end
@@ -294,6 +294,56 @@ local function vt_key_close(key, now, now_ms, tag, channel, stay)
   end
 end
 
+-- The usual decision, flat: COUNT calls of one slot each on a key whose meta holds nothing to read
+-- (the namespace's mark lies behind: no pause, hold or waiting list; no buckets that count; no
+-- replication id to compare) and whose log leaves room for all of them under every rule (SIZE +
+-- COUNT <= set.room: no binding score, no fold due). Each call starts now: booked at once, in one
+-- ZADD that also carries the witness (ZADD NX: 2 more added than booked when it was gone). The same
+-- answers, bookings and lifetime as the general path below gives in that case, without its tables.
+-- Returns whether the key was found to have lost its data.
+local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size, out, witness, deadline)
+  local now_ms = math.ceil(now)
+  local score = now_ms + set.max_hold
+  local args = { 'NX' }
+  for c = 0, count - 1 do
+    args[2 * c + 2] = score
+    args[2 * c + 3] = a[calls_at + 2 * c + 1] .. tag
+  end
+  local confirmed = false
+  if witness ~= nil then
+    args[2 * count + 2] = witness.score
+    args[2 * count + 3] = witness.number .. tag
+    if redis.call('ZADD', log, unpack(args)) > count then
+      if vt_witness_lost(meta, witness.score) then
+        for c = 0, count - 1 do
+          redis.call('ZREM', log, args[2 * c + 3])
+          local n = #out
+          out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = VT_STATUS_NOT_MADE, 0, 0, 0, 0
+        end
+        -- The witness put back (a slot of this process's) may have made the key anew: it lives as the slot counts.
+        vt_keep(log, witness.score + set.retain - now, now)
+        return true
+      end
+      -- Gone into the buckets by a fold: not a loss, and no longer this process's to keep there.
+      redis.call('ZREM', log, args[2 * count + 3])
+    else
+      confirmed = true
+    end
+  else
+    redis.call('ZADD', log, unpack(args))
+  end
+  for c = 1, count do out[#out + 1] = VT_STATUS_BOOKED_NOW end
+  -- The log's life, as vt_key_close sets it.
+  local need = score + set.retain
+  local ttl = math.ceil(need + vt_expiry_slack(set.retain) - now)
+  if size == 0 then
+    vt_expire(log, math.max(ttl, deadline - now), now)
+  elseif VT_KEPT ~= nil or not confirmed or need > deadline then
+    vt_expire(log, math.max(ttl, deadline - now), now, 'GT')
+  end
+  return false
+end
+
 -- decide: COUNT calls of one key (see the header). WITNESS: this process's newest slot on the key,
 -- or nil. Returns the index in A after its arguments, and whether the key was found to have lost
 -- its data (its calls from the one that found it on are answered VT_STATUS_NOT_MADE).
@@ -306,7 +356,17 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
   local stay = a[i + 1] == 1
   local count = tonumber(a[i + 2])
   local calls_at = i + 3
-  local key = vt_key_open(log, meta, set, cut, now, env, witness)
+  local size_read = nil
+  if cost == 1 and ready <= now_ms and env.marked < cut and env.replid == '' and (env.bucketed < cut or not set.bucketed) then
+    local size = redis.call('ZCARD', log)
+    if size + count <= set.room then
+      local deadline = witness and witness.deadline or 0
+      if witness ~= nil and now >= witness.until_ms then witness = nil end
+      return calls_at + 2 * count, vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size, out, witness, deadline)
+    end
+    size_read = size
+  end
+  local key = vt_key_open(log, meta, set, cut, now, env, witness, size_read)
   local lost = false
   for c = 0, count - 1 do
     -- The clock as read, not rounded up: a slot is free now only if it is free at the moment the
