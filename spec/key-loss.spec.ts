@@ -89,8 +89,9 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
       'new',
       fresh.members.map((member) => ({ member, releaseAt: fresh.now })),
     );
-    // Expired as idle (its time to live ran out, here cut short): its calls no longer count, so the
-    // journal holds nothing that would call it lost.
+    // Expired as idle: once its calls no longer count (their bound and history, 200 ms), the
+    // journal holds nothing that would call it lost. Its time to live (the history, the bound and a
+    // slack of seconds) is cut short to that moment here.
     const idle = keyNames(prefix, NAMESPACE, 'idle');
     const old = await a!.reserve({ ...request('idle', 0), rules: [parseRule('5/100ms')], retainMs: 100, maxHoldMs: 100 });
     await a!.settle(
@@ -98,7 +99,10 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
       'idle',
       old.members.map((member) => ({ member, releaseAt: old.now })),
     );
-    await new Promise((resolve) => setTimeout(resolve, 1_300));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await admin.pexpire(idle.log, 1);
+    await admin.pexpire(idle.meta, 1);
+    await new Promise((resolve) => setTimeout(resolve, 20));
     expect(await admin.exists(idle.log)).to.equal(0);
     const again = await a!.reserve({ ...request('idle', 0), rules: [parseRule('5/100ms')], retainMs: 100, maxHoldMs: 100 });
     expect(again.status).to.equal('booked');

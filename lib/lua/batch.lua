@@ -205,7 +205,9 @@ while i <= last do
     i = i + 2
   elseif op == VT_OP_CHECK or op == VT_OP_CHECK_FULL then
     local status
-    status, i = vt_check(KEYS[2 * k - 1], KEYS[2 * k], tag, now, env.grace, env.replid, A, i + 2, op == VT_OP_CHECK_FULL)
+    -- Meta is looked at only where it may hold a hold (the mark lies ahead) or names a Redis.
+    local full = op == VT_OP_CHECK_FULL and (env.marked >= math.floor(now) or env.replid ~= '')
+    status, i = vt_check(KEYS[2 * k - 1], KEYS[2 * k], tag, now, env.grace, env.replid, A, i + 2, full)
     if status == VT_CHECK_LOST then vt_lost(k) end
     checks[#checks + 1] = status
   elseif op == VT_OP_WITNESS then

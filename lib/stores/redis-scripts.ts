@@ -21,7 +21,7 @@ export const CODES = {
    * The slack a log's life gets beyond what its latest booking needs (its retain, within these
    * bounds), so that the next bookings of the process need not set it again (lua/includes/decide.lua).
    */
-  expiry: { slackMinMs: 1000, slackMaxMs: 10_000 },
+  expiry: { slackMinMs: 5000, slackMaxMs: 10_000 },
   /** A decision's rule index when no rule set the start: none, a vendor pause, a hold after a loss. */
   rule: { none: -1, paused: PAUSED, recovering: RECOVERING },
 } as const;

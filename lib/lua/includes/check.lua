@@ -34,7 +34,8 @@ end
 
 local function vt_check(log, meta, tag, now, grace, replid, a, i, full)
   local status = VT_CHECK_WHOLE
-  if vt_witness_missing(log, meta, tag, now, { number = a[i], score = tonumber(a[i + 1]), until_ms = tonumber(a[i + 2]) }) then status = VT_CHECK_LOST end
+  local score = tonumber(a[i + 1])
+  if now < tonumber(a[i + 2]) and not redis.call('ZSCORE', log, a[i] .. tag) and vt_witness_lost(meta, score) then status = VT_CHECK_LOST end
   if status == VT_CHECK_LOST then
     vt_hold(log, meta, now, grace)
   elseif full then
