@@ -16,6 +16,8 @@
                     far cheaper than hundreds of arguments, or a text to split; packNumbers in
                     lib/stores/redis-batch.ts):
   ARGV[6]  KEPT     '1': the last two keys are the index of kept keys and the mark (a standalone Redis)
+  ARGV[7]  SOFT     '1': a batch of checks alone; an epoch that changed does not stop it (each key
+                    then compares the Redis that took its bookings, meta `r`, as without EPOCH)
   A[1]     S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
                     LIMIT, WINDOW, BUCKET (includes/decide.lua)
            then the operations, to the end of A, each its code (VT_OP_*, declared with the other
@@ -63,7 +65,12 @@ if ARGV[6] == '1' then
 end
 if ARGV[1] ~= '' then epoch_key = KEYS[last_key] end
 local ready, epoch_names_redis = vt_epoch(epoch_key, ARGV[1])
-if ready == 'lost' then return { VT_BATCH_EPOCH_CHANGED } end
+if ready == 'lost' then
+  if ARGV[7] ~= '1' then return { VT_BATCH_EPOCH_CHANGED } end
+  -- Checks alone (the heartbeat's): each key compares the Redis that took its bookings instead, as
+  -- under no epoch, and finds its own loss; the heartbeat then finds the epoch's.
+  ready, epoch_names_redis, epoch_key = 0, false, nil
+end
 
 local tag, channel = ARGV[2], ARGV[3]
 local sets = {}

@@ -455,12 +455,19 @@ export class RedisStore implements Store {
     }
     try {
       let epoch = '';
+      let soft = '0';
       if (recovery) {
         // Nothing of a namespace goes out while this process puts back its calls there.
         await recovery.recovered(namespace);
         // Completions alone need no epoch check: on a store that lost its data they change
         // nothing (ZADD XX), and the next decision finds the loss.
         if (ops.some((op) => op.type === 'decide')) epoch = await recovery.epochOf(namespace);
+        else if (ops.some((op) => op.type === 'check')) {
+          // The heartbeat's checks, under the epoch this process knows: a key then need not compare
+          // the Redis that took its bookings (meta `r`, INFO); a changed one does not stop them.
+          const known = recovery.epochOf(namespace);
+          if (typeof known === 'string') [epoch, soft] = [known, '1'];
+        }
       }
       const generation = recovery?.generation ?? 0;
       const { keys, fields, deliver, booked } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace));
@@ -475,7 +482,7 @@ export class RedisStore implements Store {
         scripts.batch.name,
         keys,
         // The operations as one string of fields (lua/batch.lua's FIELDS): far cheaper to send than one argument each.
-        [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, fields, this.#cluster ? '0' : '1'],
+        [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, fields, this.#cluster ? '0' : '1', soft],
         late,
       );
       if (Array.isArray(reply) && reply[0] === CODES.batch.epochChanged && recovery) {
