@@ -1,10 +1,11 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
 import { Activity, Sleeping } from './activity.js';
-import { CallLife, LIFE_EVENTS } from './call-life.js';
+import { CallLife, LIFE_EVENTS, type LifeEvents } from './call-life.js';
 import { throttleAxios } from './adapters/axios.js';
 import type { AxiosInstanceType } from './adapters/axios-types.js';
 import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
+import { registerInternals } from './adapters/scheduler.js';
 import { throttleWrap } from './adapters/wrap.js';
 import { PAUSED } from './slot-plan.js';
 import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
@@ -72,6 +73,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   /** Stops listening to the store's notices. */
   readonly #unwatch: (() => void) | undefined;
   #closed: Promise<void> | undefined;
+  /** The throttle's events as a call's life and the key operations report them. */
+  readonly #events: LifeEvents = {
+    listenerCount: (event) => this.listenerCount(event),
+    notify: (event, ...args) => this.#notify(event, ...args),
+  };
 
   constructor(options: ThrottleOptions) {
     super();
@@ -99,12 +105,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       policy,
       fallback: this.#fallback,
       closing: this.#closing.signal,
-      notify: (event, ...args) => this.notify(event, ...args),
+      notify: (event, ...args) => this.#notify(event, ...args),
     });
     this.#completions = new Completions(this.name, this.store, this.#refusals, (error) =>
-      this.notify('debug', { message: 'a completion or release did not reach the store; it is sent again (until then the slot counts to its bound)', error }),
+      this.#notify('debug', { message: 'a completion or release did not reach the store; it is sent again (until then the slot counts to its bound)', error }),
     );
-    this.#slots = new Slots(this.#completions, this.#maxHoldMs, (message, key) => this.notify('debug', { message, key }));
+    this.#slots = new Slots(this.#completions, this.#maxHoldMs, (message, key) => this.#notify('debug', { message, key }));
     this.#lines = new Lines(this.#storeClient, this.#slots);
     this.#keyOps = new KeyOps({
       name: this.name,
@@ -119,10 +125,16 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         this.#refusals.forget(encoded);
         this.#lines.wake(encoded);
       },
-      notify: (event, ...args) => this.notify(event, ...args),
-      events: this,
+      notify: (event, ...args) => this.#notify(event, ...args),
+      events: this.#events,
     });
-    this.#unwatch = this.store.watch?.((notice) => this.notify('storeWarning', notice));
+    this.#unwatch = this.store.watch?.((notice) => this.#notify('storeWarning', notice));
+    registerInternals(this, {
+      notify: (event, ...args) => this.#notify(event, ...args),
+      // A place in the key's line of jobs delayed outside the throttle (lib/adapters/bullmq.ts).
+      lineUp: (key, fromMs, { holdMs = 0, cost = 1, behind = false } = {}) => this.#keyOps.lineUp(key, fromMs, holdMs, cost, behind),
+      shortestWindow: (key) => this.#keyOps.shortestWindow(key),
+    });
     // Every waiting call listens to this signal; their number is bounded by the work, not a leak.
     setMaxListeners(0, this.#closing.signal);
   }
@@ -156,7 +168,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       const call = prepared instanceof Promise ? await prepared : prepared;
       if (call.also.length > 0 && !this.store.multiKey)
         throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
-      const life = this.#listened() ? new CallLife(this, call) : undefined;
+      const life = this.#listened() ? new CallLife(this.#events, call) : undefined;
       let grant: Grant;
       try {
         grant = await this.#book(call);
@@ -258,38 +270,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /**
-   * A place, shared by every process, in `key`'s line of calls that wait outside the throttle for a
-   * later window: resolves to ms from now until the place (see `Store.lineUp`). `fromMs`: the soonest
-   * the call could start (a `RateLimitedError`'s `retryAfterMs`); `holdMs`: how long the calls run,
-   * added to each rule's window, at most doubling it (a slot counts until a window after its call's
-   * completion); `cost`: the places the call takes; `behind`: a place only behind places not due
-   * yet, else undefined. The key's rules with a window pace the line; a store without lines, or a
-   * key with none, answers `fromMs` (undefined with `behind`).
-   * @internal for the job-queue adapters (lib/adapters/bullmq.ts).
-   */
-  lineUp(
-    key: KeyInput,
-    fromMs: number,
-    { holdMs = 0, cost = 1, behind = false }: { readonly holdMs?: number; readonly cost?: number; readonly behind?: boolean } = {},
-  ): Promise<number | undefined> {
-    return this.#keyOps.lineUp(key, fromMs, holdMs, cost, behind);
-  }
-
-  /**
-   * The shortest window of `key`'s rules, ms (0 for a key under caps on calls in flight alone).
-   * @internal for the job-queue adapters (lib/adapters/bullmq.ts).
-   */
-  shortestWindow(key: KeyInput): Promise<number> {
-    return this.#keyOps.shortestWindow(key);
-  }
-
-  /**
    * Emits an event, never letting a listener's error reach the call that caused it: the error is
    * thrown again on its own (a microtask), an uncaught exception as the error of a listener of an
    * I/O event is. The listeners after the one that threw do not run, as with `emit()`.
-   * @internal for the adapters (lib/adapters/) and the throttle itself.
    */
-  notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void {
+  #notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void {
     if (this.listenerCount(event) === 0) return;
     try {
       (this.emit as (event: E, ...args: ThrottleEvents[E]) => boolean)(event, ...args);
@@ -326,7 +311,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     await this.#storeClient.close();
     await this.#completions.close();
     // Keys then live only as long as their slots count (failing, to their calls' bounds).
-    await this.store.tidy?.(this.name).catch((error: unknown) => this.notify('debug', { message: 'cannot shorten the life of the keys used', error }));
+    await this.store.tidy?.(this.name).catch((error: unknown) => this.#notify('debug', { message: 'cannot shorten the life of the keys used', error }));
     await this.#fallback?.close();
     if (this.#ownsStore) await this.store.close();
   }
@@ -356,10 +341,10 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
           this.#slots.release(call, grant);
           throw new StoreUnavailableError(`The call's slot ${message}, after ${MAX_REBOOKS} new bookings`);
         }
-        this.notify('debug', { message: `${message}: starting anyway after ${MAX_REBOOKS} new bookings`, key: call.key });
+        this.#notify('debug', { message: `${message}: starting anyway after ${MAX_REBOOKS} new bookings`, key: call.key });
         return grant;
       }
-      this.notify('debug', { message: `${message}: booking again`, key: call.key });
+      this.#notify('debug', { message: `${message}: booking again`, key: call.key });
       this.#slots.release(call, grant);
       grant = await this.#book(call);
     }
@@ -387,7 +372,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     const grant = await this.#inLine(call);
     const { result } = grant;
     if (result.waitMs > 0) {
-      this.notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: reasonOf(call, result), ...alsoOf(call) });
+      this.#notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: reasonOf(call, result), ...alsoOf(call) });
       const keys = keysOf(call);
       try {
         // A slot at the end of a vendor pause: the end is the retries' (#behindRetries).
@@ -406,10 +391,10 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         if (!(failure instanceof StoreUnavailableError)) throw failure;
         if (failedReads + 1 >= PAUSE_READS) {
           // Bookings succeed but the read keeps failing: asking again, or waiting, would not tell either.
-          this.notify('storeError', { key: call.key, error: failure, policy: this.#policy });
+          this.#notify('storeError', { key: call.key, error: failure, policy: this.#policy });
           throw failure;
         }
-        this.notify('debug', { message: 'cannot read the vendor pause before a slot booked ahead starts; booking again', key: call.key, error });
+        this.#notify('debug', { message: 'cannot read the vendor pause before a slot booked ahead starts; booking again', key: call.key, error });
         return this.#book(call, failedReads + 1);
       }
       if (pausedUntil !== undefined) {

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -190,6 +190,13 @@ describe('published types: the packed package compiles with skipLibCheck false',
 
   after(function () {
     rmSync(work, { recursive: true, force: true });
+  });
+
+  it('declares nothing @internal: what the adapters reach of a throttle stays out of its public type', function () {
+    const marked = readdirSync(path.join(pkg, 'dist'), { recursive: true, encoding: 'utf8' })
+      .filter((file) => file.endsWith('.d.ts'))
+      .filter((file) => readFileSync(path.join(pkg, 'dist', file), 'utf8').includes('@internal'));
+    expect(marked).to.deep.equal([]);
   });
 
   it('without axios (or any optional peer): no errors, and throttle.axios() still rejects what is not an axios instance', function () {

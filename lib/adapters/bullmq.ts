@@ -3,6 +3,7 @@ import { RateLimitedError, ThrottleClosedError, ThrottleConfigError } from '../e
 import type { KeyInput, KeysInput } from '../keys.js';
 import { describe } from '../rules.js';
 import type { Throttle } from '../throttle.js';
+import { internalsOf, type ThrottleInternals } from './scheduler.js';
 import { checkDelay, checkKnown, checkWhole } from '../validate.js';
 
 /**
@@ -57,9 +58,9 @@ const CLOSED_DELAY_MS = 1_000;
  * slot is less than the key's shortest window away. Further (a vendor pause since, a longer rule
  * binding, other processes' calls), the job takes a new place in the line.
  */
-async function lateForItsPlace(throttle: Throttle, error: RateLimitedError): Promise<boolean> {
+async function lateForItsPlace(internals: ThrottleInternals, error: RateLimitedError): Promise<boolean> {
   if (error.reason !== 'rule') return false;
-  return error.retryAfterMs < (await throttle.shortestWindow(error.key).catch(() => 0));
+  return error.retryAfterMs < (await internals.shortestWindow(error.key).catch(() => 0));
 }
 
 /**
@@ -82,6 +83,7 @@ export function throttleProcessor<J extends ThrottledJob, R>(
   if (typeof processor !== 'function') throw new TypeError(`Expected processor to be a function, got ${describe(processor)}`);
   if (options === null || typeof options !== 'object') throw new TypeError(`Expected throttleProcessor options to be an object, got ${describe(options)}`);
   checkKnown('throttleProcessor', options, OPTIONS);
+  const internals = internalsOf(throttle);
   // A throttle that never waits could not hold a job in the worker for its slot, its last resort.
   if (throttle.mode !== 'wait') throw new ThrottleConfigError(`Expected a throttle in 'wait' mode for throttleProcessor(), got '${throttle.mode}'`);
   if (typeof options.key !== 'function') throw new ThrottleConfigError(`Expected throttleProcessor option key to be a function, got ${describe(options.key)}`);
@@ -120,32 +122,32 @@ export function throttleProcessor<J extends ThrottledJob, R>(
       }
     };
     const delay = async (delayMs: number, to: string, key: string): Promise<never> => {
-      throttle.notify('debug', { message: `BullMQ job ${job.id} delayed ${delayMs} ms, to ${to}`, key });
+      internals.notify('debug', { message: `BullMQ job ${job.id} delayed ${delayMs} ms, to ${to}`, key });
       await job.moveToDelayed(Date.now() + delayMs, token);
       throw new DelayedError(`vendor-throttle: delayed ${delayMs} ms, to ${to} on key "${key}"`);
     };
     const lineUp = async (key: string, fromMs: number): Promise<never> => {
       // Behind the jobs already delayed on the key, in every worker; the line itself is an estimate.
-      const delayMs = (await throttle.lineUp(key, fromMs, { holdMs: holdMs(performance.now()), cost }).catch(() => undefined)) ?? fromMs;
+      const delayMs = (await internals.lineUp(key, fromMs, { holdMs: holdMs(performance.now()), cost }).catch(() => undefined)) ?? fromMs;
       return delay(delayMs, 'its place in the line', key);
     };
     if (!returned && !lastStart) {
       // A new job whose key has jobs delayed to places not due yet goes behind them, not into a slot
       // they are due to take.
       for (const key of keyList) {
-        const behind = await throttle.lineUp(key, 0, { holdMs: holdMs(performance.now()), cost, behind: true }).catch(() => undefined);
+        const behind = await internals.lineUp(key, 0, { holdMs: holdMs(performance.now()), cost, behind: true }).catch(() => undefined);
         if (behind !== undefined) return delay(behind, 'its place in the line', String(key));
       }
     }
     let maxDelayMs = waitMs;
     if (lastStart) maxDelayMs = Infinity;
-    else if (delayedTwice) maxDelayMs = Math.max(waitMs, await throttle.shortestWindow(keyList[0]!).catch(() => 0));
+    else if (delayedTwice) maxDelayMs = Math.max(waitMs, await internals.shortestWindow(keyList[0]!).catch(() => 0));
     try {
       return await throttle.schedule(keys, run, { maxDelayMs, cost, ...(signal === undefined ? {} : { signal }) });
     } catch (error) {
       if (started || token === undefined) throw error;
       if (error instanceof RateLimitedError) {
-        if (returned && !delayedTwice && (await lateForItsPlace(throttle, error))) return delay(error.retryAfterMs, 'its slot', error.key);
+        if (returned && !delayedTwice && (await lateForItsPlace(internals, error))) return delay(error.retryAfterMs, 'its slot', error.key);
         return lineUp(error.key, error.retryAfterMs);
       }
       if (error instanceof ThrottleClosedError) {

@@ -4,7 +4,7 @@ import { ThrottleConfigError } from '../errors.js';
 import type { KeyInput, KeysInput } from '../keys.js';
 import type { ScheduleOptions } from '../options.js';
 import { describe } from '../rules.js';
-import type { Scheduler } from './scheduler.js';
+import { internalsOf, type Scheduler } from './scheduler.js';
 import { readVendorSignal, type HeaderSource } from '../vendor-signals.js';
 import type { VendorSignalOptions } from './options.js';
 
@@ -87,7 +87,7 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
   const first = Array.isArray(request.key) ? (request.key as readonly unknown[])[0] : request.key;
   const key = String(first);
   const debug = (message: string, error?: unknown): void =>
-    throttle.notify(
+    internalsOf(throttle).notify(
       'debug',
       error === undefined ? { message: `${request.client}: ${message}`, key } : { message: `${request.client}: ${message}`, key, error },
     );
@@ -140,7 +140,13 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
       return settle(outcome);
     }
     exchange.discard?.(outcome);
-    throttle.notify('retried', { key, client: request.client, attempt: attempt + 1, status: answer.status, ...(pauseMs === undefined ? {} : { pauseMs }) });
+    internalsOf(throttle).notify('retried', {
+      key,
+      client: request.client,
+      attempt: attempt + 1,
+      status: answer.status,
+      ...(pauseMs === undefined ? {} : { pauseMs }),
+    });
   }
 }
 

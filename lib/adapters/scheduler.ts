@@ -2,11 +2,41 @@ import type { KeyInput, KeysInput } from '../keys.js';
 import type { ScheduleOptions, ThrottleEvents } from '../options.js';
 
 /**
- * What the adapters use of a `Throttle`: scheduling a call, pausing a key, reporting an event.
- * Declared here so that the adapters do not import the throttle that imports them.
+ * What the adapters use of a `Throttle`'s public API: scheduling a call, pausing a key. Declared
+ * here so that the adapters do not import the throttle that imports them.
  */
 export interface Scheduler {
   schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
   pause(key: KeyInput, ms: number, source?: string): Promise<void>;
+}
+
+/** A place in a key's shared line of delayed jobs (see `Store.lineUp`): how long the calls run, the places taken, and whether only behind places not due yet. */
+export interface LineUpOptions {
+  readonly holdMs?: number;
+  readonly cost?: number;
+  readonly behind?: boolean;
+}
+
+/** What the adapters reach of a throttle beyond its public API; each throttle registers its own. */
+export interface ThrottleInternals {
+  /** Emits an event; a listener's error is thrown again on its own (a microtask), never into the caller. */
   notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void;
+  /** ms from now until a place in `key`'s line of delayed jobs, shared by every process (undefined with `behind`: no place). */
+  lineUp(key: KeyInput, fromMs: number, options?: LineUpOptions): Promise<number | undefined>;
+  /** The shortest window of `key`'s rules, ms (0 for a key under caps on calls in flight alone). */
+  shortestWindow(key: KeyInput): Promise<number>;
+}
+
+const registered = new WeakMap<object, ThrottleInternals>();
+
+/** Called by a throttle as it is made. */
+export function registerInternals(throttle: object, internals: ThrottleInternals): void {
+  registered.set(throttle, internals);
+}
+
+/** The internals of a throttle made by this library. */
+export function internalsOf(throttle: object): ThrottleInternals {
+  const internals = registered.get(throttle);
+  if (internals === undefined) throw new TypeError('Expected a Throttle made by vendor-throttle');
+  return internals;
 }
