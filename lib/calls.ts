@@ -20,14 +20,14 @@ export interface CallDefaults {
 
 /**
  * One call of `schedule()`, `inspect()` or `pause()`, checked at the boundary: a bad key or option
- * is a `TypeError` or `ThrottleConfigError` before anything is asked or booked. `keys` may name
+ * is a `ThrottleConfigError` before anything is asked or booked. `keys` may name
  * several keys (a per-user and an app-wide limit): the call counts in each, once (a key named twice
  * counts once), whatever their order.
  */
 export function prepareCall(defaults: CallDefaults, keys: KeysInput, options: ScheduleOptions): Call | Promise<Call> {
   const userKeys = callKeys(keys);
   if (options === null || typeof options !== 'object') {
-    throw new TypeError(`Expected schedule options to be an object, got ${describe(options)}`);
+    throw new ThrottleConfigError(`Expected schedule options to be an object, got ${describe(options)}`);
   }
   checkKnown('schedule', options, SCHEDULE_OPTIONS);
   const cost = checkCount('cost', options.cost ?? 1);
@@ -40,7 +40,7 @@ export function prepareCall(defaults: CallDefaults, keys: KeysInput, options: Sc
   }
   const signal = options.signal;
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
-    throw new TypeError(`Expected signal to be an AbortSignal, got ${describe(signal)}`);
+    throw new ThrottleConfigError(`Expected signal to be an AbortSignal, got ${describe(signal)}`);
   }
   const checked: Checked = { cost, maxDelayMs, timeoutMs, priority, signal };
   // Fixed rules (the usual case) come back at once: the call is prepared without a promise.
@@ -129,7 +129,7 @@ const NO_PARTS: readonly CallKey[] = [];
 function callKeys(keys: unknown): string[] {
   if (!Array.isArray(keys)) return [normalizeKey(keys)];
   if (keys.length === 1) return [normalizeKey(keys[0])];
-  if (keys.length === 0) throw new TypeError('Expected at least one key, got an empty list');
+  if (keys.length === 0) throw new ThrottleConfigError('Expected at least one key, got an empty list');
   const seen = new Set<string>();
   for (const key of keys) seen.add(normalizeKey(key));
   return [...seen];
@@ -137,7 +137,7 @@ function callKeys(keys: unknown): string[] {
 
 /** `inspect()` and `pause()` take one key. */
 export function oneKey(what: string, key: KeyInput): KeyInput {
-  if (Array.isArray(key)) throw new TypeError(`Expected ${what}() to be given one key, got a list`);
+  if (Array.isArray(key)) throw new ThrottleConfigError(`Expected ${what}() to be given one key, got a list`);
   return key;
 }
 

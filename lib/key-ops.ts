@@ -103,7 +103,7 @@ export class KeyOps {
   }
 
   async limit(key: KeyInput, options: LimitOptions = {}): Promise<LimitResult> {
-    if (options === null || typeof options !== 'object') throw new TypeError(`Expected limit options to be an object, got ${describe(options)}`);
+    if (options === null || typeof options !== 'object') throw new ThrottleConfigError(`Expected limit options to be an object, got ${describe(options)}`);
     checkKnown('limit', options, LIMIT_OPTIONS);
     // Now or never, as a call in 'throw' mode.
     const call = await prepareCall({ ...this.#c.callDefaults, mode: 'throw' }, oneKey('limit', key), options.cost === undefined ? {} : { cost: options.cost });

@@ -13,14 +13,14 @@ const MAX_PLAIN_LENGTH = 200;
 
 /**
  * Turns a user key into the string a store uses. Numbers become their decimal text (`42` and `'42'`
- * are the same user). Throws `TypeError` for anything else, the empty string included (an id that
+ * are the same user). Throws `ThrottleConfigError` for anything else, the empty string included (an id that
  * is empty is almost always a missing one: every such call would share one key).
  */
 export function normalizeKey(key: unknown): string {
-  if (key === '') throw new TypeError("Expected key to be a non-empty string or a finite number, got ''");
+  if (key === '') throw new ThrottleConfigError("Expected key to be a non-empty string or a finite number, got ''");
   if (typeof key === 'string') return key;
   if (typeof key === 'number' && Number.isFinite(key)) return String(key);
-  throw new TypeError(`Expected key to be a string or a finite number, got ${describe(key)}`);
+  throw new ThrottleConfigError(`Expected key to be a string or a finite number, got ${describe(key)}`);
 }
 
 /**

@@ -9,6 +9,7 @@
  * Labels are the throttle's name and small fixed sets (reason, rule, source, policy, state), never
  * the user key: one series per key would grow without bound.
  */
+import { ThrottleConfigError } from './errors.js';
 import { checkKnown } from './validate.js';
 import { formatRule } from './rules.js';
 import type { ThrottleEvents, ThrottleStats } from './options.js';
@@ -164,13 +165,13 @@ const registries = new WeakMap<object, Map<string, Shared>>();
  * // later: metrics.detach();
  * ```
  *
- * Throws `TypeError` if `client` does not look like prom-client, if the prefix is not a valid metric
+ * Throws `ThrottleConfigError` if `client` does not look like prom-client, if the prefix is not a valid metric
  * name start, if this throttle already has metrics on that registry and prefix, or if a metric of
  * the same name was registered there by something else.
  */
 export function throttleMetrics(throttle: MetricsSource, options: ThrottleMetricsOptions): ThrottleMetrics {
   if (options === null || typeof options !== 'object') {
-    throw new TypeError(`Expected throttleMetrics options to be an object, got ${String(options)}`);
+    throw new ThrottleConfigError(`Expected throttleMetrics options to be an object, got ${String(options)}`);
   }
   checkKnown('throttleMetrics', options, ['client', 'registry', 'prefix', 'buckets']);
   const { client } = options;
@@ -181,20 +182,20 @@ export function throttleMetrics(throttle: MetricsSource, options: ThrottleMetric
     typeof client.Histogram !== 'function' ||
     typeof client.Gauge !== 'function'
   ) {
-    throw new TypeError("Expected options.client to be the prom-client module (import * as client from 'prom-client')");
+    throw new ThrottleConfigError("Expected options.client to be the prom-client module (import * as client from 'prom-client')");
   }
   const registry = options.registry ?? client.register;
   if (registry === null || typeof registry !== 'object' || typeof registry.getSingleMetric !== 'function' || typeof registry.registerMetric !== 'function') {
-    throw new TypeError('Expected options.registry to be a prom-client Registry');
+    throw new ThrottleConfigError('Expected options.registry to be a prom-client Registry');
   }
   const prefix = options.prefix ?? 'vendor_throttle_';
   if (typeof prefix !== 'string' || !METRIC_PREFIX.test(prefix)) {
-    throw new TypeError(`Expected prefix to be letters, digits, '_' or ':', not starting with a digit, got ${JSON.stringify(prefix)}`);
+    throw new ThrottleConfigError(`Expected prefix to be letters, digits, '_' or ':', not starting with a digit, got ${JSON.stringify(prefix)}`);
   }
   const names = metricNames(prefix);
   const shared = sharedMetrics(client, registry, prefix, options.buckets ?? DEFAULT_WAIT_BUCKETS);
   if (shared.sources.has(throttle)) {
-    throw new TypeError(`Throttle '${throttle.name}' already has metrics on this registry with prefix '${prefix}': detach them first`);
+    throw new ThrottleConfigError(`Throttle '${throttle.name}' already has metrics on this registry with prefix '${prefix}': detach them first`);
   }
   shared.sources.add(throttle);
 
@@ -309,7 +310,7 @@ function sharedMetrics(client: PromClientLike, registry: PromRegistryLike, prefi
   if (known && kinds.every((kind) => registry.getSingleMetric(names[kind]) === known.metrics[kind])) return known;
   const taken = kinds.find((kind) => registry.getSingleMetric(names[kind]) !== undefined);
   if (taken !== undefined) {
-    throw new TypeError(`Metric ${names[taken]} is already registered on this registry by other code: pass another prefix`);
+    throw new ThrottleConfigError(`Metric ${names[taken]} is already registered on this registry by other code: pass another prefix`);
   }
 
   const sources = new Set<MetricsSource>();

@@ -156,11 +156,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    *
    * Rejects, without calling `fn` and with nothing booked, with `RateLimitedError` (no slot within
    * `maxDelayMs`), `QueueFullError`, `StoreUnavailableError`, `ThrottleClosedError`, `signal.reason`,
-   * `TypeError` (bad key or fn) or `ThrottleConfigError` (bad options, cost above a limit); with
+   * `ThrottleConfigError` (a bad key, fn or options, cost above a limit); with
    * `CallTimeoutError` when `fn` outlasts `timeoutMs` (its slot keeps counting to its bound).
    */
   async schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options: ScheduleOptions = {}): Promise<Awaited<T>> {
-    if (typeof fn !== 'function') throw new TypeError(`Expected fn to be a function, got ${describe(fn)}`);
+    if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`);
     this.#activity.entered();
     try {
       // Synchronous for fixed rules: awaited only when rules depend on the key.

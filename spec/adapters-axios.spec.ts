@@ -231,7 +231,7 @@ describe('throttle.axios()', function () {
 
     it('rejects what cannot work', () => {
       const throttle = make();
-      expect(() => throttle.axios({} as AxiosInstance, { key: () => 'u' })).to.throw(TypeError, /axios instance/);
+      expect(() => throttle.axios({} as AxiosInstance, { key: () => 'u' })).to.throw(ThrottleConfigError, /axios instance/);
       const acme = axios.create();
       expect(() => throttle.axios(acme, {} as AxiosThrottleOptions)).to.throw(ThrottleConfigError, /key to be a function/);
       expect(() => throttle.axios(acme, { key: () => 'u', retries: -1 })).to.throw(ThrottleConfigError, /retries/);

@@ -61,11 +61,11 @@ describe('throttle.wrap()', () => {
 
   it('rejects what cannot work', async () => {
     const throttle = new Throttle({ rules: ['1/s'] });
-    expect(() => throttle.wrap('fn' as unknown as () => void, { key: () => 'u' })).to.throw(TypeError, /fn to be a function/);
+    expect(() => throttle.wrap('fn' as unknown as () => void, { key: () => 'u' })).to.throw(ThrottleConfigError, /fn to be a function/);
     expect(() => throttle.wrap(() => 1, { key: 'u' as unknown as () => string })).to.throw(ThrottleConfigError, /key to be a function/);
     expect(() => throttle.wrap(() => 1, { key: () => 'u', signal: 1 as unknown as () => undefined })).to.throw(ThrottleConfigError, /signal/);
     const wrapped = throttle.wrap(() => 1, { key: () => ({}) as unknown as string });
-    expect(await wrapped().catch((error: unknown) => error)).to.be.instanceOf(TypeError);
+    expect(await wrapped().catch((error: unknown) => error)).to.be.instanceOf(ThrottleConfigError);
     await throttle.close();
   });
 });

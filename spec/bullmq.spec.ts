@@ -312,7 +312,7 @@ describe('throttleProcessor (BullMQ)', function () {
     expect(bad({ key: () => 'a', waitMs: -1 })).to.throw(ThrottleConfigError, /waitMs/);
     expect(bad({ key: () => 'a', maxStartedAttempts: 0 })).to.throw(ThrottleConfigError, /maxStartedAttempts/);
     expect(bad({ key: () => 'a', wait: 5 })).to.throw(ThrottleConfigError, /Unknown throttleProcessor option 'wait'/);
-    expect(() => throttleProcessor(throttle, 'fn' as never, { key: () => 'a' })).to.throw(TypeError);
+    expect(() => throttleProcessor(throttle, 'fn' as never, { key: () => 'a' })).to.throw(ThrottleConfigError);
     const throwing = new Throttle({ rules: ['1/s'], mode: 'throw' });
     expect(() => throttleProcessor(throwing, fn, { key: () => 'a' })).to.throw(ThrottleConfigError, /'wait' mode/);
     await Promise.all([throttle.close(), throwing.close()]);

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
+import { ThrottleConfigError } from '../lib/errors.js';
 import { encodeKey, keyNames, normalizeKey } from '../lib/keys.js';
 
 describe('keys', () => {
@@ -54,7 +55,7 @@ describe('keys', () => {
     expect(normalizeKey(42)).to.equal('42');
     expect(normalizeKey('42')).to.equal('42');
     for (const bad of [NaN, Infinity, null, undefined, {}, [], Symbol('x'), 10n, true]) {
-      expect(() => normalizeKey(bad), String(typeof bad)).to.throw(TypeError, /Expected key to be a string or a finite number/);
+      expect(() => normalizeKey(bad), String(typeof bad)).to.throw(ThrottleConfigError, /Expected key to be a string or a finite number/);
     }
   });
 });

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import * as client from 'prom-client';
-import { QueueFullError, RateLimitedError, StoreUnavailableError, ThrottleClosedError } from '../lib/errors.js';
+import { QueueFullError, RateLimitedError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError } from '../lib/errors.js';
 import { DEFAULT_WAIT_BUCKETS, loadPromClient, throttleMetrics, type PromClientLike } from '../lib/metrics.js';
 import type { ThrottleOptions } from '../lib/options.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
@@ -204,7 +204,7 @@ describe('metrics: throttleMetrics() with prom-client', () => {
     const b = make({ name: 'vendor-b' });
     const ma = throttleMetrics(a, { client, registry });
     const mb = throttleMetrics(b, { client, registry });
-    expect(() => throttleMetrics(a, { client, registry })).to.throw(TypeError, /already has metrics/);
+    expect(() => throttleMetrics(a, { client, registry })).to.throw(ThrottleConfigError, /already has metrics/);
 
     await a.schedule('k', () => undefined);
     await b.schedule('k', () => undefined);
@@ -249,10 +249,13 @@ describe('metrics: throttleMetrics() with prom-client', () => {
 
   it('says what is wrong: not prom-client, a bad prefix, a name taken by other code', () => {
     const throttle = make({});
-    expect(() => throttleMetrics(throttle, { client: {} as PromClientLike, registry })).to.throw(TypeError, /prom-client module/);
-    expect(() => throttleMetrics(throttle, { client, registry, prefix: '1bad-' })).to.throw(TypeError, /prefix/);
+    expect(() => throttleMetrics(throttle, { client: {} as PromClientLike, registry })).to.throw(ThrottleConfigError, /prom-client module/);
+    expect(() => throttleMetrics(throttle, { client, registry, prefix: '1bad-' })).to.throw(ThrottleConfigError, /prefix/);
     new client.Counter({ name: 'mine_calls_granted_total', help: 'not ours', registers: [registry] });
-    expect(() => throttleMetrics(throttle, { client, registry, prefix: 'mine_' })).to.throw(TypeError, /mine_calls_granted_total is already registered/);
+    expect(() => throttleMetrics(throttle, { client, registry, prefix: 'mine_' })).to.throw(
+      ThrottleConfigError,
+      /mine_calls_granted_total is already registered/,
+    );
   });
 
   it('uses the given wait buckets, by default from 1 ms to 10 minutes', async () => {

@@ -98,19 +98,19 @@ describe('calls of several keys: schedule([user, app], fn)', () => {
   it('refuses an empty list, a list given to inspect() or pause(), and a store that takes one key per call', async () => {
     const throttle = new Throttle({ rules });
     expect(await rejection(throttle.schedule([], () => undefined)))
-      .to.be.instanceOf(TypeError)
+      .to.be.instanceOf(ThrottleConfigError)
       .with.property('message')
       .match(/at least one key/);
     expect(await rejection(throttle.schedule(['u1', ''], () => undefined)))
-      .to.be.instanceOf(TypeError)
+      .to.be.instanceOf(ThrottleConfigError)
       .with.property('message')
       .match(/non-empty/);
     expect(await rejection(throttle.inspect(['u1'] as never)))
-      .to.be.instanceOf(TypeError)
+      .to.be.instanceOf(ThrottleConfigError)
       .with.property('message')
       .match(/one key/);
     expect(await rejection(throttle.pause(['u1'] as never, 10)))
-      .to.be.instanceOf(TypeError)
+      .to.be.instanceOf(ThrottleConfigError)
       .with.property('message')
       .match(/one key/);
     const plain = new Throttle({ rules, store: delegatingStore(new MemoryStore(), { multiKey: undefined }) });

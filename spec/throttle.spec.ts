@@ -627,19 +627,19 @@ describe('Throttle: bad input', () => {
   after(() => throttle.close());
 
   const cases: Array<[string, () => Promise<unknown>, new (...args: never[]) => Error, RegExp]> = [
-    ['fn not a function', () => throttle.schedule('u', 'nope' as never), TypeError, /Expected fn to be a function, got 'nope'/],
-    ['key an object', () => throttle.schedule({} as never, () => {}), TypeError, /Expected key to be a string or a finite number, got \{\}/],
-    ['key NaN', () => throttle.schedule(NaN, () => {}), TypeError, /got NaN/],
-    ['key empty', () => throttle.schedule('', () => {}), TypeError, /Expected key to be a non-empty string or a finite number, got ''/],
-    ['key empty, to inspect()', () => throttle.inspect(''), TypeError, /non-empty/],
-    ['key empty, to pause()', () => throttle.pause('', 1_000), TypeError, /non-empty/],
+    ['fn not a function', () => throttle.schedule('u', 'nope' as never), ThrottleConfigError, /Expected fn to be a function, got 'nope'/],
+    ['key an object', () => throttle.schedule({} as never, () => {}), ThrottleConfigError, /Expected key to be a string or a finite number, got \{\}/],
+    ['key NaN', () => throttle.schedule(NaN, () => {}), ThrottleConfigError, /got NaN/],
+    ['key empty', () => throttle.schedule('', () => {}), ThrottleConfigError, /Expected key to be a non-empty string or a finite number, got ''/],
+    ['key empty, to inspect()', () => throttle.inspect(''), ThrottleConfigError, /non-empty/],
+    ['key empty, to pause()', () => throttle.pause('', 1_000), ThrottleConfigError, /non-empty/],
     ['negative maxDelayMs', () => throttle.schedule('u', () => {}, { maxDelayMs: -1 }), ThrottleConfigError, /maxDelayMs .* got -1/],
     ['NaN maxDelayMs', () => throttle.schedule('u', () => {}, { maxDelayMs: NaN }), ThrottleConfigError, /maxDelayMs/],
     ['cost above the limit', () => throttle.schedule('u', () => {}, { cost: 4 }), ThrottleConfigError, /cost to be at most 3 .* got 4/],
     ['fractional cost', () => throttle.schedule('u', () => {}, { cost: 1.5 }), ThrottleConfigError, /cost .* got 1.5/],
     ['zero cost', () => throttle.schedule('u', () => {}, { cost: 0 }), ThrottleConfigError, /cost/],
-    ['signal not a signal', () => throttle.schedule('u', () => {}, { signal: {} as never }), TypeError, /AbortSignal/],
-    ['options not an object', () => throttle.schedule('u', () => {}, 5 as never), TypeError, /schedule options to be an object/],
+    ['signal not a signal', () => throttle.schedule('u', () => {}, { signal: {} as never }), ThrottleConfigError, /AbortSignal/],
+    ['options not an object', () => throttle.schedule('u', () => {}, 5 as never), ThrottleConfigError, /schedule options to be an object/],
     ['negative timeoutMs', () => throttle.schedule('u', () => {}, { timeoutMs: -1 }), ThrottleConfigError, /timeoutMs .* got -1/],
     ['priority not finite', () => throttle.schedule('u', () => {}, { priority: Infinity }), ThrottleConfigError, /priority/],
     [

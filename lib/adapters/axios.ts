@@ -41,7 +41,7 @@ const wrappedSettings = new WeakMap<AxiosAdapter, AdapterSetting>();
  */
 export function throttleAxios<I extends AxiosInstanceType>(throttle: Scheduler, instance: I, options: AxiosThrottleOptions): AxiosThrottleHandle<I> {
   if (!isAxiosInstance(instance)) {
-    throw new TypeError(`Expected an axios instance (axios, or one from axios.create()), got ${describe(instance)}`);
+    throw new ThrottleConfigError(`Expected an axios instance (axios, or one from axios.create()), got ${describe(instance)}`);
   }
   checkCallOptions(options, 'axios', [...VENDOR_SIGNAL_OPTIONS, 'getAdapter']);
   const settings = vendorSettings(options, 'axios');

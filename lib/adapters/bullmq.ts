@@ -80,8 +80,9 @@ export function throttleProcessor<J extends ThrottledJob, R>(
   processor: JobProcessor<J, R>,
   options: ThrottleProcessorOptions<J>,
 ): JobProcessor<J, R> {
-  if (typeof processor !== 'function') throw new TypeError(`Expected processor to be a function, got ${describe(processor)}`);
-  if (options === null || typeof options !== 'object') throw new TypeError(`Expected throttleProcessor options to be an object, got ${describe(options)}`);
+  if (typeof processor !== 'function') throw new ThrottleConfigError(`Expected processor to be a function, got ${describe(processor)}`);
+  if (options === null || typeof options !== 'object')
+    throw new ThrottleConfigError(`Expected throttleProcessor options to be an object, got ${describe(options)}`);
   checkKnown('throttleProcessor', options, OPTIONS);
   const internals = internalsOf(throttle);
   // A throttle that never waits could not hold a job in the worker for its slot, its last resort.

@@ -38,7 +38,7 @@ export function throttleFetch<F extends FetchLike>(throttle: Scheduler, options:
 
   const throttled = async (input: Parameters<F>[0], init?: Parameters<F>[1]): Promise<Answer> => {
     const send = (options.fetch ?? globalThis.fetch) as unknown as (input: unknown, init?: unknown) => Promise<Answer>;
-    if (typeof send !== 'function') throw new TypeError('There is no global fetch: pass the fetch to use as option fetch');
+    if (typeof send !== 'function') throw new ThrottleConfigError('There is no global fetch: pass the fetch to use as option fetch');
     const key = await options.key(input, init);
     const request = requestLike(input);
     const requestInit = init as { signal?: SignalLike | null; body?: unknown } | undefined;

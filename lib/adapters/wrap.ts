@@ -11,7 +11,7 @@ import type { Throttled, WrapOptions } from './options.js';
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any function
 export function throttleWrap<F extends (...args: any[]) => unknown>(throttle: Scheduler, fn: F, options: WrapOptions<Parameters<F>>): Throttled<F> {
-  if (typeof fn !== 'function') throw new TypeError(`Expected fn to be a function, got ${describe(fn)}`);
+  if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`);
   checkCallOptions(options, 'wrap', ['signal']);
   if (options.signal !== undefined && typeof options.signal !== 'function') {
     throw new ThrottleConfigError(`Expected wrap option signal to be a function, got ${describe(options.signal)}`);

@@ -1,3 +1,4 @@
+import { ThrottleConfigError } from '../errors.js';
 import { checkKnown } from '../validate.js';
 import {
   bucketIndex,
@@ -64,7 +65,7 @@ export class MemoryStore implements Store {
   readonly multiKey = true;
 
   constructor(options: MemoryStoreOptions = {}) {
-    if (options === null || typeof options !== 'object') throw new TypeError('Expected MemoryStore options to be an object');
+    if (options === null || typeof options !== 'object') throw new ThrottleConfigError('Expected MemoryStore options to be an object');
     checkKnown('MemoryStore', options, ['now']);
     this.#now = options.now ?? (() => performance.timeOrigin + performance.now());
   }

@@ -66,7 +66,7 @@ export class RedisStore implements Store {
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
     if (clientKind(client) === undefined) {
-      throw new TypeError('Expected an ioredis Redis or Cluster client, or a node-redis client (createClient() or createCluster())');
+      throw new ThrottleConfigError('Expected an ioredis Redis or Cluster client, or a node-redis client (createClient() or createCluster())');
     }
     const { prefix, hashTag, timeoutMs, recovery } = redisStoreSettings(options);
     this.prefix = prefix;
