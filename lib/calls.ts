@@ -24,8 +24,31 @@ export interface CallDefaults {
  * several keys (a per-user and an app-wide limit): the call counts in each, once (a key named twice
  * counts once), whatever their order.
  */
-export function prepareCall(defaults: CallDefaults, keys: KeysInput, options: ScheduleOptions): Call | Promise<Call> {
+export function prepareCall(defaults: CallDefaults, keys: KeysInput, options: ScheduleOptions | undefined): Call | Promise<Call> {
   const userKeys = callKeys(keys);
+  // No options (the usual call): the throttle's defaults, with nothing to check.
+  const checked = options === undefined ? defaultsOf(defaults) : checkOptions(defaults, options);
+  // Fixed rules (the usual case) come back at once: the call is prepared without a promise.
+  const sources = userKeys.map((userKey) => defaults.rules(userKey));
+  if (sources.some((rules) => rules instanceof Promise)) {
+    return Promise.all(sources).then((rules) => callOf(defaults, userKeys, rules, checked));
+  }
+  return callOf(defaults, userKeys, sources as ReadonlyArray<readonly Rule[]>, checked);
+}
+
+/** What a call without options gets, worked out once per throttle. */
+const defaultCalls = new WeakMap<CallDefaults, Checked>();
+
+function defaultsOf(defaults: CallDefaults): Checked {
+  let checked = defaultCalls.get(defaults);
+  if (checked === undefined) {
+    checked = { cost: 1, maxDelayMs: defaults.mode === 'throw' ? 0 : defaults.maxDelayMs, timeoutMs: defaults.timeoutMs, priority: 0, signal: undefined };
+    defaultCalls.set(defaults, checked);
+  }
+  return checked;
+}
+
+function checkOptions(defaults: CallDefaults, options: ScheduleOptions): Checked {
   if (options === null || typeof options !== 'object') {
     throw new ThrottleConfigError(`Expected schedule options to be an object, got ${describe(options)}`);
   }
@@ -42,13 +65,7 @@ export function prepareCall(defaults: CallDefaults, keys: KeysInput, options: Sc
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new ThrottleConfigError(`Expected signal to be an AbortSignal, got ${describe(signal)}`);
   }
-  const checked: Checked = { cost, maxDelayMs, timeoutMs, priority, signal };
-  // Fixed rules (the usual case) come back at once: the call is prepared without a promise.
-  const sources = userKeys.map((userKey) => defaults.rules(userKey));
-  if (sources.some((rules) => rules instanceof Promise)) {
-    return Promise.all(sources).then((rules) => callOf(defaults, userKeys, rules, checked));
-  }
-  return callOf(defaults, userKeys, sources as ReadonlyArray<readonly Rule[]>, checked);
+  return { cost, maxDelayMs, timeoutMs, priority, signal };
 }
 
 /** A call's options, checked. */

@@ -159,7 +159,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * `ThrottleConfigError` (a bad key, fn or options, cost above a limit); with
    * `CallTimeoutError` when `fn` outlasts `timeoutMs` (its slot keeps counting to its bound).
    */
-  async schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options: ScheduleOptions = {}): Promise<Awaited<T>> {
+  async schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>> {
     if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`);
     this.#activity.entered();
     try {

@@ -152,8 +152,10 @@ async function moduleMap(session: Session, url: string): Promise<void> {
   const ran = new Map<string, number>();
   for (const script of result) {
     if (!script.url.startsWith(`file://${LIB}`)) continue;
-    // The module's top level (its first range, the whole file) runs at load only: count functions.
-    const functions = script.functions.filter((fn) => fn.functionName !== '' && fn.ranges[0]!.count > 0);
+    // The module's top level (its first entry, the whole file) ran at load only, before the counts
+    // were reset; every other function that ran counts, anonymous ones (arrows, callbacks) too.
+    const functions = script.functions.slice(1).filter((fn) => fn.ranges[0]!.count > 0);
+    if (process.env.MODULE_FUNCTIONS) console.error(fileOf(script.url, ''), functions.map((fn) => fn.functionName || '(anonymous)').join(' '));
     if (functions.length > 0) ran.set(fileOf(script.url, ''), functions.length);
   }
   console.log(`## Modules one schedule() on a fresh key runs (RedisStore, V8 precise coverage): ${ran.size}\n`);
