@@ -132,6 +132,7 @@ local lost = {}
 local checks = {}
 local pauses = {}
 local witnesses = {}
+local witness_checks = {}
 local env = { grace = tonumber(ARGV[4]), replid = '', marked = math.huge, bucketed = math.huge }
 local per_key_replid = not epoch_names_redis and env.grace > 0
 -- The namespace's mark, read once (a standalone Redis; math.huge elsewhere: meta is always read).
@@ -183,7 +184,7 @@ while i <= last do
       if found_lost then
         vt_hold(KEYS[2 * k - 1], KEYS[2 * k], now, env.grace)
         vt_lost(k)
-        checks[witness.at] = VT_CHECK_LOST
+        checks[witness_checks[k]] = VT_CHECK_LOST
       end
     end
   elseif op == VT_OP_DECIDE_KEYS then
@@ -219,7 +220,8 @@ while i <= last do
     checks[#checks + 1] = status
   elseif op == VT_OP_WITNESS then
     checks[#checks + 1] = VT_CHECK_WHOLE
-    witnesses[k] = { number = A[i + 2], score = tonumber(A[i + 3]), until_ms = tonumber(A[i + 4]), deadline = tonumber(A[i + 5]), at = #checks }
+    -- Where its fields are in A (read by the key's decision), and its check's answer.
+    witnesses[k], witness_checks[k] = i + 2, #checks
     i = i + 6
   elseif op == VT_OP_PAUSED then
     pauses[#pauses + 1] = tonumber(redis.call('HGET', KEYS[2 * k], 'pause') or 0)

@@ -16,10 +16,12 @@
  * - vendor-throttle: lua/batch.lua as the RedisStore sends it on a standalone Redis
  *   (lib/stores/redis-batch.ts: the namespace's index of kept keys and its mark, made as a new
  *   epoch makes it), 200 calls a script, without the journal of recovery (no witness rides on the
- *   bookings, and each booking sets the log's life).
+ *   bookings, and each booking sets the log's life); and as a store with recovery sends it: under
+ *   the epoch, each booking carrying the key's witness from the journal.
  */
 import { Redis } from 'ioredis';
 import { encodeBatch, type CompleteOp, type DecideOp, type Op } from '../../lib/stores/redis-batch.js';
+import { Journal } from '../../lib/stores/redis-journal.js';
 import { scripts } from '../../lib/stores/redis-scripts.js';
 import type { Rule } from '../../lib/rules.js';
 import { diffServer, serverSnapshot } from './redis-stats.js';
@@ -144,11 +146,42 @@ const vendorThrottle: Contender = async (redis, calls, run) => {
   }
 };
 
+/**
+ * lua/batch.lua as a store with recovery sends it (the default): under the namespace's epoch (which
+ * names this Redis), each key's witness from this process's journal riding on its booking, the
+ * log's life set only when it must grow.
+ */
+const vendorThrottleJournaled: Contender = async (redis, calls, run) => {
+  const sha = (await redis.script('LOAD', scripts.batch.lua)) as string;
+  const prefix = `vj${run}`;
+  const namespaceKeys = [`${prefix}:floor:kept`, `${prefix}:floor:mark`];
+  await redis.hset(namespaceKeys[1]!, 'm', 0, 'b', 0);
+  const replid = /master_replid:(\w+)/.exec(await redis.info('replication'))![1]!;
+  const epoch = `floor${run}@${replid}:0`;
+  const epochKey = `${prefix}:floor:epoch`;
+  await redis.set(epochKey, epoch);
+  const journal = new Journal((number) => `${number}:t`);
+  let now = 0;
+  const send = async (ops: readonly Op[]): Promise<number[]> => {
+    const { keys, fields } = encodeBatch(prefix, ops, 'key', { witness: (key) => journal.witness('floor', key, now) });
+    keys.push(epochKey, ...namespaceKeys);
+    return (await redis.evalsha(sha, keys.length, ...keys, epoch, ':t', 'vt:', 3000, fields, '1', '0')) as number[];
+  };
+  for (let sent = 0; sent < calls; sent += BATCH) {
+    const decisions = Array.from({ length: BATCH }, (_, i) => decide(`u${(sent + i) % KEYS}`, sent + i));
+    now = (await send(decisions))[1]!;
+    for (const d of decisions) journal.book('floor', d.key, d.first, 1, now + d.maxHoldMs, d.retainMs, now);
+    await send(decisions.map((d) => complete(d.key, [d.first, now])));
+    for (const d of decisions) journal.settle('floor', d.key, [d.first, now]);
+  }
+};
+
 const CONTENDERS: ReadonlyArray<[string, Contender]> = [
   ['counter (rate-limiter-flexible: SET NX, INCRBY, PTTL)', counter],
   ['log, 4 commands (ZCARD, ZADD, PEXPIRE; ZADD)', logFloor(false)],
   ['log, 6 commands (and HMGET; HGET)', logFloor(true)],
   ['vendor-throttle (lua/batch.lua, no journal)', vendorThrottle],
+  ['vendor-throttle (lua/batch.lua with its journal: the epoch, a witness on each booking)', vendorThrottleJournaled],
 ];
 
 function median(values: readonly number[]): number {

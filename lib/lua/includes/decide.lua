@@ -301,7 +301,7 @@ end
 -- ZADD that also carries the witness (ZADD NX: 2 more added than booked when it was gone). The same
 -- answers, bookings and lifetime as the general path below gives in that case, without its tables.
 -- Returns whether the key was found to have lost its data.
-local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size, out, witness, deadline)
+local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size, out, wnumber, wscore, deadline)
   local now_ms = math.ceil(now)
   local score = now_ms + set.max_hold
   local args = { 'NX' }
@@ -310,18 +310,18 @@ local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size,
     args[2 * c + 3] = a[calls_at + 2 * c + 1] .. tag
   end
   local confirmed = false
-  if witness ~= nil then
-    args[2 * count + 2] = witness.score
-    args[2 * count + 3] = witness.number .. tag
+  if wnumber ~= nil then
+    args[2 * count + 2] = wscore
+    args[2 * count + 3] = wnumber .. tag
     if redis.call('ZADD', log, unpack(args)) > count then
-      if vt_witness_lost(meta, witness.score) then
+      if vt_witness_lost(meta, wscore) then
         for c = 0, count - 1 do
           redis.call('ZREM', log, args[2 * c + 3])
           local n = #out
           out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = VT_STATUS_NOT_MADE, 0, 0, 0, 0
         end
         -- The witness put back (a slot of this process's) may have made the key anew: it lives as the slot counts.
-        vt_keep(log, witness.score + set.retain - now, now)
+        vt_keep(log, wscore + set.retain - now, now)
         return true
       end
       -- Gone into the buckets by a fold: not a loss, and no longer this process's to keep there.
@@ -344,10 +344,10 @@ local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size,
   return false
 end
 
--- decide: COUNT calls of one key (see the header). WITNESS: this process's newest slot on the key,
--- or nil. Returns the index in A after its arguments, and whether the key was found to have lost
+-- decide: COUNT calls of one key (see the header). W: where in A this process's newest slot on the
+-- key (its witness: NUMBER, SCORE, KEY_UNTIL, DEADLINE, lua/batch.lua) lies, or nil. Returns the index in A after its arguments, and whether the key was found to have lost
 -- its data (its calls from the one that found it on are answered VT_STATUS_NOT_MADE).
-local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, env, witness)
+local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, env, w)
   local now_ms = math.ceil(now)
   -- What no longer counts at CUT no longer counts at now (NOW_MS, rounded up, may lie just past a
   -- slot's end that a call starting at the reading itself must still see).
@@ -360,12 +360,18 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
   if cost == 1 and ready <= now_ms and env.marked < cut and env.replid == '' and (env.bucketed < cut or not set.bucketed) then
     local size = redis.call('ZCARD', log)
     if size + count <= set.room then
-      local deadline = witness and witness.deadline or 0
-      if witness ~= nil and now >= witness.until_ms then witness = nil end
-      return calls_at + 2 * count, vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size, out, witness, deadline)
+      local wnumber, wscore, deadline = nil, nil, 0
+      if w ~= nil then
+        deadline = tonumber(a[w + 3])
+        -- One that no longer counts proves nothing.
+        if now < tonumber(a[w + 2]) then wnumber, wscore = a[w], tonumber(a[w + 1]) end
+      end
+      return calls_at + 2 * count, vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size, out, wnumber, wscore, deadline)
     end
     size_read = size
   end
+  local witness = nil
+  if w ~= nil then witness = { number = a[w], score = tonumber(a[w + 1]), until_ms = tonumber(a[w + 2]), deadline = tonumber(a[w + 3]) } end
   local key = vt_key_open(log, meta, set, cut, now, env, witness, size_read)
   local lost = false
   for c = 0, count - 1 do
