@@ -304,19 +304,32 @@ end
 local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size, out, wnumber, wscore, deadline)
   local now_ms = math.ceil(now)
   local score = now_ms + set.max_hold
-  local args = { 'NX' }
-  for c = 0, count - 1 do
-    args[2 * c + 2] = score
-    args[2 * c + 3] = a[calls_at + 2 * c + 1] .. tag
+  local added
+  if count == 1 then
+    -- One call (the usual decision): no table for the ZADD's arguments.
+    if wnumber ~= nil then
+      added = redis.call('ZADD', log, 'NX', score, a[calls_at + 1] .. tag, wscore, wnumber .. tag)
+    else
+      added = redis.call('ZADD', log, score, a[calls_at + 1] .. tag)
+    end
+  else
+    local args = { 'NX' }
+    for c = 0, count - 1 do
+      args[2 * c + 2] = score
+      args[2 * c + 3] = a[calls_at + 2 * c + 1] .. tag
+    end
+    if wnumber ~= nil then
+      args[2 * count + 2] = wscore
+      args[2 * count + 3] = wnumber .. tag
+    end
+    added = redis.call('ZADD', log, unpack(args))
   end
   local confirmed = false
   if wnumber ~= nil then
-    args[2 * count + 2] = wscore
-    args[2 * count + 3] = wnumber .. tag
-    if redis.call('ZADD', log, unpack(args)) > count then
+    if added > count then
       if vt_witness_lost(meta, wscore) then
         for c = 0, count - 1 do
-          redis.call('ZREM', log, args[2 * c + 3])
+          redis.call('ZREM', log, a[calls_at + 2 * c + 1] .. tag)
           local n = #out
           out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = VT_STATUS_NOT_MADE, 0, 0, 0, 0
         end
@@ -325,14 +338,13 @@ local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size,
         return true
       end
       -- Gone into the buckets by a fold: not a loss, and no longer this process's to keep there.
-      redis.call('ZREM', log, args[2 * count + 3])
+      redis.call('ZREM', log, wnumber .. tag)
     else
       confirmed = true
     end
-  else
-    redis.call('ZADD', log, unpack(args))
   end
-  for c = 1, count do out[#out + 1] = VT_STATUS_BOOKED_NOW end
+  local n = #out
+  for c = 1, count do out[n + c] = VT_STATUS_BOOKED_NOW end
   -- The log's life, as vt_key_close sets it.
   local need = score + set.retain
   local ttl = math.ceil(need + vt_expiry_slack(set.retain) - now)
