@@ -10,7 +10,7 @@ import { throttleWrap } from './adapters/wrap.js';
 import { PAUSED } from './slot-plan.js';
 import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
 import { Completions, grantOf, Slots, type Grant } from './completions.js';
-import { CallTimeoutError, QueueFullError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
+import { CallTimeoutError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
 import { StoreClient, storeError, type Call } from './store-client.js';
 import { LocalFallback } from './fallback.js';
 import type { KeyInput, KeysInput } from './keys.js';
@@ -31,7 +31,7 @@ import { describe } from './rules.js';
 import { sleep, withTimeout } from './time.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { Store } from './store.js';
-import { KeyLine, Lines, waitInLine, type WaiterHooks } from './waiting.js';
+import { Lines, type WaiterHooks } from './waiting.js';
 
 /** Times a call that woke too late books again before it starts anyway (and says so in a `debug` event). */
 const MAX_REBOOKS = 3;
@@ -57,7 +57,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly store: Store;
   readonly #ownsStore: boolean;
   readonly #callDefaults: CallDefaults;
-  readonly #maxQueued: number;
   readonly #maxHoldMs: number;
   readonly #policy: StoreErrorPolicy;
   readonly #fallback: LocalFallback | undefined;
@@ -92,7 +91,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       rules: settings.rules,
     };
     this.#maxHoldMs = settings.maxHoldMs;
-    this.#maxQueued = settings.maxQueued;
     const policy = settings.onStoreError;
     this.#policy = policy;
     this.#ownsStore = settings.store === undefined;
@@ -111,7 +109,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       this.#notify('debug', { message: 'a completion or release did not reach the store; it is sent again (until then the slot counts to its bound)', error }),
     );
     this.#slots = new Slots(this.#completions, this.#maxHoldMs, (message, key) => this.#notify('debug', { message, key }));
-    this.#lines = new Lines(this.#storeClient, this.#slots);
+    this.#lines = new Lines(this.#storeClient, this.#slots, this.#closing.signal, settings.maxQueued);
     this.#keyOps = new KeyOps({
       name: this.name,
       store: this.store,
@@ -369,7 +367,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   async #book(call: Call, failedReads = 0): Promise<Grant> {
     this.#aborted(call)?.throwIfAborted();
     this.#refusals.check(call.line, call.cost, call.deadline - performance.now());
-    const grant = await this.#inLine(call);
+    const grant = await this.#lines.enter(call, this.#hooks(call));
     const { result } = grant;
     if (result.waitMs > 0) {
       this.#notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: reasonOf(call, result), ...alsoOf(call) });
@@ -438,70 +436,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (store.pausedUntil === undefined) return undefined;
     const end = Math.max(...(await Promise.all(keys.map((key) => store.pausedUntil!(this.name, key)))));
     return end > grant.result.startAt ? end : undefined;
-  }
-
-  /**
-   * Asks the store for the call's slot: at once when no call of its line (its key, or its set of
-   * keys) waits in this process, else in the line (lib/waiting.ts), which it also joins, first,
-   * when the store defers it.
-   */
-  async #inLine(call: Call): Promise<Grant> {
-    let line = this.#lines.get(call.line);
-    let first = false;
-    if (line === undefined && !this.#lines.isAlone(call.line)) {
-      // Calls of the line that come meanwhile wait in a held line, behind this one.
-      const asked = this.#lines.ask(call);
-      this.#lines.alone(call, asked);
-      let answer;
-      try {
-        answer = await asked;
-      } catch (error) {
-        this.#lines.doneAlone(call);
-        this.#lines.get(call.line)?.resume();
-        throw error;
-      }
-      const { result, extra } = answer;
-      line = this.#lines.get(call.line);
-      const aborted = this.#aborted(call);
-      if (aborted || result.status !== 'deferred') {
-        // Listed in its keys' waiting processes, but gone: leave those no line here holds.
-        const leave = line?.size ? [] : this.#lines.leaving(call);
-        this.#lines.doneAlone(call);
-        line?.resume();
-        void this.#storeClient.leave(leave);
-        if (result.status === 'booked') {
-          const grant = grantOf(result, extra);
-          if (!aborted) return grant;
-          this.#slots.release(call, grant);
-        }
-        if (aborted) throw aborted.reason;
-        this.#hooks(call).refused(result, extra);
-        throw limitedError(call, result, result.waitMs);
-      }
-      first = true;
-    }
-    if (line === undefined) {
-      const created: KeyLine<Call> = new KeyLine<Call>(
-        (queued) => this.#lines.ask(queued),
-        () => {
-          // Its calls went away: leave the waiting lists it may be on, so that the next process is woken.
-          const leave = this.#closing.signal.aborted ? [] : this.#lines.leaving(call);
-          this.#lines.delete(call, created);
-          void this.#storeClient.leave(leave);
-        },
-        this.#lines.isAlone(call.line),
-      );
-      this.#lines.set(call, (line = created));
-    } else if (!first && line.deferred && line.size >= this.#maxQueued) {
-      throw new QueueFullError(call.key, this.#maxQueued);
-    }
-    if (first) this.#lines.doneAlone(call);
-    const waiting = waitInLine(line, call, this.#hooks(call), first);
-    // Deferred when asked alone: it asks again first, then the calls that came meanwhile.
-    if (first) line.resume();
-    const { result, booking } = await waiting;
-    this.#lines.served(call);
-    return grantOf(result, booking);
   }
 
   #hooks(call: Call): WaiterHooks {

@@ -1,7 +1,7 @@
 import { keysOf } from './calls.js';
-import { grantOf, type Slots } from './completions.js';
+import { grantOf, type Grant, type Slots } from './completions.js';
 import type { Booking, Call, Decided, StoreClient } from './store-client.js';
-import { RateLimitedError, type WaitReason } from './errors.js';
+import { QueueFullError, RateLimitedError, type WaitReason } from './errors.js';
 import { MAX_TIMER_MS } from './time.js';
 import type { ReserveResult } from './store.js';
 
@@ -327,9 +327,88 @@ export class Lines {
   readonly #turns = new Map<string, number>();
   #served = 0;
 
-  constructor(client: StoreClient, slots: Slots) {
+  /** The throttle's: aborted when it closes. */
+  readonly #closing: AbortSignal;
+  /** Calls a line holds at most while it waits for a completion (`maxQueued`). */
+  readonly #maxQueued: number;
+
+  constructor(client: StoreClient, slots: Slots, closing: AbortSignal, maxQueued: number) {
     this.#client = client;
     this.#slots = slots;
+    this.#closing = closing;
+    this.#maxQueued = maxQueued;
+  }
+
+  /**
+   * The call's slot: asked of the store at once when no call of its line (its key, or its set of
+   * keys) waits in this process, else in the line, which it also joins, first, when the store
+   * defers it. Rejects with `hooks.limited`'s error when refused, `QueueFullError` when the line
+   * is full, or the abort reason (the call's signal, or the throttle closing); a slot booked for a
+   * call that went meanwhile is given back.
+   */
+  async enter(call: Call, hooks: WaiterHooks): Promise<Grant> {
+    let line = this.#lines.get(call.line);
+    let first = false;
+    if (line === undefined && !this.#isAlone(call.line)) {
+      // Calls of the line that come meanwhile wait in a held line, behind this one.
+      const asked = this.ask(call);
+      this.#startAlone(call, asked);
+      let answer;
+      try {
+        answer = await asked;
+      } catch (error) {
+        this.#doneAlone(call);
+        this.#lines.get(call.line)?.resume();
+        throw error;
+      }
+      const { result, extra } = answer;
+      line = this.#lines.get(call.line);
+      const aborted = this.#aborted(call);
+      if (aborted || result.status !== 'deferred') {
+        // Listed in its keys' waiting processes, but gone: leave those no line here holds.
+        const leave = line?.size ? [] : this.leaving(call);
+        this.#doneAlone(call);
+        line?.resume();
+        void this.#client.leave(leave);
+        if (result.status === 'booked') {
+          const grant = grantOf(result, extra);
+          if (!aborted) return grant;
+          this.#slots.release(call, grant);
+        }
+        if (aborted) throw aborted.reason;
+        hooks.refused(result, extra);
+        throw hooks.limited(result, result.waitMs);
+      }
+      first = true;
+    }
+    if (line === undefined) {
+      const created: KeyLine<Call> = new KeyLine<Call>(
+        (queued) => this.ask(queued),
+        () => {
+          // Its calls went away: leave the waiting lists it may be on, so that the next process is woken.
+          const leave = this.#closing.aborted ? [] : this.leaving(call);
+          this.delete(call, created);
+          void this.#client.leave(leave);
+        },
+        this.#isAlone(call.line),
+      );
+      this.set(call, (line = created));
+    } else if (!first && line.deferred && line.size >= this.#maxQueued) {
+      throw new QueueFullError(call.key, this.#maxQueued);
+    }
+    if (first) this.#doneAlone(call);
+    const waiting = waitInLine(line, call, hooks, first);
+    // Deferred when asked alone: it asks again first, then the calls that came meanwhile.
+    if (first) line.resume();
+    const { result, booking } = await waiting;
+    this.#tookTurn(call);
+    return grantOf(result, booking);
+  }
+
+  /** The call's signal if aborted, else the throttle's if it closes, else undefined. */
+  #aborted(call: Call): AbortSignal | undefined {
+    if (call.signal?.aborted) return call.signal;
+    return this.#closing.aborted ? this.#closing : undefined;
   }
 
   /**
@@ -373,16 +452,16 @@ export class Lines {
     this.#hold(call, -1);
   }
 
-  isAlone(line: string): boolean {
+  #isAlone(line: string): boolean {
     return this.#alone.has(line);
   }
 
-  alone(call: Call, asked: Promise<unknown>): void {
+  #startAlone(call: Call, asked: Promise<unknown>): void {
     this.#alone.set(call.line, asked);
     this.#hold(call, 1);
   }
 
-  doneAlone(call: Call): void {
+  #doneAlone(call: Call): void {
     if (this.#alone.delete(call.line)) this.#hold(call, -1);
   }
 
@@ -410,7 +489,7 @@ export class Lines {
    * when a completion wakes them, the lines that waited longest ask first (users take turns at an
    * app-wide key).
    */
-  served(call: Call): void {
+  #tookTurn(call: Call): void {
     if (call.also.length > 0 && this.#turns.has(call.line)) this.#turns.set(call.line, ++this.#served);
   }
 
