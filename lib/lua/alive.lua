@@ -16,35 +16,17 @@
            'drop'  TAG: removes TAG's stamp. Returns 1.
 ]]
 --- @include "log"
+--- @include "alive"
 
 local alive = KEYS[1]
 local mode = ARGV[1]
 local now = vt_now()
 
-local function stamp_at(value)
-  return tonumber(string.match(value, '^(%d+):')) or 0
-end
-
-local function sweep(keep_ms, values)
-  local old = {}
-  for i = 1, #values, 2 do
-    if stamp_at(values[i + 1]) + keep_ms < now then old[#old + 1] = values[i] end
-  end
-  if #old > 0 then redis.call('HDEL', alive, unpack(old)) end
-end
-
 if mode == 'stamp' then
-  local tag, n, hold, keep_ms = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-  local old = redis.call('HGET', alive, tag)
-  if old and tonumber(string.match(old, '^%d+:(%d+):')) > n then return -1 end
-  local at = math.floor(now)
-  redis.call('HSET', alive, tag, string.format('%d:%d:%d', at, n, hold))
-  redis.call('PEXPIRE', alive, keep_ms)
-  if ARGV[6] == '1' then sweep(keep_ms, redis.call('HGETALL', alive)) end
-  return at
+  return vt_stamp(alive, ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1', now)
 elseif mode == 'read' then
   local values = redis.call('HGETALL', alive)
-  sweep(tonumber(ARGV[2]), values)
+  vt_alive_sweep(alive, tonumber(ARGV[2]), values, now)
   local out = { math.floor(now) }
   for i = 1, #values do out[#out + 1] = values[i] end
   return out

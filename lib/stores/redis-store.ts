@@ -7,7 +7,7 @@ import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settle
 import { encodeBatch, ruleArgs, type DecideOp, type Decision, type Op } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
 import { Journal } from './redis-journal.js';
-import { Reaper, STALE_MS, Stamps } from './redis-liveness.js';
+import { Reaper, rideOf, STALE_MS, Stamps } from './redis-liveness.js';
 import { MAX_RECOVERIES, Recovery } from './redis-recovery.js';
 import { redisStoreSettings, type RedisClientLike, type RedisStoreOptions } from './redis-options.js';
 import { ClientDriver, clientKind } from './redis-client.js';
@@ -463,21 +463,25 @@ export class RedisStore implements Store {
         if (ops.some((op) => op.type === 'decide')) epoch = await recovery.epochOf(namespace);
       }
       const generation = recovery?.generation ?? 0;
-      const { keys, fields, deliver, booked } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace));
+      // A liveness stamp or a read of the stamps, when due, rides the batch (a standalone Redis: on
+      // a Cluster the stamps live in another slot). Taken just before the batch goes: stamps are
+      // sent in the order they are written.
+      const ride = this.#cluster ? undefined : rideOf(this.#stamps, this.#reaper, namespace);
+      const { keys, fields, deliver, booked } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace), ride);
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
       if (checked !== '') keys.push(recovery!.epochKey(namespace));
       for (const kept of this.#kept(namespace)) keys.push(kept);
+      const args: Array<string | number | Buffer> = [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, fields, this.#cluster ? '0' : '1'];
+      if (ride) {
+        keys.push(this.#aliveKey(namespace));
+        args.push(...ride.args);
+      }
       // A batch that answers after commandTimeoutMs: its callers got StoreUnavailableError, and the
       // slots it booked for them are given back.
       const late = (reply: unknown): void => this.#giveBack(booked(reply));
-      const reply = await this.#scripts.run(
-        scripts.batch.name,
-        keys,
-        // The operations as one string of fields (lua/batch.lua's FIELDS): far cheaper to send than one argument each.
-        [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, fields, this.#cluster ? '0' : '1'],
-        late,
-      );
+      // The operations as one string of fields (lua/batch.lua's FIELDS): far cheaper to send than one argument each.
+      const reply = await this.#scripts.run(scripts.batch.name, keys, args, late);
       if (Array.isArray(reply) && reply[0] === CODES.batch.epochChanged && recovery) {
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.
@@ -489,7 +493,9 @@ export class RedisStore implements Store {
         if (retry.length > 0) await this.#send(retry);
         return;
       }
-      const { again, lost, held } = deliver(reply);
+      const { again, lost, held, stampAt, stamps } = deliver(reply);
+      if (ride?.ticket) this.#stamps?.answered(ride.ticket, stampAt);
+      if (stamps) this.#reaper.read(namespace, stamps);
       if (!recovery) return;
       if (lost.length > 0 || held.length > 0) {
         for (const key of [...lost, ...held]) recovery.journal.forgetLives(namespace, key);
