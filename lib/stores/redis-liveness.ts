@@ -13,14 +13,17 @@ import type { KeyNames } from '../keys.js';
 import { scripts } from './redis-scripts.js';
 
 /**
- * How often a process that holds slots booked ahead stamps the namespace (ms): half of STALE_MS, so
- * that a stamp a little late is no gap. A stamp rides a batch of the namespace going out at least
- * RIDE_AFTER_MS after the previous one; one of its own (a client command) goes STAMP_EVERY_MS after
- * the previous one only when no batch took it.
+ * How long after the previous stamp a process that holds slots booked ahead stamps the namespace at
+ * the latest (ms): STALE_MS less room for a stamp a little late (its round trip, the event loop), so
+ * that it is no gap. A stamp rides a batch of the namespace going out at least RIDE_AFTER of this
+ * after the previous one; one of its own (a client command) goes only when no batch took it.
  */
-export const STAMP_EVERY_MS = 250;
-/** A stamp or a read of stamps rides a batch once this share of its period has passed since the previous one. */
-const RIDE_AFTER = 0.5;
+export const STAMP_EVERY_MS = 300;
+/**
+ * A stamp or a read of stamps rides a batch once this share of its period has passed since the
+ * previous one: a process whose batches go a few times a period sends none of its own.
+ */
+const RIDE_AFTER = 0.2;
 /**
  * A stamp older than this (ms, store clock) is stale: its process's slots booked to start later than
  * the stamp + STALE_MS never started. The owner tolerates gaps up to STALE_MS - STAMP_MARGIN_MS
@@ -82,6 +85,10 @@ export interface StampsDeps {
   storeNow(): number;
   aliveKey(namespace: string): string;
   run: Run;
+  /** Whether a stamp of its own reads the namespace's stamps too, for the reaper (`Reaper.rides`). */
+  rides?(namespace: string): boolean;
+  /** The stamps a stamp of its own read (`Reaper.read`). */
+  read?(namespace: string, stamps: readonly unknown[]): void;
 }
 
 /** The stamps this process writes, and the check before it starts a slot booked ahead. */
@@ -188,13 +195,19 @@ export class Stamps {
       return;
     }
     const before = this.#sent(state);
+    // A read of the stamps due for the reaper goes with it.
+    const read = this.#deps.rides?.(namespace) === true;
     try {
-      const at = (await run(
+      const reply = await run(
         scripts.alive.name,
         [aliveKey(namespace)],
-        ['stamp', tag, state.sent, state.hold, KEEP_MS, state.count % SWEEP_EVERY === 0 ? 1 : 0],
-      )) as number;
-      this.#confirm(state, before, at);
+        ['stamp', tag, state.sent, state.hold, KEEP_MS, state.count % SWEEP_EVERY === 0 ? 1 : 0, read ? 1 : 0],
+      );
+      if (read) {
+        const [at, ...stamps] = reply as unknown[];
+        this.#confirm(state, before, Number(at));
+        this.#deps.read?.(namespace, stamps);
+      } else this.#confirm(state, before, reply as number);
     } catch {
       // Not confirmed: it may or may not be written; the next confirmed stamp judges the gap.
     }
