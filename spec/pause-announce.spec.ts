@@ -6,6 +6,7 @@
  * reads the pause as before. Two stores on two clients stand for two processes.
  */
 import { expect } from 'chai';
+import type { Redis } from 'ioredis';
 import { Throttle } from '../lib/index.js';
 import type { RedisStore } from '../lib/stores/redis-store.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
@@ -18,6 +19,16 @@ async function until(what: string, check: () => Promise<boolean>, withinMs: numb
     if (Date.now() > end) throw new Error(`${what}: not within ${withinMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
+}
+
+/** The ids of the clients of the test Redis subscribed to some channel. */
+async function subscribers(control: Redis): Promise<string[]> {
+  const list = (await control.call('CLIENT', 'LIST', 'TYPE', 'pubsub')) as string;
+  return list
+    .split('\n')
+    .filter((line) => / sub=[1-9]/.test(line))
+    .map((line) => /^id=(\d+)/.exec(line)?.[1])
+    .filter((id): id is string => id !== undefined);
 }
 
 /** The times (`performance.now()`) the store read a key's pause (`Store.pausedUntil`). */
@@ -76,6 +87,8 @@ describe('RedisStore: vendor pauses announced to processes with calls booked ahe
     const throttle = new Throttle({ name: NAME, rules: ['1/300ms'], store });
     const pauser = new Throttle({ name: NAME, rules: ['1/300ms'], store: other });
     const channel = `${prefix}:${NAME}:paused`;
+    // The subscribers of other stores on this Redis (other specs' stores, not closed yet).
+    const before = await subscribers(control);
     const subscribed = async (): Promise<boolean> => ((await control.pubsub('NUMSUB', channel)) as [string, number])[1] === 1;
     let delayed = 0;
     throttle.on('delayed', () => (delayed += 1));
@@ -87,16 +100,9 @@ describe('RedisStore: vendor pauses announced to processes with calls booked ahe
     await new Promise((resolve) => setTimeout(resolve, 50));
     const third = call();
     await until('the third booking', async () => delayed === 2, 2_000);
-    // The subscriber's connection is cut (its client reconnects and subscribes again on its own);
-    // a pause set meanwhile may be announced while no subscription hears it.
-    const list = (await control.call('CLIENT', 'LIST', 'TYPE', 'pubsub')) as string;
-    const ids = list
-      .split('\n')
-      .filter((line) => / sub=[1-9]/.test(line))
-      .map((line) => /^id=(\d+)/.exec(line)?.[1])
-      .filter((id): id is string => id !== undefined);
-    // This spec's subscriber is the one whose channel the others lack: cut every subscriber of the channel.
-    for (const id of ids) await control.call('CLIENT', 'KILL', 'ID', id);
+    // This process's subscriber's connection is cut (its client reconnects and subscribes again on
+    // its own): a pause set meanwhile may be announced while no subscription hears it.
+    for (const id of (await subscribers(control)).filter((id) => !before.includes(id))) await control.call('CLIENT', 'KILL', 'ID', id);
     await pauser.pause('acct', 1_500);
     const pausedAt = performance.now() - t0;
     await Promise.all([...first, third]);
