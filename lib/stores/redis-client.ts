@@ -269,8 +269,8 @@ export class ClientDriver {
    * Opens a connection of the store's own (the client's `duplicate()`) for the wakes: `message`
    * hears every message of the channels it subscribes, `lost` is told when its connection is lost
    * (messages published from then on are missed), `reconnected` when it is back after a
-   * disconnection (its channels subscribed again: those asked before it was ready count from its
-   * readiness on ioredis, which subscribes again first).
+   * disconnection (the client subscribes its channels again by itself: node-redis before it says
+   * so, ioredis before any command asked from then on).
    */
   subscriber(message: (channel: string, message: string) => void, reconnected: () => void, lost: () => void = ignore): Subscriber {
     const duplicate = (this.client as { duplicate?: unknown }).duplicate;
