@@ -1,8 +1,9 @@
-import { keyNames, type HashTag } from '../keys.js';
+import type { KeyNameParts } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { KeyPart } from '../store.js';
 import type { Checks } from './redis-journal.js';
 import { CODES } from './redis-scripts.js';
+import { bulkLength, textLength, writeBulkHeader, writeBytes, writeCrlf, writeText, type ScriptKeys } from './resp.js';
 
 const { op: OP, status: STATUS, check: CHECK } = CODES;
 
@@ -87,7 +88,8 @@ interface Reply {
 
 /** One `EVALSHA` of lua/batch.lua: its keys, its arguments after EPOCH, TAG, CHANNEL and GRACE, and who gets which reply. */
 export interface EncodedBatch {
-  readonly keys: string[];
+  /** The user keys of the batch (K order): each is two Redis keys, its log and meta (`batchKeys`). */
+  readonly users: string[];
   /** Every field after EPOCH, TAG, CHANNEL and GRACE, packed as lua/batch.lua's FIELDS. */
   readonly fields: Buffer;
   /** Hands each operation its answer. */
@@ -105,14 +107,14 @@ const ruleText = new WeakMap<readonly Rule[], string>();
  * and cost merged into one decide of COUNT calls, in the order they asked), and last the calls of
  * several keys, one each. `deliver` hands each caller its part of the flat reply.
  */
-export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag = 'key', checks?: Checks): EncodedBatch {
+export function encodeBatch(ops: readonly Op[], checks?: Checks): EncodedBatch {
   const byKey = new Map<string, Op[]>();
   for (const op of ops) {
     const same = byKey.get(op.key);
     if (same) same.push(op);
     else byKey.set(op.key, [op]);
   }
-  const keys: string[] = [];
+  const users: string[] = [];
   const indices = new Map<string, number>();
   const sets = new Map<string, number>();
   const setArgs: number[] = [];
@@ -123,14 +125,12 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   const others: Array<CompleteOp | LeaveOp | CheckOp | TidyOp> = [];
   const several: DecideOp[] = [];
   const paused: PausedOp[] = [];
-  const namespace = ops[0]!.namespace;
   // K of a key: its place among the keys of the batch, 1-based.
   const indexOf = (key: string): number => {
     let k = indices.get(key);
     if (k === undefined) {
-      const { log, meta } = keyNames(prefix, namespace, key, hashTag);
-      keys.push(log, meta);
-      indices.set(key, (k = keys.length / 2));
+      users.push(key);
+      indices.set(key, (k = users.length));
     }
     return k;
   };
@@ -235,7 +235,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
   }
   const read = (reply: unknown): Reply => readReply(reply, decided.length, checked.length, paused.length);
   return {
-    keys,
+    users,
     fields: packNumbers(sets.size, setArgs, args),
     deliver: (raw) => {
       const { decisions, checks: found, pauses } = read(raw);
@@ -272,6 +272,58 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
       return decided.filter((_, i) => decisions[i]?.status === STATUS.booked);
     },
   };
+}
+
+/**
+ * A batch's Redis keys (lua/batch.lua's KEYS): each user key's log and meta, named from `parts`
+ * (lib/keys.ts, keyNames), then `extra`.
+ */
+export function batchKeys(parts: KeyNameParts, users: readonly string[], extra: readonly string[]): ScriptKeys {
+  const { head, log, meta } = parts;
+  return {
+    count: 2 * users.length + extra.length,
+    list: () => {
+      const keys: string[] = [];
+      for (const user of users) keys.push(`${head}${user}${log}`, `${head}${user}${meta}`);
+      for (const key of extra) keys.push(key);
+      return keys;
+    },
+    byteLength: () => {
+      const logLength = Buffer.byteLength(head) + Buffer.byteLength(log);
+      const metaLength = Buffer.byteLength(head) + Buffer.byteLength(meta);
+      let size = 0;
+      for (const user of users) {
+        const length = textLength(user);
+        size += bulkLength(logLength + length) + bulkLength(metaLength + length);
+      }
+      for (const key of extra) size += bulkLength(Buffer.byteLength(key));
+      return size;
+    },
+    write: (out, at) => {
+      const headBytes = Buffer.from(head);
+      const logBytes = Buffer.from(log);
+      const metaBytes = Buffer.from(meta);
+      for (const user of users) {
+        const length = textLength(user);
+        at = writeName(out, at, length, headBytes, user, logBytes);
+        at = writeName(out, at, length, headBytes, user, metaBytes);
+      }
+      for (const key of extra) {
+        const bytes = Buffer.from(key);
+        at = writeBulkHeader(out, at, bytes.length);
+        at = writeCrlf(out, writeBytes(out, at, bytes));
+      }
+      return at;
+    },
+  };
+}
+
+/** `head + user + tail` as a RESP bulk string (`userLength`: the user key's bytes). */
+function writeName(out: Buffer, at: number, userLength: number, head: Uint8Array, user: string, tail: Uint8Array): number {
+  at = writeBulkHeader(out, at, head.length + userLength + tail.length);
+  at = writeBytes(out, at, head);
+  at = writeText(out, at, user);
+  return writeCrlf(out, writeBytes(out, at, tail));
 }
 
 /**

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
-import { encodeKey, keyNames, type HashTag, type KeyNames } from '../keys.js';
+import { encodeKey, keyNameParts, keyNames, type HashTag, type KeyNameParts, type KeyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { Pace } from '../slot-plan.js';
 import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
-import { encodeBatch, ruleArgs, type DecideOp, type Decision, type Op } from './redis-batch.js';
+import { batchKeys, encodeBatch, ruleArgs, type DecideOp, type Decision, type Op } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
 import { Journal } from './redis-journal.js';
 import { Reaper, STALE_MS, Stamps } from './redis-liveness.js';
@@ -45,6 +45,7 @@ export class RedisStore implements Store {
   /** Suffix of this store's members, `<number><tag>`: unique across processes without a counter in Redis. */
   readonly #tag = `.${randomBytes(6).toString('base64url')}`;
   #seq = 0;
+  readonly #parts = new Map<string, KeyNameParts>();
   #queue: Op[] = [];
   /** The next batch: none, at the next `setImmediate`, or at a timer (completions alone, see `settle`). */
   #flushScheduled: 'none' | 'now' | NodeJS.Timeout = 'none';
@@ -357,6 +358,13 @@ export class RedisStore implements Store {
     return keyNames(this.prefix, namespace, key, this.hashTag);
   }
 
+  /** What surrounds an encoded key in the namespace's Redis keys, per namespace. */
+  #nameParts(namespace: string): KeyNameParts {
+    let parts = this.#parts.get(namespace);
+    if (parts === undefined) this.#parts.set(namespace, (parts = keyNameParts(this.prefix, namespace, this.hashTag)));
+    return parts;
+  }
+
   /**
    * The namespace's index of kept keys and its mark, as the last keys of a script
    * (lua/includes/log.lua, "Key lifetimes" and `VT_MARK`); none on a Cluster, where a script
@@ -463,11 +471,12 @@ export class RedisStore implements Store {
         if (ops.some((op) => op.type === 'decide')) epoch = await recovery.epochOf(namespace);
       }
       const generation = recovery?.generation ?? 0;
-      const { keys, fields, deliver, booked } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace));
+      const { users, fields, deliver, booked } = encodeBatch(ops, recovery?.checks(namespace));
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
-      if (checked !== '') keys.push(recovery!.epochKey(namespace));
-      for (const kept of this.#kept(namespace)) keys.push(kept);
+      const extra = this.#kept(namespace);
+      if (checked !== '') extra.unshift(recovery!.epochKey(namespace));
+      const keys = batchKeys(this.#nameParts(namespace), users, extra);
       // A batch that answers after commandTimeoutMs: its callers got StoreUnavailableError, and the
       // slots it booked for them are given back.
       const late = (reply: unknown): void => this.#giveBack(booked(reply));

@@ -19,9 +19,10 @@
  *   bookings, and each booking sets the log's life).
  */
 import { Redis } from 'ioredis';
-import { encodeBatch, type CompleteOp, type DecideOp, type Op } from '../../lib/stores/redis-batch.js';
+import { batchKeys, encodeBatch, type CompleteOp, type DecideOp, type Op } from '../../lib/stores/redis-batch.js';
 import { scripts } from '../../lib/stores/redis-scripts.js';
 import type { Rule } from '../../lib/rules.js';
+import { keyNameParts } from '../../lib/keys.js';
 import { diffServer, serverSnapshot } from './redis-stats.js';
 import { startRedis } from '../support/redis-server.js';
 import { cleanUpOnSignal, readFlags, settingsOrUsage, UsageError } from '../support/usage.js';
@@ -133,8 +134,8 @@ const vendorThrottle: Contender = async (redis, calls, run) => {
   const namespaceKeys = [`vt${run}:floor:kept`, `vt${run}:floor:mark`];
   await redis.hset(namespaceKeys[1]!, 'm', 0, 'b', 0);
   const send = async (ops: readonly Op[]): Promise<number[]> => {
-    const { keys, fields } = encodeBatch(`vt${run}`, ops);
-    keys.push(...namespaceKeys);
+    const { users, fields } = encodeBatch(ops);
+    const keys = batchKeys(keyNameParts(`vt${run}`, 'floor'), users, namespaceKeys).list();
     return (await redis.evalsha(sha, keys.length, ...keys, '', ':t', 'vt:', 0, fields, '1')) as number[];
   };
   for (let sent = 0; sent < calls; sent += BATCH) {
