@@ -4,7 +4,7 @@ import { encodeKey, keyNameParts, keyNames, type HashTag, type KeyNameParts, typ
 import type { Rule } from '../rules.js';
 import type { Pace } from '../slot-plan.js';
 import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
-import { batchKeys, encodeBatch, ruleArgs, type DecideOp, type Decision, type Op } from './redis-batch.js';
+import { batchKeys, encodeBatch, groupByKey, ruleArgs, type DecideOp, type Decision, type Op } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
 import { Journal } from './redis-journal.js';
 import { Reaper, STALE_MS, Stamps } from './redis-liveness.js';
@@ -434,30 +434,38 @@ export class RedisStore implements Store {
     // At most MAX_BATCH operations a script, but a key's operations never split over two: the calls
     // of one line are decided in one step, in order.
     for (const byKey of batches.values()) {
-      let batch: Op[] = [];
+      let batch: Op[][] = [];
+      let size = 0;
       for (const keyOps of byKey.values()) {
-        if (batch.length > 0 && batch.length + keyOps.length > MAX_BATCH) {
+        if (size > 0 && size + keyOps.length > MAX_BATCH) {
           void this.#send(batch);
           batch = [];
+          size = 0;
         }
-        batch.push(...keyOps);
+        batch.push(keyOps);
+        size += keyOps.length;
       }
-      if (batch.length > 0) void this.#send(batch);
+      if (size > 0) void this.#send(batch);
     }
   }
 
-  /** Sends one batch; a store that lost its data is recovered first and the batch sent again. */
-  async #send(ops: Op[]): Promise<void> {
-    const namespace = ops[0]!.namespace;
+  /**
+   * Sends one batch (`groups`: the operations of each of its keys, see `encodeBatch`); a store that
+   * lost its data is recovered first and the batch sent again.
+   */
+  async #send(groups: Op[][]): Promise<void> {
+    const namespace = groups[0]![0]!.namespace;
     const recovery = this.#recovery;
     // Pauses read alone (a call booked ahead came due with nothing else to send): an HGET each costs
     // Redis a fraction of a script's run. Not behind a recovery of the namespace, unlike a batch: a
     // put-back restores calls, never a pause (one lost with the data stays lost), so the read gives
     // the same answer before and after it, and the call's slot, journaled, is put back either way.
-    const pauses = ops.filter((op) => op.type === 'paused');
-    if (pauses.length === ops.length) {
-      for (const op of pauses) {
-        this.#scripts.hget(this.#names(namespace, op.key).meta, 'pause').then((end) => op.resolve(Number(end ?? 0)), op.reject);
+    if (groups.every((ops) => ops.every((op) => op.type === 'paused'))) {
+      for (const ops of groups) {
+        for (const op of ops) {
+          if (op.type !== 'paused') continue;
+          this.#scripts.hget(this.#names(namespace, op.key).meta, 'pause').then((end) => op.resolve(Number(end ?? 0)), op.reject);
+        }
       }
       return;
     }
@@ -468,10 +476,10 @@ export class RedisStore implements Store {
         await recovery.recovered(namespace);
         // Completions alone need no epoch check: on a store that lost its data they change
         // nothing (ZADD XX), and the next decision finds the loss.
-        if (ops.some((op) => op.type === 'decide')) epoch = await recovery.epochOf(namespace);
+        if (groups.some((ops) => ops.some((op) => op.type === 'decide'))) epoch = await recovery.epochOf(namespace);
       }
       const generation = recovery?.generation ?? 0;
-      const { users, fields, deliver, booked } = encodeBatch(ops, recovery?.checks(namespace));
+      const { users, fields, deliver, booked } = encodeBatch(groups, recovery?.checks(namespace));
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
       const extra = this.#kept(namespace);
@@ -491,11 +499,13 @@ export class RedisStore implements Store {
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.
         const lost = generation === recovery.generation && (await recovery.recover(namespace));
-        const retry = lost ? ops.filter((op) => op.tries++ < MAX_RECOVERIES) : ops;
+        if (!lost) return await this.#send(groups);
+        const ops = groups.flat();
+        const retry = ops.filter((op) => op.tries++ < MAX_RECOVERIES);
         for (const op of ops) {
           if (!retry.includes(op)) op.reject(new StoreUnavailableError('Redis lost its data again while this process was putting its calls back'));
         }
-        if (retry.length > 0) await this.#send(retry);
+        if (retry.length > 0) await this.#send(groupByKey(retry));
         return;
       }
       const { again, lost, held } = deliver(reply);
@@ -516,10 +526,10 @@ export class RedisStore implements Store {
       for (const op of again) {
         if (!retry.includes(op)) op.reject(new StoreUnavailableError('Redis kept losing the data of a key while this process was putting its calls back'));
       }
-      if (retry.length > 0) await this.#send(retry);
+      if (retry.length > 0) await this.#send(groupByKey(retry));
     } catch (error) {
       const failure = outOfMemory(error) ?? error;
-      for (const op of ops) op.reject(failure);
+      for (const ops of groups) for (const op of ops) op.reject(failure);
     }
   }
 

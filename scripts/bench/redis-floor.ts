@@ -19,7 +19,7 @@
  *   bookings, and each booking sets the log's life).
  */
 import { Redis } from 'ioredis';
-import { batchKeys, encodeBatch, type CompleteOp, type DecideOp, type Op } from '../../lib/stores/redis-batch.js';
+import { batchKeys, encodeBatch, groupByKey, type CompleteOp, type DecideOp, type Op } from '../../lib/stores/redis-batch.js';
 import { scripts } from '../../lib/stores/redis-scripts.js';
 import type { Rule } from '../../lib/rules.js';
 import { keyNameParts } from '../../lib/keys.js';
@@ -134,7 +134,7 @@ const vendorThrottle: Contender = async (redis, calls, run) => {
   const namespaceKeys = [`vt${run}:floor:kept`, `vt${run}:floor:mark`];
   await redis.hset(namespaceKeys[1]!, 'm', 0, 'b', 0);
   const send = async (ops: readonly Op[]): Promise<number[]> => {
-    const { users, fields } = encodeBatch(ops);
+    const { users, fields } = encodeBatch(groupByKey(ops));
     const keys = batchKeys(keyNameParts(`vt${run}`, 'floor'), users, namespaceKeys).list();
     return (await redis.evalsha(sha, keys.length, ...keys, '', ':t', 'vt:', 0, fields, '1')) as number[];
   };
