@@ -180,21 +180,50 @@ export class RedisStore implements Store {
     return this.#recovery?.keysRestored ?? 0;
   }
 
-  async reserve(request: ReserveRequest): Promise<ReserveResult> {
+  reserve(request: ReserveRequest): Promise<ReserveResult> {
     // Redis evicts under an allkeys-* policy: no key can be trusted, this one's included.
     const evicting = this.#evictions?.failure;
-    if (evicting) throw evicting;
+    if (evicting) return Promise.reject(evicting);
     const first = this.#seq + 1;
     this.#seq += request.cost;
     const { namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs } = request;
     const also = request.also ?? NONE;
     if (also.length > 0 && this.#cluster && this.hashTag === 'key') {
-      throw new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }");
+      return Promise.reject(new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }"));
     }
     const stay = request.stay === true;
-    const { status, waitMs, startAt, ruleIndex, now, retryMs } = await new Promise<Decision>((resolve, reject) =>
-      this.#push({ type: 'decide', namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, also, stay, resolve, reject, tries: 0 }),
+    // Answered straight from the batch's reply (no async layer between the two).
+    return new Promise<ReserveResult>((resolve, reject) =>
+      this.#push({
+        type: 'decide',
+        namespace,
+        key,
+        cost,
+        maxHoldMs,
+        retainMs,
+        rules,
+        maxDelayMs,
+        first,
+        also,
+        stay,
+        resolve: (decision) => {
+          try {
+            resolve(this.#decided(request, first, decision));
+          } catch (error) {
+            reject(error);
+          }
+        },
+        reject,
+        tries: 0,
+      }),
     );
+  }
+
+  /** A decision's answer, journaled (its slots booked) and the key's liveness and waiting kept up. */
+  #decided(request: ReserveRequest, first: number, decision: Decision): ReserveResult {
+    const { namespace, key, cost, maxHoldMs, retainMs } = request;
+    const also = request.also ?? NONE;
+    const { status, waitMs, startAt, ruleIndex, now, retryMs } = decision;
     let members: readonly string[] = NONE;
     if (status === CODES.status.booked) {
       members = cost === 1 ? [this.#member(first)] : Array.from({ length: cost }, (_, i) => this.#member(first + i));
@@ -215,16 +244,19 @@ export class RedisStore implements Store {
    * Completions alone wait up to `coalesceMs` (none by default) for company: those of the next ms,
    * and any decision asked meanwhile (which sends at once), go in the same batch.
    */
-  async settle(namespace: string, key: string, settle: readonly Settlement[], coalesceMs = 0): Promise<void> {
-    if (settle.length === 0) return;
+  settle(namespace: string, key: string, settle: readonly Settlement[], coalesceMs = 0): Promise<void> {
     const pairs: number[] = [];
-    for (const { member, releaseAt } of settle) {
-      // Members of another store (or none) are in no log of this one: nothing to change.
-      if (member.endsWith(this.#tag)) pairs.push(Number.parseInt(member, 10), releaseAt === null ? -1 : Math.ceil(releaseAt));
+    try {
+      for (const { member, releaseAt } of settle) {
+        // Members of another store (or none) are in no log of this one: nothing to change.
+        if (member.endsWith(this.#tag)) pairs.push(Number.parseInt(member, 10), releaseAt === null ? -1 : Math.ceil(releaseAt));
+      }
+      if (pairs.length === 0) return SETTLED;
+      this.#recovery?.journal.settle(namespace, key, pairs);
+    } catch (error) {
+      return Promise.reject(error as Error);
     }
-    if (pairs.length === 0) return;
-    this.#recovery?.journal.settle(namespace, key, pairs);
-    await new Promise<void>((resolve, reject) => this.#push({ type: 'complete', namespace, key, pairs, resolve, reject, tries: 0 }, coalesceMs));
+    return new Promise<void>((resolve, reject) => this.#push({ type: 'complete', namespace, key, pairs, resolve, reject, tries: 0 }, coalesceMs));
   }
 
   /** While the client cannot connect (its latest attempt failed: refused, a TLS failure), resolves once it does. */
@@ -607,6 +639,7 @@ export class RedisStore implements Store {
 }
 
 const NONE: readonly never[] = [];
+const SETTLED: Promise<void> = Promise.resolve();
 
 /**
  * Redis refusing a write at `maxmemory` (`OOM command not allowed …`: every write once full under
