@@ -189,7 +189,9 @@ export class RedisStore implements Store {
     const { namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs } = request;
     const also = request.also ?? NONE;
     if (also.length > 0 && this.#cluster && this.hashTag === 'key') {
-      return Promise.reject(new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }"));
+      return Promise.reject(
+        new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }"),
+      );
     }
     const stay = request.stay === true;
     // Answered straight from the batch's reply (no async layer between the two).
@@ -245,11 +247,18 @@ export class RedisStore implements Store {
    * and any decision asked meanwhile (which sends at once), go in the same batch.
    */
   settle(namespace: string, key: string, settle: readonly Settlement[], coalesceMs = 0): Promise<void> {
-    const pairs: number[] = [];
+    let pairs: number[];
     try {
-      for (const { member, releaseAt } of settle) {
-        // Members of another store (or none) are in no log of this one: nothing to change.
-        if (member.endsWith(this.#tag)) pairs.push(Number.parseInt(member, 10), releaseAt === null ? -1 : Math.ceil(releaseAt));
+      // Members of another store (or none) are in no log of this one: nothing to change. One
+      // settlement (the usual) makes an array of two (an empty one that grows reserves room for 17).
+      if (settle.length === 1) {
+        const { member, releaseAt } = settle[0]!;
+        pairs = member.endsWith(this.#tag) ? [Number.parseInt(member, 10), releaseAt === null ? -1 : Math.ceil(releaseAt)] : NONE_PAIRS;
+      } else {
+        pairs = [];
+        for (const { member, releaseAt } of settle) {
+          if (member.endsWith(this.#tag)) pairs.push(Number.parseInt(member, 10), releaseAt === null ? -1 : Math.ceil(releaseAt));
+        }
       }
       if (pairs.length === 0) return SETTLED;
       this.#recovery?.journal.settle(namespace, key, pairs);
@@ -361,8 +370,10 @@ export class RedisStore implements Store {
    */
   mayStart(namespace: string, members: readonly string[], startAt: number): boolean {
     if (this.#stamps === undefined) return true;
-    const numbers: number[] = [];
-    for (const member of members) if (member.endsWith(this.#tag)) numbers.push(Number.parseInt(member, 10));
+    const tag = this.#tag;
+    // One member (the usual) makes an array of one (an empty one that grows reserves room for 17).
+    const numbers: number[] = members.length === 1 && members[0]!.endsWith(tag) ? [Number.parseInt(members[0]!, 10)] : [];
+    if (members.length > 1) for (const member of members) if (member.endsWith(tag)) numbers.push(Number.parseInt(member, 10));
     return this.#stamps.mayStart(namespace, numbers, startAt);
   }
 
@@ -617,7 +628,16 @@ export class RedisStore implements Store {
     for (const namespace of recovery.journal.namespaces()) {
       try {
         const keys = recovery.unchecked(namespace);
-        await Promise.all(keys.map((key) => new Promise<void>((resolve, reject) => this.#push({ type: 'check', namespace, key, resolve, reject, tries: 0 }))));
+        // One promise for the beat's checks (a key whose check fails fails the beat, as the first).
+        if (keys.length > 0) {
+          await new Promise<void>((resolve, reject) => {
+            let left = keys.length;
+            const checked = (): void => {
+              if (--left === 0) resolve();
+            };
+            for (const key of keys) this.#push({ type: 'check', namespace, key, resolve: checked, reject, tries: 0 });
+          });
+        }
         await recovery.checkEpoch(namespace);
       } catch (error) {
         failure ??= error;
@@ -640,6 +660,7 @@ export class RedisStore implements Store {
 
 const NONE: readonly never[] = [];
 const SETTLED: Promise<void> = Promise.resolve();
+const NONE_PAIRS: number[] = [];
 
 /**
  * Redis refusing a write at `maxmemory` (`OOM command not allowed …`: every write once full under
