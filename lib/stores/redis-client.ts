@@ -156,12 +156,14 @@ function loadIORedis(): IORedisModule | undefined {
  * Sends a command already written as RESP through a standalone ioredis client (`sendCommand` of a
  * `Command` whose bytes are given): one buffer for the socket, where ioredis would write each
  * argument with its header and copy them together. Undefined where the client cannot: a client of
- * another copy of ioredis than the one this library resolves, or with a `keyPrefix` (ioredis adds
- * it to the keys).
+ * another copy of ioredis than the one this library resolves, with a `keyPrefix` (ioredis adds it
+ * to the keys), or with `enableAutoPipelining` (its commands wait for the next tick: the batch
+ * would overtake those sent before it).
  */
 function rawSender(client: object): ((bytes: Buffer) => Promise<unknown>) | undefined {
   const io = loadIORedis();
-  if (io === undefined || !(client instanceof io.Redis) || (client as { options?: { keyPrefix?: unknown } }).options?.keyPrefix) return undefined;
+  const options = (client as { options?: { keyPrefix?: unknown; enableAutoPipelining?: unknown } }).options;
+  if (io === undefined || !(client instanceof io.Redis) || options?.keyPrefix || options?.enableAutoPipelining) return undefined;
   const send = (client as { sendCommand?: unknown }).sendCommand;
   if (typeof send !== 'function') return undefined;
   class Written extends io.Command {
