@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError } from '../errors.js';
 import type { KeyNames } from '../keys.js';
 import { MAX_TIMER_MS } from '../time.js';
-import { blankWitness, type Checks, type Journal } from './redis-journal.js';
+import type { Checks, Journal } from './redis-journal.js';
 import { scripts } from './redis-scripts.js';
 
 /*
@@ -141,8 +141,7 @@ export class Recovery {
   checks(namespace: string): Checks {
     const storeNow = this.storeNow();
     const checkedAt = Date.now();
-    const into = blankWitness();
-    return { witness: (key) => this.journal.witness(namespace, key, storeNow, checkedAt, into) };
+    return { witness: (key) => this.journal.witness(namespace, key, storeNow, checkedAt) };
   }
 
   get graceMs(): number {
@@ -424,10 +423,7 @@ export class Recovery {
    */
   unchecked(namespace: string): string[] {
     const storeNow = this.storeNow();
-    const into = blankWitness();
-    return this.journal
-      .unchecked(namespace, Date.now() - this.#heartbeatMs)
-      .filter((key) => this.journal.witness(namespace, key, storeNow, Date.now(), into) !== undefined);
+    return this.journal.unchecked(namespace, Date.now() - this.#heartbeatMs).filter((key) => this.journal.witness(namespace, key, storeNow) !== undefined);
   }
 
   /**
