@@ -40,14 +40,11 @@ export class LocalFallback implements Store {
   #putBack: Promise<void> | undefined;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
-  readonly #lost: (error: unknown) => void;
 
-  /** `lost`: told when the last put-back, at close, fails (those calls never count in the store). */
-  constructor(namespace: string, store: Store, share: number, lost: (error: unknown) => void = () => undefined) {
+  constructor(namespace: string, store: Store, share: number) {
     this.#namespace = namespace;
     this.#store = store;
     this.#share = share;
-    this.#lost = lost;
   }
 
   /** The store failed just now, or did lately: decide locally. */
@@ -191,8 +188,7 @@ export class LocalFallback implements Store {
   async close(): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#timer);
-    // No later try: the slots left count only locally, which closes now. Said, not thrown: close() goes on.
-    if (this.#slots.size > 0) await this.putBack().catch(this.#lost);
+    if (this.#slots.size > 0) await this.putBack().catch(() => undefined);
     await this.#local.close();
   }
 
