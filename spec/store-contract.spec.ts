@@ -447,6 +447,18 @@ for (const { name, before: connect, make } of subjects) {
       expect(await heard.settled(30)).to.deep.equal(['k:1']);
     });
 
+    it('announces a slot given back (a call that never started) to the process that waits', async () => {
+      const { store } = make();
+      const rules = [{ limit: 1, windowMs: 60_000 }];
+      const heard = collect();
+      const stop = await store.listen!('ns', heard.listener);
+      const first = await store.reserve(request({ rules, key: 'given', maxHoldMs: 5_000 }));
+      expect((await store.reserve(request({ rules, key: 'given', maxHoldMs: 5_000 }))).status).to.equal('deferred');
+      await store.settle('ns', 'given', [{ member: first.members[0]!, releaseAt: null }]);
+      expect(await heard.settled(50)).to.deep.equal(['given']);
+      stop();
+    });
+
     it('orders slots with equal scores by member bytes, as a Redis sorted set does', async () => {
       const { store, advance } = make();
       const rules = [{ limit: 1, windowMs: 1_000 }];

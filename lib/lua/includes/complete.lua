@@ -15,16 +15,18 @@
 local function vt_complete(log, meta, tag, channel, a, i, marked)
   local count = tonumber(a[i])
   if count == 1 then
-    -- The usual completion: one call of the key.
+    -- The usual completion: one call of the key, as below without its tables.
     local release = a[i + 2]
+    local latest = 0
     if release < 0 then
       redis.call('ZREM', log, a[i + 1] .. tag)
     else
       redis.call('ZADD', log, 'XX', 'LT', release, a[i + 1] .. tag)
-      if marked >= release then
-        local value = redis.call('HGET', meta, 'w')
-        if value then vt_waiters_wake(vt_waiters_parse(value), channel, vt_user_key(log), release) end
-      end
+      latest = release
+    end
+    if marked >= latest then
+      local value = redis.call('HGET', meta, 'w')
+      if value then vt_waiters_wake(vt_waiters_parse(value), channel, vt_user_key(log), latest) end
     end
     return i + 3
   end
