@@ -258,24 +258,29 @@ local function vt_expiry_slack(retain)
   return math.min(math.max(retain, VT_EXPIRY_SLACK_MIN_MS), VT_EXPIRY_SLACK_MAX_MS)
 end
 
--- After the operation: the log lives until its latest booking plus the history and a slack (PEXPIRE
--- GT never shortens the lifetime an earlier booking ahead set), set only when it must grow: not
--- when this process's witness was there (no loss since it last set the key's life, to
--- witness.deadline, which nothing shortens while its slots count: vt_tidy) and that life is long
--- enough (need <= DEADLINE). This process is in the key's list of
+-- Gives LOG the life a booking up to BOOKED_UNTIL needs: that plus RETAIN and a slack, never less
+-- than DEADLINE, the life this process believes the log has (lib/stores/redis-journal.ts), which it
+-- keeps until it finds its witness gone. A log just made (FRESH) has no life yet; another gets more
+-- only when it must grow (PEXPIRE GT never shortens what an earlier booking ahead set): not when
+-- this process's witness was there (CONFIRMED: no loss since it set DEADLINE, which nothing
+-- shortens while its slots count, vt_tidy) and DEADLINE covers the need. Returns the ttl asked.
+local function vt_log_life(log, booked_until, retain, fresh, confirmed, deadline, now)
+  local need = booked_until + retain
+  local ttl = math.ceil(need + vt_expiry_slack(retain) - now)
+  if fresh then
+    vt_expire(log, math.max(ttl, deadline - now), now)
+  elseif VT_KEPT ~= nil or not confirmed or need > deadline then
+    vt_expire(log, math.max(ttl, deadline - now), now, 'GT')
+  end
+  return ttl
+end
+
+-- After the operation: the log's life (vt_log_life). This process is in the key's list of
 -- waiting processes until WAITS_UNTIL, or out of it (0) unless STAY (its other calls still wait on
 -- the key: a call of several keys, or one of this key beside them).
 local function vt_key_close(key, now, now_ms, tag, channel, stay)
   if key.booked_until > 0 then
-    local need = key.booked_until + key.set.retain
-    local ttl = math.ceil(need + vt_expiry_slack(key.set.retain) - now)
-    if key.fresh then
-      -- Never less than this process believes the log has (lib/stores/redis-journal.ts): it keeps
-      -- that belief until it finds its witness gone.
-      vt_expire(key.log, math.max(ttl, key.deadline - now), now)
-    elseif VT_KEPT ~= nil or not key.confirmed or need > key.deadline then
-      vt_expire(key.log, math.max(ttl, key.deadline - now), now, 'GT')
-    end
+    local ttl = vt_log_life(key.log, key.booked_until, key.set.retain, key.fresh, key.confirmed, key.deadline, now)
     -- Which Redis took the booking: written when it changes (a new key, a failover, meta expired).
     if key.replid ~= '' and key.state[VT_STATE_REPLID] ~= key.replid then
       redis.call('HSET', key.meta, 'r', key.replid)
@@ -345,14 +350,7 @@ local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size,
   end
   local n = #out
   for c = 1, count do out[n + c] = VT_STATUS_BOOKED_NOW end
-  -- The log's life, as vt_key_close sets it.
-  local need = score + set.retain
-  local ttl = math.ceil(need + vt_expiry_slack(set.retain) - now)
-  if size == 0 then
-    vt_expire(log, math.max(ttl, deadline - now), now)
-  elseif VT_KEPT ~= nil or not confirmed or need > deadline then
-    vt_expire(log, math.max(ttl, deadline - now), now, 'GT')
-  end
+  vt_log_life(log, score, set.retain, size == 0, confirmed, deadline, now)
   return false
 end
 
