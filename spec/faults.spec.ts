@@ -102,13 +102,14 @@ describe('faults: a worker killed with kill -9 while it holds booked slots and q
       // before the kill.
       const holding = (message: FaultWorkerProgress): boolean =>
         message.queued >= 1 && (scenario === 'in flight' ? message.started - message.completed + message.sleeping >= limit : message.sleeping >= limit);
-      await victim.waitFor((message) => message.type === 'progress' && holding(message));
+      // Its state as the kill is sent: a progress message sent after this one, before the signal
+      // landed, may count a completion that raced the kill.
+      const victimAtDeath = await victim.waitFor((message): message is FaultWorkerProgress => message.type === 'progress' && holding(message));
       for (const survivor of survivors) survivor.go();
       victim.child.kill('SIGKILL');
       const killedAt = now();
       const done = await Promise.all(survivors.map((survivor) => survivor.waitFor((message): message is FaultWorkerDone => message.type === 'done')));
       const exitCodes = await Promise.all(workers.map((worker) => worker.exited));
-      const victimAtDeath = victim.messages.filter((message): message is FaultWorkerProgress => message.type === 'progress').at(-1)!;
       return { vendor, victimAtDeath, survivors: done, exitCodes, killedAt };
     } finally {
       for (const { child } of workers) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
