@@ -17,6 +17,8 @@ export interface Grant {
   /** Where the slot was booked, and is settled: the throttle's store, or the local fallback. */
   readonly store: Store;
   readonly clock: StoreClock;
+  /** Local time the booking was asked for (`Booking.sentAt`): the store decided after it. */
+  readonly askedAt: number;
   /** Local time the slot starts at, read up to 1 ms early (completion times convert to the store clock late, never early). */
   readonly due: number;
   /**
@@ -35,7 +37,7 @@ export function grantOf(result: ReserveResult, booking: Booking): Grant {
   // answers placed it (lib/time.ts), whichever is sooner. The first ignores drift over the wait
   // itself (docs/design.md §5, Clocks).
   const startsAt = result.waitMs > 0 ? Math.min(booking.receivedAt + result.waitMs, booking.clock.localTime(result.startAt)) : booking.receivedAt;
-  return { result, store: booking.store, clock: booking.clock, due, startsAt };
+  return { result, store: booking.store, clock: booking.clock, askedAt: booking.sentAt, due, startsAt };
 }
 
 /**

@@ -144,6 +144,10 @@ export class LocalFallback implements Store {
     return this.#local.pausedUntil(namespace, key);
   }
 
+  knownPause(namespace: string, key: string): number {
+    return this.#local.knownPause(namespace, key);
+  }
+
   restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number): Promise<void> {
     return this.#local.restore(namespace, key, slots, retainMs);
   }

@@ -210,8 +210,9 @@ export interface Store {
    * Starts no call of the key before `ms` from now (store clock), for every process: the vendor said
    * its limit was hit. A longer pause already in place is kept. With `maxHoldMs` (the throttle's),
    * slots booked ahead to start before the pause ends (released later than now + `maxHoldMs`) leave
-   * the log: their calls read the pause when their start comes (`pausedUntil`) and book again, and
-   * the room goes to whoever asks first. Resolves to the pause's end (store clock).
+   * the log: their calls learn of the pause when their start comes (`knownPause`, else
+   * `pausedUntil`) and book again, and the room goes to whoever asks first. Resolves to the pause's
+   * end (store clock).
    */
   pause(namespace: string, key: string, ms: number, maxHoldMs?: number): Promise<number>;
   /**
@@ -235,6 +236,14 @@ export interface Store {
    * `StoreUnavailableError`). A store without it must not take slots out of the log in `pause`.
    */
   pausedUntil?(namespace: string, key: string): Promise<number>;
+  /**
+   * Optional: what `pausedUntil` would tell, known in this process without asking: the latest end
+   * (store clock, ms; 0 when none) of the key's vendor pauses set since `since` (`performance.now()`
+   * when the call's booking was asked for), or of the pause in force. Undefined when the store
+   * cannot tell that way (it does not hear of every pause set since then): the call reads
+   * `pausedUntil`. Asked synchronously when a slot booked ahead comes due.
+   */
+  knownPause?(namespace: string, key: string, since: number): number | undefined;
   /**
    * Optional: whether this process may start its slots `members`, booked to start at `startAt`
    * (store clock), right now. False when the store may have given them back (another process took

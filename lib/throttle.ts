@@ -429,12 +429,21 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * The end (store clock) of a vendor pause set after the call's slot was booked (by any process
    * sharing the store) that covers the slot's start, or undefined: a decision never books into a
    * pause, so a pause that ends after the start is newer than the booking, and took the slot out of
-   * the log. Read when a slot booked ahead comes due; rejects with the store's error.
+   * the log. Known without asking where the store hears of the pauses set since the booking
+   * (`Store.knownPause`), else read when a slot booked ahead comes due; rejects with the store's error.
    */
   async #pausedSinceBooked(grant: Grant, keys: readonly string[]): Promise<number | undefined> {
     const { store } = grant;
-    if (store.pausedUntil === undefined) return undefined;
-    const end = Math.max(...(await Promise.all(keys.map((key) => store.pausedUntil!(this.name, key)))));
+    let end = 0;
+    let unknown: string[] | undefined;
+    for (const key of keys) {
+      const known = store.knownPause?.(this.name, key, grant.askedAt);
+      if (known === undefined) (unknown ??= []).push(key);
+      else end = Math.max(end, known);
+    }
+    if (unknown !== undefined && store.pausedUntil !== undefined) {
+      end = Math.max(end, ...(await Promise.all(unknown.map((key) => store.pausedUntil!(this.name, key)))));
+    }
     return end > grant.result.startAt ? end : undefined;
   }
 

@@ -8,46 +8,35 @@
 
   KEYS[1]  the namespace's stamps
   ARGV     MODE, then by mode:
-           'stamp' TAG N HOLD KEEP_MS SWEEP: writes TAG's stamp (not when a stamp with a higher N
+           'stamp' TAG N HOLD KEEP_MS SWEEP READ: writes TAG's stamp (not when a stamp with a higher N
                    is there: a write that arrived late), the hash lives KEEP_MS more; SWEEP 1 also
-                   drops stamps older than KEEP_MS. Returns the time written, or -1 when not written.
+                   drops stamps older than KEEP_MS. Returns the time written, or -1 when not written;
+                   with READ 1, { that, then what 'read' returns }.
            'read'  KEEP_MS: returns { now, TAG, VALUE, TAG, VALUE, ... }, every stamp; drops those
                    older than KEEP_MS (processes long dead).
            'drop'  TAG: removes TAG's stamp. Returns 1.
 ]]
 --- @include "log"
+--- @include "alive"
 
 local alive = KEYS[1]
 local mode = ARGV[1]
 local now = vt_now()
 
-local function stamp_at(value)
-  return tonumber(string.match(value, '^(%d+):')) or 0
-end
-
-local function sweep(keep_ms, values)
-  local old = {}
-  for i = 1, #values, 2 do
-    if stamp_at(values[i + 1]) + keep_ms < now then old[#old + 1] = values[i] end
-  end
-  if #old > 0 then redis.call('HDEL', alive, unpack(old)) end
+local function read(keep_ms, out)
+  local values = redis.call('HGETALL', alive)
+  vt_alive_sweep(alive, keep_ms, values, now)
+  out[#out + 1] = math.floor(now)
+  for i = 1, #values do out[#out + 1] = values[i] end
+  return out
 end
 
 if mode == 'stamp' then
-  local tag, n, hold, keep_ms = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-  local old = redis.call('HGET', alive, tag)
-  if old and tonumber(string.match(old, '^%d+:(%d+):')) > n then return -1 end
-  local at = math.floor(now)
-  redis.call('HSET', alive, tag, string.format('%d:%d:%d', at, n, hold))
-  redis.call('PEXPIRE', alive, keep_ms)
-  if ARGV[6] == '1' then sweep(keep_ms, redis.call('HGETALL', alive)) end
+  local at = vt_stamp(alive, ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1', now)
+  if ARGV[7] == '1' then return read(tonumber(ARGV[5]), { at }) end
   return at
 elseif mode == 'read' then
-  local values = redis.call('HGETALL', alive)
-  sweep(tonumber(ARGV[2]), values)
-  local out = { math.floor(now) }
-  for i = 1, #values do out[#out + 1] = values[i] end
-  return out
+  return read(tonumber(ARGV[2]), {})
 end
 redis.call('HDEL', alive, ARGV[2])
 return 1

@@ -18,6 +18,10 @@
   ARGV[6]  KEPT     '1': the last two keys are the index of kept keys and the mark (a standalone Redis)
   ARGV[7]  SOFT     '1': a batch of checks alone; an epoch that changed does not stop it (each key
                     then compares the Redis that took its bookings, meta `r`, as without EPOCH)
+  ARGV[8]… ALIVE    optional, a standalone Redis: N, HOLD, KEEP_MS, SWEEP, READ; the last key is then
+                    the namespace's liveness stamps (alive.lua), after the index and the mark. N >= 0:
+                    this process's stamp rides the batch, written as alive.lua 'stamp' writes it (N,
+                    HOLD, KEEP_MS, SWEEP '1'); READ '1': the stamps are read, as alive.lua 'read' does
   A[1]     S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
                     LIMIT, WINDOW, BUCKET (includes/decide.lua)
            then the operations, to the end of A, each its code (VT_OP_*, declared with the other
@@ -45,8 +49,8 @@
   Returns { VT_BATCH_EPOCH_CHANGED } when the epoch changed (the store lost its data; nothing was
   done), else { VT_BATCH_DONE, NOW_MS, then per decided call in order its five values, or the one
   VT_STATUS_BOOKED_NOW (includes/decide.lua), then one per check (includes/check.lua), then one per
-  PAUSED }: NOW_MS is
-  the store clock (0 when no decision or check was asked for).
+  PAUSED, then with ALIVE the stamp's time (-1: none written), then with READ '1' alive.lua 'read''s
+  reply }: NOW_MS is the store clock (0 when no decision or check was asked for).
 ]]
 --- @include "log"
 --- @include "buckets"
@@ -54,11 +58,18 @@
 --- @include "check"
 --- @include "decide"
 --- @include "complete"
+--- @include "alive"
 
 local A = cmsgpack.unpack(ARGV[5])
 
 local epoch_key = nil
 local last_key = #KEYS
+-- ALIVE: the stamps' key is the last one; the stamp and the read are done once the batch is.
+local alive_key = nil
+if ARGV[8] ~= nil then
+  alive_key = KEYS[last_key]
+  last_key = last_key - 1
+end
 if ARGV[6] == '1' then
   vt_namespace(KEYS[last_key - 1], KEYS[last_key])
   last_key = last_key - 2
@@ -235,6 +246,16 @@ while i <= last do
 end
 for _, status in ipairs(checks) do out[#out + 1] = status end
 for _, pause in ipairs(pauses) do out[#out + 1] = pause end
+if alive_key ~= nil then
+  local at, n, keep_ms = now or vt_now(), tonumber(ARGV[8]), tonumber(ARGV[10])
+  out[#out + 1] = n >= 0 and vt_stamp(alive_key, tag, n, tonumber(ARGV[9]), keep_ms, ARGV[11] == '1', at) or -1
+  if ARGV[12] == '1' then
+    local values = redis.call('HGETALL', alive_key)
+    vt_alive_sweep(alive_key, keep_ms, values, at)
+    out[#out + 1] = math.floor(at)
+    for v = 1, #values do out[#out + 1] = values[v] end
+  end
+end
 if VT_KEPT ~= nil then
   local at = now or vt_now()
   for k = 1, last_key - (epoch_key and 1 or 0) do vt_take_in(KEYS[k], at) end

@@ -3,9 +3,11 @@
   was hit: 429 with Retry-After, X-RateLimit-Reset, ...). A later pause already set is kept.
 
   Slots booked ahead to start before the pause ends are taken out of the log: their calls cannot
-  start on them (each reads the pause when its start comes, and books again), and the room they
+  start on them (each learns of the pause when its start comes, and books again), and the room they
   held goes to whoever asks first from now on, before them: the requests the vendor refused, which
-  are retried at once, come back ahead of the calls that had booked later slots.
+  are retried at once, come back ahead of the calls that had booked later slots. The pause is
+  announced on CHANNEL, '<end> <key>', to the processes that hold slots booked ahead in the
+  namespace (lib/stores/redis-pauses.ts): their calls learn of it there instead of each reading it.
 
   KEYS[1]  meta      hash of the key (includes/log.lua); field `pause` = no start before this (ms)
   KEYS[2]  log       sorted set of the key's slots
@@ -14,6 +16,7 @@
   ARGV[1]  MS        pause length from now, ms
   ARGV[2]  MAX_HOLD  the caller's maxHoldMs: a slot scored above now + MAX_HOLD was booked ahead
                      (includes/log.lua, vt_booked_ahead_above); 0 leaves the log alone
+  ARGV[3]  CHANNEL   the namespace's pause channel (none: not announced)
 
   Returns the end of the pause in force (ms, store clock).
 ]]
@@ -31,4 +34,5 @@ local max_hold = tonumber(ARGV[2] or 0)
 if max_hold > 0 then
   redis.call('ZREMRANGEBYSCORE', log, '(' .. vt_booked_ahead_above(now, max_hold), '(' .. (pause + max_hold))
 end
+if ARGV[3] then redis.call('PUBLISH', ARGV[3], string.format('%d', pause) .. ' ' .. vt_user_key(log)) end
 return pause

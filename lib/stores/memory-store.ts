@@ -278,6 +278,11 @@ export class MemoryStore implements Store {
   }
 
   async pausedUntil(namespace: string, key: string): Promise<number> {
+    return this.knownPause(namespace, key);
+  }
+
+  /** The pause in force: this store holds every pause itself, whenever it was set. */
+  knownPause(namespace: string, key: string): number {
     return this.#logs.get(`${namespace}\n${key}`)?.pausedUntil ?? 0;
   }
 

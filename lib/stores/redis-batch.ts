@@ -76,6 +76,16 @@ export interface Checked {
   readonly lost: string[];
   /** Keys found held (another process found a loss, or a failover): it puts its calls back too, without holding. */
   readonly held: string[];
+  /** With ALIVE (`Alive`): the time of the stamp the batch wrote, -1 when none. */
+  readonly stampAt?: number;
+  /** With ALIVE's READ: the namespace's stamps as lua/alive.lua 'read' answers them. */
+  readonly stamps?: unknown[];
+}
+
+/** What a batch asks of the namespace's liveness stamps (lua/batch.lua's ALIVE): an answer at the end of its reply. */
+export interface Alive {
+  /** The stamp read too. */
+  readonly read: boolean;
 }
 
 /** A batch's reply, read: each decision's answer (undefined: not made), each check's finding, each pause's end. */
@@ -83,6 +93,8 @@ interface Reply {
   readonly decisions: ReadonlyArray<Decision | undefined>;
   readonly checks: readonly number[];
   readonly pauses: readonly number[];
+  readonly stampAt?: number;
+  readonly stamps?: unknown[];
 }
 
 /** One `EVALSHA` of lua/batch.lua: its keys, its arguments after EPOCH, TAG, CHANNEL and GRACE, and who gets which reply. */
@@ -105,7 +117,7 @@ const ruleText = new WeakMap<readonly Rule[], string>();
  * and cost merged into one decide of COUNT calls, in the order they asked), and last the calls of
  * several keys, one each. `deliver` hands each caller its part of the flat reply.
  */
-export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag = 'key', checks?: Checks): EncodedBatch {
+export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag = 'key', checks?: Checks, alive?: Alive): EncodedBatch {
   const byKey = new Map<string, Op[]>();
   for (const op of ops) {
     const same = byKey.get(op.key);
@@ -233,12 +245,12 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
     args.push(op.cost, maxDelayArg(op.maxDelayMs), op.first);
     decided.push(op);
   }
-  const read = (reply: unknown): Reply => readReply(reply, decided.length, checked.length, paused.length);
+  const read = (reply: unknown): Reply => readReply(reply, decided.length, checked.length, paused.length, alive);
   return {
     keys,
     fields: packNumbers(sets.size, setArgs, args),
     deliver: (raw) => {
-      const { decisions, checks: found, pauses } = read(raw);
+      const { decisions, checks: found, pauses, stampAt, stamps } = read(raw);
       const again: DecideOp[] = [];
       // Keys held (a decision not booked for a hold, rule index VT_RULE_RECOVERING): this process
       // puts back its calls there too, if it holds any (a key checked).
@@ -263,7 +275,7 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
         else if (found[i] === CHECK.held || held.has(key)) heldKeys.push(key);
       });
       paused.forEach((op, i) => op.resolve(pauses[i]!));
-      return { again, lost, held: heldKeys };
+      return { again, lost, held: heldKeys, stampAt, stamps };
     },
     booked: (raw) => {
       // A batch that found the epoch changed did nothing.
@@ -276,10 +288,10 @@ export function encodeBatch(prefix: string, ops: readonly Op[], hashTag: HashTag
 
 /**
  * The one reader of lua/batch.lua's reply: `{ DONE, NOW_MS, per decision its answer (VT_STATUS_BOOKED_NOW
- * alone, or five values), per check its finding, per pause read its end }`, checked against what
- * the batch asked for.
+ * alone, or five values), per check its finding, per pause read its end, with ALIVE the stamp's time
+ * and with its READ the stamps }`, checked against what the batch asked for.
  */
-function readReply(reply: unknown, decisionCount: number, checkCount: number, pauseCount: number): Reply {
+function readReply(reply: unknown, decisionCount: number, checkCount: number, pauseCount: number, alive?: Alive): Reply {
   if (!Array.isArray(reply) || reply[0] !== CODES.batch.done) throw new TypeError(`Unexpected reply from lua/batch.lua: ${JSON.stringify(reply)}`);
   let at = 1;
   const next = (): number => {
@@ -303,8 +315,10 @@ function readReply(reply: unknown, decisionCount: number, checkCount: number, pa
   }
   const checks = Array.from({ length: checkCount }, next);
   const pauses = Array.from({ length: pauseCount }, next);
+  const stampAt = alive ? next() : undefined;
+  const stamps = alive?.read ? reply.slice(at, (at = reply.length)) : undefined;
   if (at !== reply.length) throw new TypeError(`Unexpected reply from lua/batch.lua: ${reply.length} values where ${at} were expected`);
-  return { decisions, checks, pauses };
+  return { decisions, checks, pauses, stampAt, stamps };
 }
 
 /** MAX_DELAY as lua/includes/decide.lua reads it: whole ms, or -1 for any. */

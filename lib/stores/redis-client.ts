@@ -40,7 +40,7 @@ interface NodeRedis {
 interface NodeRedisSubscriber {
   connect(): Promise<unknown>;
   subscribe(channel: string, listener: (message: string, channel: string) => void): Promise<unknown>;
-  on(event: 'error' | 'ready', listener: () => void): unknown;
+  on(event: 'error' | 'ready' | 'end' | 'reconnecting', listener: () => void): unknown;
   destroy(): void;
 }
 
@@ -48,7 +48,7 @@ interface NodeRedisSubscriber {
 interface IORedisSubscriber {
   subscribe(channel: string): Promise<unknown>;
   on(event: 'message', listener: (channel: string, message: string) => void): unknown;
-  on(event: 'error' | 'ready', listener: () => void): unknown;
+  on(event: 'error' | 'ready' | 'close', listener: () => void): unknown;
   disconnect(): void;
 }
 
@@ -267,10 +267,12 @@ export class ClientDriver {
 
   /**
    * Opens a connection of the store's own (the client's `duplicate()`) for the wakes: `message`
-   * hears every message of the channels it subscribes, `reconnected` is told when it is back after
-   * a disconnection (messages may have been missed meanwhile).
+   * hears every message of the channels it subscribes, `lost` is told when its connection is lost
+   * (messages published from then on are missed), `reconnected` when it is back after a
+   * disconnection (the client subscribes its channels again by itself: node-redis before it says
+   * so, ioredis before any command asked from then on).
    */
-  subscriber(message: (channel: string, message: string) => void, reconnected: () => void): Subscriber {
+  subscriber(message: (channel: string, message: string) => void, reconnected: () => void, lost: () => void = ignore): Subscriber {
     const duplicate = (this.client as { duplicate?: unknown }).duplicate;
     if (typeof duplicate !== 'function') throw new StoreUnavailableError('The Redis client cannot open a subscriber connection (no duplicate())');
     // A duplicate of a client that ended would be a connection of the store's own that nothing closes.
@@ -283,7 +285,9 @@ export class ClientDriver {
     if (this.#node) {
       const subscriber = this.#node.duplicate();
       // A lost subscriber reconnects on its own; waiters ask again at their bounds meanwhile.
-      subscriber.on('error', ignore);
+      subscriber.on('error', lost);
+      subscriber.on('end', lost);
+      subscriber.on('reconnecting', lost);
       subscriber.on('ready', onReady);
       const connected = subscriber.connect();
       connected.catch(ignore);
@@ -301,6 +305,7 @@ export class ClientDriver {
     }
     const subscriber = (duplicate as () => IORedisSubscriber).call(this.client);
     subscriber.on('error', () => hearLateErrors(subscriber));
+    subscriber.on('close', lost);
     subscriber.on('ready', onReady);
     subscriber.on('message', message);
     return {

@@ -4,18 +4,26 @@
  * (lua/alive.lua) every STAMP_EVERY_MS; a process whose decisions on a key wait reads the stamps
  * and gives back (lua/reap.lua) the slots of processes whose stamp went stale, booked to start
  * after it went stale. Before this process starts a slot booked ahead it checks that the slot
- * cannot have been given back that way (`Stamps.mayStart`).
+ * cannot have been given back that way (`Stamps.mayStart`). Stamps and reads ride the namespace's
+ * batches when one goes out (lua/batch.lua's ALIVE: `ride`); a stamp or a read of its own goes
+ * only when none went in time.
  */
 
 import type { KeyNames } from '../keys.js';
 import { scripts } from './redis-scripts.js';
 
 /**
- * How often a process that holds slots booked ahead stamps the namespace (ms): half of STALE_MS, so
- * that a stamp a little late is no gap. Each stamp is a client command: a busy key pays them
- * beside its calls (docs/benchmarks.md).
+ * How long after the previous stamp a process that holds slots booked ahead stamps the namespace at
+ * the latest (ms): STALE_MS less room for a stamp a little late (its round trip, the event loop), so
+ * that it is no gap. A stamp rides a batch of the namespace going out at least RIDE_AFTER of this
+ * after the previous one; one of its own (a client command) goes only when no batch took it.
  */
-export const STAMP_EVERY_MS = 250;
+export const STAMP_EVERY_MS = 300;
+/**
+ * A stamp or a read of stamps rides a batch once this share of its period has passed since the
+ * previous one: a process whose batches go a few times a period sends none of its own.
+ */
+const RIDE_AFTER = 0.2;
 /**
  * A stamp older than this (ms, store clock) is stale: its process's slots booked to start later than
  * the stamp + STALE_MS never started. The owner tolerates gaps up to STALE_MS - STAMP_MARGIN_MS
@@ -50,6 +58,23 @@ interface NamespaceStamps {
   /** A stamp of this process is in the hash (not yet dropped). */
   written: boolean;
   count: number;
+  /** `performance.now()` when the latest stamp was sent (on its own, or riding a batch). */
+  sentAt: number;
+}
+
+/** A stamp sent riding a batch: what its answer is judged against (`Stamps.answered`). */
+export interface StampTicket {
+  readonly state: NamespaceStamps;
+  /** What the stamps sent before it covered. */
+  readonly before: number;
+}
+
+/** What a batch of a namespace carries of its liveness stamps (lua/batch.lua's ALIVE), and who takes the answer. */
+export interface Ride {
+  /** ALIVE's fields: N (-1: no stamp), HOLD, KEEP_MS, SWEEP, READ. */
+  readonly args: ReadonlyArray<string | number>;
+  readonly read: boolean;
+  readonly ticket: StampTicket | undefined;
 }
 
 export interface StampsDeps {
@@ -60,6 +85,10 @@ export interface StampsDeps {
   storeNow(): number;
   aliveKey(namespace: string): string;
   run: Run;
+  /** Whether a stamp of its own reads the namespace's stamps too, for the reaper (`Reaper.rides`). */
+  rides?(namespace: string): boolean;
+  /** The stamps a stamp of its own read (`Reaper.read`). */
+  read?(namespace: string, stamps: readonly unknown[]): void;
 }
 
 /** The stamps this process writes, and the check before it starts a slot booked ahead. */
@@ -82,7 +111,7 @@ export class Stamps {
     if (this.#closed) return;
     let state = this.#namespaces.get(namespace);
     if (!state) {
-      state = { sent: 0, from: 0, confirmed: undefined, aheadUntil: 0, hold: 0, timer: undefined, written: false, count: 0 };
+      state = { sent: 0, from: 0, confirmed: undefined, aheadUntil: 0, hold: 0, timer: undefined, written: false, count: 0, sentAt: -Infinity };
       this.#namespaces.set(namespace, state);
     }
     state.aheadUntil = Math.max(state.aheadUntil, until);
@@ -105,6 +134,24 @@ export class Stamps {
       if (number < state.from || state.confirmed === undefined || startAt > state.confirmed + STALE_MS - STAMP_MARGIN_MS) return false;
     }
     return true;
+  }
+
+  /**
+   * A stamp for a batch of the namespace about to go out, if one is due: stamps go on (their timer
+   * runs) and the previous one went at least RIDE_AFTER of STAMP_EVERY_MS ago. Its args are ALIVE's
+   * N, HOLD, KEEP_MS and SWEEP; the batch's answer goes to `answered`.
+   */
+  ride(namespace: string): { readonly args: number[]; readonly ticket: StampTicket } | undefined {
+    const state = this.#namespaces.get(namespace);
+    if (state === undefined || state.timer === undefined || this.#closed) return undefined;
+    if (performance.now() - state.sentAt < RIDE_AFTER * STAMP_EVERY_MS || this.#deps.storeNow() > state.aheadUntil + STALE_MS) return undefined;
+    const before = this.#sent(state);
+    return { args: [state.sent, state.hold, KEEP_MS, state.count % SWEEP_EVERY === 0 ? 1 : 0], ticket: { state, before } };
+  }
+
+  /** A stamp that rode a batch was written at `at` (-1: not written; undefined: the batch failed). */
+  answered(ticket: StampTicket, at: number | undefined): void {
+    if (at !== undefined) this.#confirm(ticket.state, ticket.before, at);
   }
 
   /** Stops stamping and removes this process's stamps. */
@@ -141,29 +188,61 @@ export class Stamps {
       if (storeNow() <= state.aheadUntil + STALE_MS && state.timer === undefined && !this.#closed) this.#schedule(namespace, state, 0);
       return;
     }
-    const before = state.sent;
-    const covers = this.#deps.seq();
-    state.sent = covers;
-    state.written = true;
-    state.count += 1;
+    // A stamp rode a batch meanwhile: the next one is due a period after it.
+    const dueIn = state.sentAt + STAMP_EVERY_MS - performance.now();
+    if (dueIn > 1) {
+      this.#schedule(namespace, state, dueIn);
+      return;
+    }
+    const before = this.#sent(state);
+    // A read of the stamps due for the reaper goes with it.
+    const read = this.#deps.rides?.(namespace) === true;
     try {
-      const at = (await run(
+      const reply = await run(
         scripts.alive.name,
         [aliveKey(namespace)],
-        ['stamp', tag, covers, state.hold, KEEP_MS, state.count % SWEEP_EVERY === 0 ? 1 : 0],
-      )) as number;
-      if (at >= 0) {
-        // A gap since the last confirmed stamp (or stamps sent and none confirmed): a reaper may
-        // have given back any slot the earlier stamps covered.
-        const gap = state.confirmed === undefined ? before > 0 : at - state.confirmed > STALE_MS - STAMP_MARGIN_MS;
-        if (gap) state.from = Math.max(state.from, before + 1);
-        state.confirmed = Math.max(state.confirmed ?? 0, at);
-      }
+        ['stamp', tag, state.sent, state.hold, KEEP_MS, state.count % SWEEP_EVERY === 0 ? 1 : 0, read ? 1 : 0],
+      );
+      if (read) {
+        const [at, ...stamps] = reply as unknown[];
+        this.#confirm(state, before, Number(at));
+        this.#deps.read?.(namespace, stamps);
+      } else this.#confirm(state, before, reply as number);
     } catch {
       // Not confirmed: it may or may not be written; the next confirmed stamp judges the gap.
     }
-    if (!this.#closed) this.#schedule(namespace, state, STAMP_EVERY_MS);
+    if (!this.#closed) this.#schedule(namespace, state, Math.max(0, state.sentAt + STAMP_EVERY_MS - performance.now()));
   }
+
+  /** A stamp goes out now, covering every slot asked for so far: returns what the stamps before it covered. */
+  #sent(state: NamespaceStamps): number {
+    const before = state.sent;
+    state.sent = this.#deps.seq();
+    state.written = true;
+    state.count += 1;
+    state.sentAt = performance.now();
+    return before;
+  }
+
+  /** A stamp's answer: written at `at` (-1: not written, a later stamp was there). */
+  #confirm(state: NamespaceStamps, before: number, at: number): void {
+    if (at < 0) return;
+    // A gap since the last confirmed stamp (or stamps sent and none confirmed): a reaper may have
+    // given back any slot the earlier stamps covered. Stamps riding batches may be answered out of
+    // their order: a later one answered first makes the gap of an earlier one look shorter, and its
+    // own look longer, never the other way.
+    const gap = state.confirmed === undefined ? before > 0 : at - state.confirmed > STALE_MS - STAMP_MARGIN_MS;
+    if (gap) state.from = Math.max(state.from, before + 1);
+    state.confirmed = Math.max(state.confirmed ?? 0, at);
+  }
+}
+
+/** What a batch of `namespace` about to go out carries of the liveness stamps (lua/batch.lua's ALIVE): a stamp due, a read due, or nothing. */
+export function rideOf(stamps: Stamps | undefined, reaper: Reaper, namespace: string): Ride | undefined {
+  const stamp = stamps?.ride(namespace);
+  const read = reaper.rides(namespace);
+  if (stamp === undefined && !read) return undefined;
+  return { args: [...(stamp?.args ?? [-1, 0, KEEP_MS, 0]), read ? 1 : 0], read, ticket: stamp?.ticket };
 }
 
 export interface ReaperDeps {
@@ -175,6 +254,13 @@ export interface ReaperDeps {
   run: Run;
   /** Slots of `key` were given back: this process's calls waiting on it ask again. */
   freed(namespace: string, key: string): void;
+}
+
+interface Watch {
+  readonly keys: Map<string, Contested>;
+  timer: NodeJS.Timeout | undefined;
+  /** `performance.now()` when the stamps were last read for this watch (on their own, or riding a batch). */
+  readAt: number;
 }
 
 interface Contested {
@@ -190,7 +276,7 @@ interface Contested {
  */
 export class Reaper {
   readonly #deps: ReaperDeps;
-  readonly #namespaces = new Map<string, { keys: Map<string, Contested>; timer: NodeJS.Timeout | undefined }>();
+  readonly #namespaces = new Map<string, Watch>();
   #closed = false;
 
   constructor(deps: ReaperDeps) {
@@ -201,12 +287,33 @@ export class Reaper {
   waits(namespace: string, key: string, forMs: number): void {
     if (this.#closed) return;
     let watch = this.#namespaces.get(namespace);
-    if (!watch) this.#namespaces.set(namespace, (watch = { keys: new Map(), timer: undefined }));
+    if (!watch) this.#namespaces.set(namespace, (watch = { keys: new Map(), timer: undefined, readAt: -Infinity }));
     const until = Date.now() + Math.min(forMs, 60_000);
     const contested = watch.keys.get(key);
     if (contested) contested.until = Math.max(contested.until, until);
     else watch.keys.set(key, { until, done: new Set() });
-    if (watch.timer === undefined) this.#schedule(namespace, watch, 0);
+    // A batch going out meanwhile reads the stamps for it (`rides`); else a read of its own.
+    if (watch.timer === undefined) this.#schedule(namespace, watch, Math.max(0, watch.readAt + WATCH_EVERY_MS - performance.now()));
+  }
+
+  /**
+   * Whether a batch of the namespace about to go out reads the stamps for this watch (lua/batch.lua
+   * ALIVE's READ): the watch runs, and its previous read was at least RIDE_AFTER of WATCH_EVERY_MS
+   * ago. The batch's answer goes to `read`.
+   */
+  rides(namespace: string): boolean {
+    const watch = this.#namespaces.get(namespace);
+    if (watch === undefined || watch.timer === undefined || this.#closed) return false;
+    const now = performance.now();
+    if (now - watch.readAt < RIDE_AFTER * WATCH_EVERY_MS) return false;
+    watch.readAt = now;
+    return true;
+  }
+
+  /** The stamps a batch read for the namespace's watch (lua/alive.lua 'read''s reply). */
+  read(namespace: string, reply: readonly unknown[]): void {
+    const watch = this.#namespaces.get(namespace);
+    if (watch !== undefined && !this.#closed) void this.#reap(namespace, watch, reply);
   }
 
   close(): void {
@@ -215,12 +322,14 @@ export class Reaper {
     this.#namespaces.clear();
   }
 
-  #schedule(namespace: string, watch: { keys: Map<string, Contested>; timer: NodeJS.Timeout | undefined }, afterMs: number): void {
+  #schedule(namespace: string, watch: Watch, afterMs: number): void {
     watch.timer = setTimeout(() => {
-      void this.#watch(namespace, watch).finally(() => {
+      // Read riding a batch meanwhile: the next read is due a period after it.
+      const read = watch.readAt + WATCH_EVERY_MS - performance.now() > 1 ? Promise.resolve() : this.#watch(namespace, watch);
+      void read.finally(() => {
         const now = Date.now();
         for (const [key, contested] of watch.keys) if (contested.until < now) watch.keys.delete(key);
-        if (watch.keys.size > 0 && !this.#closed) this.#schedule(namespace, watch, WATCH_EVERY_MS);
+        if (watch.keys.size > 0 && !this.#closed) this.#schedule(namespace, watch, Math.max(0, watch.readAt + WATCH_EVERY_MS - performance.now()));
         else {
           watch.timer = undefined;
           if (this.#namespaces.get(namespace) === watch && watch.keys.size === 0) this.#namespaces.delete(namespace);
@@ -230,11 +339,21 @@ export class Reaper {
     watch.timer.unref();
   }
 
-  async #watch(namespace: string, watch: { keys: Map<string, Contested> }): Promise<void> {
-    const { run, tag, cluster, aliveKey, names, channel, freed } = this.#deps;
+  async #watch(namespace: string, watch: Watch): Promise<void> {
+    watch.readAt = performance.now();
+    try {
+      const reply = (await this.#deps.run(scripts.alive.name, [this.#deps.aliveKey(namespace)], ['read', KEEP_MS])) as unknown[];
+      await this.#reap(namespace, watch, reply);
+    } catch {
+      // Redis unreachable: the next watch tries again.
+    }
+  }
+
+  /** Gives back, on the watched keys, the slots of processes whose stamps (`reply`, as lua/alive.lua 'read' answers) went stale. */
+  async #reap(namespace: string, watch: Watch, reply: readonly unknown[]): Promise<void> {
+    const { tag, cluster, aliveKey, names, channel, run, freed } = this.#deps;
     try {
       const alive = aliveKey(namespace);
-      const reply = (await run(scripts.alive.name, [alive], ['read', KEEP_MS])) as Array<number | string>;
       const now = Number(reply[0]);
       const stale: Array<{ id: string; args: Array<string | number> }> = [];
       for (let i = 1; i + 1 < reply.length; i += 2) {

@@ -77,6 +77,8 @@ export class Recovery {
   readonly #epochs = new Map<string, string>();
   readonly #epochLookups = new Map<string, Promise<string>>();
   readonly #recovering = new Map<string, Promise<boolean>>();
+  /** Per namespace, when (`performance.now()`) the latest batch that found its epoch unchanged was sent. */
+  readonly #epochCheckedAt = new Map<string, number>();
   /** Namespaces whose put-back did not finish: nothing is sent there before a recovery succeeds. */
   readonly #unrecovered = new Set<string>();
   /** Bumped by every recovery: a batch that met a changed epoch after one is just sent again. */
@@ -425,6 +427,14 @@ export class Recovery {
   }
 
   /**
+   * A batch sent at `sentAt` (`performance.now()`) found the namespace's epoch `value` in place: the
+   * heartbeat need not read it for a beat, if it is still the one this process knows.
+   */
+  epochChecked(namespace: string, value: string, sentAt: number): void {
+    if (this.#epochs.get(namespace) === value) this.#epochCheckedAt.set(namespace, sentAt);
+  }
+
+  /**
    * The heartbeat's check of the namespace's epoch: the one this process knows, or it puts back its
    * calls (an idle process too finds a loss within the grace period); a put-back that failed is
    * tried again at once.
@@ -434,6 +444,8 @@ export class Recovery {
       await this.recover(namespace);
       return;
     }
+    // A batch found it unchanged within the beat (lua/batch.lua checks it with each decision).
+    if (performance.now() - (this.#epochCheckedAt.get(namespace) ?? -Infinity) < this.#heartbeatMs) return;
     const known = this.#epochs.get(namespace);
     const value = await this.#client.get(this.epochKey(namespace));
     if (known === undefined) await this.#epochOf(namespace);

@@ -7,11 +7,12 @@ import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settle
 import { encodeBatch, ruleArgs, type DecideOp, type Decision, type Op } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
 import { Journal } from './redis-journal.js';
-import { Reaper, STALE_MS, Stamps } from './redis-liveness.js';
+import { Reaper, rideOf, STALE_MS, Stamps } from './redis-liveness.js';
 import { MAX_RECOVERIES, Recovery } from './redis-recovery.js';
 import { redisStoreSettings, type RedisClientLike, type RedisStoreOptions } from './redis-options.js';
 import { ClientDriver, clientKind } from './redis-client.js';
 import { CODES, scripts } from './redis-scripts.js';
+import { PauseFeeds } from './redis-pauses.js';
 import { Wakes } from './redis-wakes.js';
 
 /** Operations per `EVALSHA` at most (more go in the next one, sent at once, pipelined by the client), but for the operations of one key. */
@@ -63,6 +64,8 @@ export class RedisStore implements Store {
   readonly #stamps: Stamps | undefined;
   /** Gives back the slots dead processes booked ahead on keys where this process waits. */
   readonly #reaper: Reaper;
+  /** The vendor pauses announced in the namespaces where this process holds slots booked ahead. */
+  readonly #pauses: PauseFeeds;
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
     if (clientKind(client) === undefined) {
@@ -80,6 +83,11 @@ export class RedisStore implements Store {
     this.#scripts = new ClientDriver(client, timeoutMs, { ended: () => this.#wakes.ended(), ready });
     this.#cluster = this.#scripts.cluster;
     this.#wakes = new Wakes(this.#scripts);
+    this.#pauses = new PauseFeeds({
+      channel: (namespace) => this.#pauseChannel(namespace),
+      listen: (channel, listener) => this.#wakes.listen(channel, listener),
+      liveSince: (channel) => this.#wakes.liveSince(channel),
+    });
     this.#reaper = new Reaper({
       tag: this.#tag,
       cluster: this.#cluster,
@@ -110,6 +118,8 @@ export class RedisStore implements Store {
         storeNow: () => clock.storeNow(),
         aliveKey: (namespace) => this.#aliveKey(namespace),
         run: (name, keys, args) => this.#scripts.run(name, keys, args),
+        rides: (namespace) => this.#reaper.rides(namespace),
+        read: (namespace, stamps) => this.#reaper.read(namespace, stamps),
       });
       if (this.#scripts.status === 'ready') this.#claim();
       if (!this.#cluster) {
@@ -200,7 +210,10 @@ export class RedisStore implements Store {
       this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now);
       for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now);
       this.#startHeartbeat();
-      if (waitMs > 0) this.#stamps?.holds(namespace, startAt, maxHoldMs);
+      if (waitMs > 0) {
+        this.#stamps?.holds(namespace, startAt, maxHoldMs);
+        this.#pauses.holds(namespace, waitMs);
+      }
     } else if (status === CODES.status.deferred) {
       this.#stamps?.holds(namespace, now + retryMs, maxHoldMs);
     }
@@ -265,7 +278,18 @@ export class RedisStore implements Store {
   async pause(namespace: string, key: string, ms: number, maxHoldMs = 0): Promise<number> {
     await this.#recovery?.recovered(namespace);
     const { log, meta } = this.#names(namespace, key);
-    return (await this.#scripts.run(scripts.pause.name, [meta, log, ...this.#kept(namespace)], [Math.ceil(ms), maxHoldMs])) as number;
+    const args = [Math.ceil(ms), maxHoldMs, this.#pauseChannel(namespace)];
+    const end = (await this.#scripts.run(scripts.pause.name, [meta, log, ...this.#kept(namespace)], args)) as number;
+    this.#pauses.heard(namespace, key, end);
+    return end;
+  }
+
+  /**
+   * The latest end of the key's vendor pauses set since `since` (a booking's ask), from their
+   * announcements (lib/stores/redis-pauses.ts), while this process hears every one; else undefined.
+   */
+  knownPause(namespace: string, key: string, since: number): number | undefined {
+    return this.#pauses.known(namespace, key, since);
   }
 
   async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind = false): Promise<number> {
@@ -340,6 +364,7 @@ export class RedisStore implements Store {
     this.#heartbeat = undefined;
     this.#reaper.close();
     await this.#stamps?.close();
+    this.#pauses.close();
     this.#wakes.close();
     this.#scripts.close();
   }
@@ -373,6 +398,11 @@ export class RedisStore implements Store {
 
   #member(number: number): string {
     return `${number}${this.#tag}`;
+  }
+
+  /** The namespace's channel of vendor pauses (lua/pause.lua). */
+  #pauseChannel(namespace: string): string {
+    return `${this.prefix}:${namespace}:paused`;
   }
 
   /** The namespace's channel prefix, as the batch script takes it. */
@@ -470,21 +500,34 @@ export class RedisStore implements Store {
         }
       }
       const generation = recovery?.generation ?? 0;
-      const { keys, fields, deliver, booked } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace));
+      // A liveness stamp or a read of the stamps, when due, rides the batch (a standalone Redis: on
+      // a Cluster the stamps live in another slot). Taken just before the batch goes: stamps are
+      // sent in the order they are written.
+      const ride = this.#cluster ? undefined : rideOf(this.#stamps, this.#reaper, namespace);
+      const { keys, fields, deliver, booked } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace), ride);
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
       if (checked !== '') keys.push(recovery!.epochKey(namespace));
       for (const kept of this.#kept(namespace)) keys.push(kept);
+      const args: Array<string | number | Buffer> = [
+        checked,
+        this.#tag,
+        this.#channel(namespace),
+        recovery?.graceMs ?? 0,
+        fields,
+        this.#cluster ? '0' : '1',
+        soft,
+      ];
+      if (ride) {
+        keys.push(this.#aliveKey(namespace));
+        args.push(...ride.args);
+      }
       // A batch that answers after commandTimeoutMs: its callers got StoreUnavailableError, and the
       // slots it booked for them are given back.
       const late = (reply: unknown): void => this.#giveBack(booked(reply));
-      const reply = await this.#scripts.run(
-        scripts.batch.name,
-        keys,
-        // The operations as one string of fields (lua/batch.lua's FIELDS): far cheaper to send than one argument each.
-        [checked, this.#tag, this.#channel(namespace), recovery?.graceMs ?? 0, fields, this.#cluster ? '0' : '1', soft],
-        late,
-      );
+      // The operations as one string of fields (lua/batch.lua's FIELDS): far cheaper to send than one argument each.
+      const sentAt = performance.now();
+      const reply = await this.#scripts.run(scripts.batch.name, keys, args, late);
       if (Array.isArray(reply) && reply[0] === CODES.batch.epochChanged && recovery) {
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.
@@ -496,7 +539,11 @@ export class RedisStore implements Store {
         if (retry.length > 0) await this.#send(retry);
         return;
       }
-      const { again, lost, held } = deliver(reply);
+      const { again, lost, held, stampAt, stamps } = deliver(reply);
+      // A batch of checks alone (SOFT) goes on past a changed epoch: it proves nothing of it.
+      if (checked !== '' && soft === '0') recovery?.epochChecked(namespace, checked, sentAt);
+      if (ride?.ticket) this.#stamps?.answered(ride.ticket, stampAt);
+      if (stamps) this.#reaper.read(namespace, stamps);
       if (!recovery) return;
       if (lost.length > 0 || held.length > 0) {
         for (const key of [...lost, ...held]) recovery.journal.forgetLives(namespace, key);

@@ -5,15 +5,18 @@ import type { ClientDriver, Subscriber } from './redis-client.js';
  * connection opened with the client's `duplicate()` the first time a decision waits, and closed
  * once no throttle listens any more, or once the client ends. A completion publishes on the channel
  * of the first process in the key's waiting list only (lib/lua/includes/waiters.lua), so no other
- * process hears it.
+ * process hears it. The same connection hears the namespaces' vendor pauses (lib/stores/redis-pauses.ts),
+ * which need to know since when a channel's messages all reach this process (`liveSince`).
  */
 export class Wakes {
   readonly #client: ClientDriver;
   #subscriber: Subscriber | undefined;
-  readonly #channels = new Map<string, { readonly ready: Promise<unknown>; readonly listeners: Set<(key: string) => void> }>();
+  readonly #channels = new Map<string, Channel>();
   /** The client ended while channels were listened to: they are subscribed again once it is ready. */
   #resubscribe = false;
   #closed = false;
+  /** Times the subscriber's connection was lost (or closed): a confirmation asked before the latest loss proves nothing. */
+  #losses = 0;
 
   /** `client`: opens the subscriber, and bounds each subscription by the store's command timeout. */
   constructor(client: ClientDriver) {
@@ -26,12 +29,13 @@ export class Wakes {
     let entry = this.#channels.get(channel);
     if (!entry) {
       const subscriber = this.#open();
+      const created: Channel = { ready: undefined!, listeners: new Set(), liveSince: undefined };
       // A subscription that fails leaves waiters to their bounds; the next listen() tries again.
-      const ready = this.#client.timed(subscriber.subscribe(channel)).catch((error: unknown) => {
-        this.#channels.delete(channel);
+      created.ready = this.#subscribe(subscriber, channel, created).catch((error: unknown) => {
+        if (this.#channels.get(channel) === created) this.#channels.delete(channel);
         throw error;
       });
-      this.#channels.set(channel, (entry = { ready, listeners: new Set() }));
+      this.#channels.set(channel, (entry = created));
     }
     entry.listeners.add(listener);
     const current = entry;
@@ -44,6 +48,15 @@ export class Wakes {
       // it does not keep the process alive; the next wait opens one again.
       if (this.#channels.size === 0) this.#end();
     };
+  }
+
+  /**
+   * `performance.now()` since which every message published on `channel` reaches this process: its
+   * subscription was confirmed then, and its connection has not been lost since (a command sent
+   * after this runs in Redis after the subscription). Undefined when not subscribed, or lost.
+   */
+  liveSince(channel: string): number | undefined {
+    return this.#channels.get(channel)?.liveSince;
   }
 
   /** Wakes this process's listeners of `channel` for `key`, as a message would. */
@@ -70,9 +83,22 @@ export class Wakes {
     if (this.#channels.size === 0) return;
     const subscriber = this.#open();
     // One that fails leaves waiters to their bounds, as a lost subscriber does.
-    for (const channel of this.#channels.keys()) this.#client.timed(subscriber.subscribe(channel)).catch(() => undefined);
+    for (const [channel, entry] of this.#channels) this.#subscribe(subscriber, channel, entry).catch(() => undefined);
     // Completions may have come before the subscription: every waiting call asks again.
     this.#wakeAll();
+  }
+
+  /** Subscribes `channel` on `subscriber`: live from the confirmation, if the subscriber is still the store's and nothing was lost since it was asked. */
+  async #subscribe(subscriber: Subscriber, channel: string, entry: Channel): Promise<void> {
+    const losses = this.#losses;
+    await this.#client.timed(subscriber.subscribe(channel));
+    if (this.#subscriber === subscriber && this.#losses === losses && this.#channels.get(channel) === entry) entry.liveSince ??= performance.now();
+  }
+
+  /** The subscriber's connection was lost: messages published from now on are missed until it is back and each channel subscribed again. */
+  #lost(): void {
+    this.#losses += 1;
+    for (const entry of this.#channels.values()) entry.liveSince = undefined;
   }
 
   close(): void {
@@ -90,6 +116,7 @@ export class Wakes {
     const subscriber = this.#subscriber;
     if (subscriber === undefined) return;
     this.#subscriber = undefined;
+    this.#lost();
     subscriber.close();
   }
 
@@ -99,9 +126,24 @@ export class Wakes {
         // The key: this process is the first waiting on it (no other process hears the message).
         for (const listener of this.#channels.get(channel)?.listeners ?? []) listener(key);
       },
-      // Announcements may have been missed while the subscriber was away: every waiting call asks again.
-      () => this.#wakeAll(),
+      // Announcements may have been missed while the subscriber was away: every waiting call asks
+      // again, and each channel is subscribed again, to learn from when messages reach it again.
+      () => {
+        const subscriber = this.#subscriber;
+        if (subscriber !== undefined) for (const [channel, entry] of this.#channels) this.#subscribe(subscriber, channel, entry).catch(() => undefined);
+        this.#wakeAll();
+      },
+      () => this.#lost(),
     );
     return this.#subscriber;
   }
+}
+
+/** A channel listened to. */
+interface Channel {
+  /** Settles once first subscribed (or failed to). */
+  ready: Promise<unknown>;
+  readonly listeners: Set<(key: string) => void>;
+  /** See `Wakes.liveSince`. */
+  liveSince: number | undefined;
 }

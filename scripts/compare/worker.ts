@@ -14,11 +14,13 @@
  * is untouched, as with a real skewed clock); the times the worker reports are read from the
  * unshifted clock, so the parent can compare them with the vendor's.
  */
+import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { Agent, request } from 'node:http';
 import { createInterface } from 'node:readline';
 import type { Limiter, LimiterContext } from './contender.js';
 import { contenderById } from './contenders.js';
+import { scripts } from '../../lib/stores/redis-scripts.js';
 import type { BurstLoad, BurstResult, ClosedLoad, ClosedResult, Command, Reply, RunSpec } from './protocol.js';
 
 const realTimeOrigin = performance.timeOrigin;
@@ -80,10 +82,15 @@ async function expect(type: Command['type']): Promise<void> {
   throw new Error(`Expected '${type}', got '${command.type}'`);
 }
 
+/** The library's scripts by SHA1, to name what each EVALSHA ran (COMPARE_DEBUG). */
+const SCRIPT_BY_SHA = new Map(Object.values(scripts).map(({ name, lua }) => [createHash('sha1').update(lua).digest('hex'), name]));
+
 /** The Redis clients of one run, every command they send counted (direct, pipelined, scripts). */
 class Clients {
   readonly #clients: Redis[] = [];
   sent = 0;
+  /** Per command name, what the clients sent (printed on stderr with COMPARE_DEBUG). */
+  readonly byName = new Map<string, number>();
 
   constructor(private readonly url: string) {}
 
@@ -102,6 +109,10 @@ class Clients {
     const original = target.sendCommand.bind(client);
     target.sendCommand = (...args: unknown[]): unknown => {
       this.sent++;
+      const command = args[0] as { name?: string; args?: unknown[] } | undefined;
+      let name = command?.name ?? '?';
+      if (name === 'evalsha') name = `evalsha:${SCRIPT_BY_SHA.get(String(command?.args?.[0])) ?? '?'}`;
+      this.byName.set(name, (this.byName.get(name) ?? 0) + 1);
       return original(...args);
     };
     const duplicate = target.duplicate.bind(client);
@@ -161,6 +172,7 @@ async function runBurst(limiter: Limiter, load: BurstLoad, clients: Clients): Pr
   send({ type: 'ready' });
   await expect('go');
   const sentBefore = clients.sent;
+  const byNameBefore = new Map(clients.byName);
   const cpuBefore = process.cpuUsage();
   const order: number[] = [];
   for (let j = 0; j < load.callsPerUser; j++) for (let u = 0; u < load.users.length; u++) order.push(u);
@@ -205,6 +217,10 @@ async function runBurst(limiter: Limiter, load: BurstLoad, clients: Clients): Pr
   const observedSkewMs = Math.round(Date.now() - clock());
   await closeWithin(limiter, 5000);
   const cpu = process.cpuUsage(cpuBefore);
+  if (process.env.COMPARE_DEBUG) {
+    const delta = [...clients.byName].map(([name, count]) => `${name}=${count - (byNameBefore.get(name) ?? 0)}`).join(' ');
+    process.stderr.write(`[${process.pid}] sent by command: ${delta}\n`);
+  }
   return {
     kind: 'burst',
     user: order,
