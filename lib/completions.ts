@@ -191,6 +191,8 @@ export class Completions {
           await this.#store.settle(this.#namespace, key, settle);
           this.#refusals.forget(key);
         } catch {
+          // Its first failure was said (`onFailure`, a debug event): tried again until `until`,
+          // past which (or once closed) the slot counts to its bound, as that event said.
           if (!this.#closed) this.#keep(key, settle, until);
         }
       }),

@@ -40,11 +40,14 @@ export class LocalFallback implements Store {
   #putBack: Promise<void> | undefined;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
+  readonly #lost: (error: unknown) => void;
 
-  constructor(namespace: string, store: Store, share: number) {
+  /** `lost`: told when the last put-back, at close, fails (those calls never count in the store). */
+  constructor(namespace: string, store: Store, share: number, lost: (error: unknown) => void = () => undefined) {
     this.#namespace = namespace;
     this.#store = store;
     this.#share = share;
+    this.#lost = lost;
   }
 
   /** The store failed just now, or did lately: decide locally. */
@@ -188,7 +191,8 @@ export class LocalFallback implements Store {
   async close(): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#timer);
-    if (this.#slots.size > 0) await this.putBack().catch(() => undefined);
+    // No later try: the slots left count only locally, which closes now. Said, not thrown: close() goes on.
+    if (this.#slots.size > 0) await this.putBack().catch(this.#lost);
     await this.#local.close();
   }
 

@@ -130,7 +130,12 @@ export class KeyOps {
     if (booked) life.started();
     else life.refused(limitedError(call, result, retryAfterMs));
     // Read where the decision was taken: the store, or the local fallback while the store is down.
-    const usage = await extra.store.inspect(this.#c.name, call.encoded, call.rules, this.#c.maxHoldMs).catch(() => undefined);
+    // A read that fails leaves the decision standing, with what is left unknown (below): said as a debug event.
+    const usage = await extra.store
+      .inspect(this.#c.name, call.encoded, call.rules, this.#c.maxHoldMs)
+      .catch((error: unknown) =>
+        this.#c.notify('debug', { message: "cannot read the key's usage after limit(): remaining 0 is reported", key: call.key, error }),
+      );
     let reported = false;
     const done = (): void => {
       if (reported || grant === undefined) return;

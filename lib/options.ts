@@ -224,9 +224,10 @@ export interface ThrottleEvents {
   storeError: [event: { readonly key: string; readonly error: StoreUnavailableError; readonly policy: StoreErrorPolicy }];
   /**
    * The store says what its users should know while it happens: Redis evicting keys (`evicting`,
-   * then `evictionsStopped`), what it cannot watch (`cannotWatch`), or a background check that fails
-   * (`evictionCheckFailed`, `heartbeatFailed`: once until one succeeds). `message` is a sentence for
-   * a log: the cause, what the store does, and the fix.
+   * then `evictionsStopped`), what it cannot watch (`cannotWatch`), or background work that fails
+   * (`evictionCheckFailed`, `heartbeatFailed`, `stampFailed`, `reapFailed`, `subscribeFailed`: once
+   * until it succeeds; `claimFailed`: once per connection). `message` is a sentence for a log: the
+   * cause, what the store does, and the fix.
    */
   storeWarning: [event: StoreNotice];
 }

@@ -176,11 +176,19 @@ export class StoreClient {
     return this.#listened;
   }
 
-  /** Leaves the keys' waiting lists in the store (this process's calls there went away); never rejects. */
+  /**
+   * Leaves the keys' waiting lists in the store (this process's calls there went away); never
+   * rejects. One that fails is said (`debug`): the list keeps this process until its entry's time
+   * passes, and meanwhile a completion wakes it instead of the next process, which asks again at its bound.
+   */
   leave(keys: readonly string[]): Promise<unknown> {
     if (keys.length === 0) return LEFT;
-    const { store, namespace } = this.#options;
-    return Promise.all(keys.map((key) => store.leave?.(namespace, key).catch(() => undefined)));
+    const { store, namespace, notify } = this.#options;
+    return Promise.all(
+      keys.map((key) =>
+        store.leave?.(namespace, key).catch((error: unknown) => notify('debug', { message: "cannot leave the key's waiting list in the store", key, error })),
+      ),
+    );
   }
 
   /**

@@ -104,17 +104,30 @@ export interface RestoredSlot {
  * - `cannotWatch`: the store cannot read what it watches (`INFO` denied to its user);
  * - `evictionCheckFailed`: a check of the evictions failed (Redis unreachable, a script refused),
  *   once until a check succeeds;
- * - `heartbeatFailed`: the recovery heartbeat could not check for lost data, once until a beat succeeds.
+ * - `heartbeatFailed`: the recovery heartbeat could not check for lost data, once until a beat succeeds;
+ * - `stampFailed`: this process could not write its liveness stamp, once until a stamp succeeds;
+ * - `reapFailed`: it could not read the stamps or give back the slots of dead processes, once until it can;
+ * - `subscribeFailed`: it could not subscribe its wake channels again after a reconnection, once until a subscription succeeds;
+ * - `claimFailed`: it could not claim its new connection on a young Redis, once per connection.
  */
 export interface StoreNotice {
-  readonly kind: 'evicting' | 'evictionsStopped' | 'cannotWatch' | 'evictionCheckFailed' | 'heartbeatFailed';
+  readonly kind:
+    | 'evicting'
+    | 'evictionsStopped'
+    | 'cannotWatch'
+    | 'evictionCheckFailed'
+    | 'heartbeatFailed'
+    | 'stampFailed'
+    | 'reapFailed'
+    | 'subscribeFailed'
+    | 'claimFailed';
   /** A sentence for a log: the cause, what the store does, and the fix. */
   readonly message: string;
   /** Redis's `maxmemory-policy` ('unknown' where it cannot be read). */
   readonly policy?: string;
   /** Redis's `evicted_keys` (INFO stats) at the time. */
   readonly evictedKeys?: number;
-  /** What failed (`evictionCheckFailed`, `heartbeatFailed`): the store's error. */
+  /** What failed (every `…Failed` kind): the store's error. */
   readonly error?: unknown;
 }
 

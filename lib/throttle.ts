@@ -95,7 +95,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     this.#policy = policy;
     this.#ownsStore = settings.store === undefined;
     this.store = settings.store ?? new MemoryStore();
-    this.#fallback = policy === 'local' ? new LocalFallback(this.name, this.store, settings.localShare) : undefined;
+    this.#fallback =
+      policy === 'local'
+        ? new LocalFallback(this.name, this.store, settings.localShare, (error) =>
+            this.#notify('debug', { message: 'at close, the calls decided locally could not be put into the store: other processes never count them', error }),
+          )
+        : undefined;
     this.#storeClient = new StoreClient({
       namespace: this.name,
       store: this.store,

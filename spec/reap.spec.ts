@@ -10,8 +10,8 @@
 import { expect } from 'chai';
 import { encodeKey, keyNames } from '../lib/keys.js';
 import { parseRule } from '../lib/rules.js';
-import { STALE_MS, STAMP_EVERY_MS, Stamps } from '../lib/stores/redis-liveness.js';
-import type { ReserveRequest } from '../lib/store.js';
+import { Reaper, STALE_MS, STAMP_EVERY_MS, Stamps } from '../lib/stores/redis-liveness.js';
+import type { ReserveRequest, StoreNotice } from '../lib/store.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 
 const MAX_HOLD = 10_000;
@@ -139,5 +139,64 @@ describe('RedisStore: slots of a dead process', () => {
     // Slot 6 was first covered by the stamp after the gap: no reaper could take it before.
     expect(stamps.mayStart(NAME, [6], 1000 + STALE_MS)).to.equal(true);
     await stamps.close();
+  });
+});
+
+describe('RedisStore: failures of the liveness stamps and of the reaper are said (storeWarning)', () => {
+  it('says once that its stamp cannot be written (stampFailed), until a stamp succeeds', async () => {
+    const redis = redisClient();
+    const prefix = uniquePrefix();
+    const alive = `${prefix}:${NAME}:alive`;
+    const store = redisStore(redisClient(), { prefix });
+    const notices: StoreNotice[] = [];
+    store.watch((notice) => notices.push(notice));
+    const slow = (): ReserveRequest => ({ ...request('acct', 1), rules: [parseRule('1/4000ms')] });
+    const first = await store.reserve(slow());
+    await store.settle(NAME, encodeKey('acct'), [{ member: first.members[0]!, releaseAt: first.now }]);
+    const ahead = await store.reserve(slow());
+    expect(ahead.waitMs).to.be.above(2000);
+    await until('a stamp', async () => (await redis.hlen(alive)) === 1, 500);
+    // The stamps' key taken by a value of another type: every stamp fails (WRONGTYPE).
+    await redis.set(alive, 'not a hash');
+    await new Promise((resolve) => setTimeout(resolve, STAMP_EVERY_MS * 3));
+    // (The heartbeat's batches, which carry stamps, fail too: heartbeatFailed, said on its own.)
+    const said = (): string[] => notices.map((notice) => notice.kind).filter((kind) => kind === 'stampFailed');
+    expect(said()).to.deep.equal(['stampFailed']);
+    const stamp = notices.find((notice) => notice.kind === 'stampFailed')!;
+    expect(stamp.message).to.match(/^This process cannot write its liveness stamp to Redis \(.*WRONGTYPE.*\): until a stamp succeeds/);
+    expect(stamp.error).to.be.instanceOf(Error);
+    // A stamp succeeds: the next failure is a new episode, said again.
+    await redis.del(alive);
+    await until('a stamp again', async () => (await redis.hlen(alive)) === 1, 1000);
+    await redis.set(alive, 'not a hash');
+    await new Promise((resolve) => setTimeout(resolve, STAMP_EVERY_MS * 2));
+    expect(said()).to.deep.equal(['stampFailed', 'stampFailed']);
+    await redis.del(alive);
+  });
+
+  it('says once that it cannot read the stamps for the keys it waits on (reapFailed), until a read succeeds', async () => {
+    const replies: Array<unknown[] | Error> = [new Error('NOPERM this user has no permissions to access one of the keys'), new Error('NOPERM again'), [1000]];
+    const notices: StoreNotice[] = [];
+    const reaper = new Reaper({
+      tag: '.me',
+      cluster: false,
+      aliveKey: () => 'alive',
+      names: (namespace, key) => keyNames('p', namespace, key),
+      channel: () => 'channel',
+      run: async () => {
+        const reply = replies.shift() ?? new Error('NOPERM once more');
+        if (reply instanceof Error) throw reply;
+        return reply;
+      },
+      freed: () => undefined,
+      notify: (notice) => notices.push(notice),
+    });
+    reaper.waits(NAME, encodeKey('acct'), 10_000);
+    // Reads every 500 ms: two fail, one succeeds, then they fail again.
+    await until('four reads', async () => replies.length === 0 && notices.length === 2, 3000);
+    expect(notices.map((notice) => notice.kind)).to.deep.equal(['reapFailed', 'reapFailed']);
+    expect(notices[0]!.message).to.match(/^This process cannot read the liveness stamps, or give back the slots of dead processes, in Redis \(NOPERM/);
+    expect(notices[0]!.error).to.be.instanceOf(Error);
+    reaper.close();
   });
 });

@@ -60,6 +60,7 @@ const CLOSED_DELAY_MS = 1_000;
  */
 async function lateForItsPlace(internals: ThrottleInternals, error: RateLimitedError): Promise<boolean> {
   if (error.reason !== 'rule') return false;
+  // Unknown (it could not be read): the job takes a new place in the line, which is always safe.
   return error.retryAfterMs < (await internals.shortestWindow(error.key).catch(() => 0));
 }
 
@@ -127,21 +128,29 @@ export function throttleProcessor<J extends ThrottledJob, R>(
       await job.moveToDelayed(Date.now() + delayMs, token);
       throw new DelayedError(`vendor-throttle: delayed ${delayMs} ms, to ${to} on key "${key}"`);
     };
+    // The line could not be read: the job goes by its slot alone, said as a debug event.
+    const lineUnknown =
+      (key: string) =>
+      (error: unknown): undefined => {
+        internals.notify('debug', { message: `BullMQ job ${job.id}: cannot read the key's line of delayed jobs; it goes by its slot alone`, key, error });
+        return undefined;
+      };
     const lineUp = async (key: string, fromMs: number): Promise<never> => {
       // Behind the jobs already delayed on the key, in every worker; the line itself is an estimate.
-      const delayMs = (await internals.lineUp(key, fromMs, { holdMs: holdMs(performance.now()), cost }).catch(() => undefined)) ?? fromMs;
+      const delayMs = (await internals.lineUp(key, fromMs, { holdMs: holdMs(performance.now()), cost }).catch(lineUnknown(key))) ?? fromMs;
       return delay(delayMs, 'its place in the line', key);
     };
     if (!returned && !lastStart) {
       // A new job whose key has jobs delayed to places not due yet goes behind them, not into a slot
       // they are due to take.
       for (const key of keyList) {
-        const behind = await internals.lineUp(key, 0, { holdMs: holdMs(performance.now()), cost, behind: true }).catch(() => undefined);
+        const behind = await internals.lineUp(key, 0, { holdMs: holdMs(performance.now()), cost, behind: true }).catch(lineUnknown(String(key)));
         if (behind !== undefined) return delay(behind, 'its place in the line', String(key));
       }
     }
     let maxDelayMs = waitMs;
     if (lastStart) maxDelayMs = Infinity;
+    // Unknown (it could not be read): it waits in the worker no longer than it would have.
     else if (delayedTwice) maxDelayMs = Math.max(waitMs, await internals.shortestWindow(keyList[0]!).catch(() => 0));
     try {
       return await throttle.schedule(keys, run, { maxDelayMs, cost, ...(signal === undefined ? {} : { signal }) });

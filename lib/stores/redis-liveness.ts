@@ -10,6 +10,7 @@
  */
 
 import type { KeyNames } from '../keys.js';
+import type { StoreNotice } from '../store.js';
 import { scripts } from './redis-scripts.js';
 
 /**
@@ -89,6 +90,8 @@ export interface StampsDeps {
   rides?(namespace: string): boolean;
   /** The stamps a stamp of its own read (`Reaper.read`). */
   read?(namespace: string, stamps: readonly unknown[]): void;
+  /** Tells the store's watchers (`stampFailed`). */
+  notify?(notice: StoreNotice): void;
 }
 
 /** The stamps this process writes, and the check before it starts a slot booked ahead. */
@@ -96,6 +99,8 @@ export class Stamps {
   readonly #deps: StampsDeps;
   readonly #namespaces = new Map<string, NamespaceStamps>();
   #closed = false;
+  /** A stamp of its own failed and none was answered since: said once an episode. */
+  #failing = false;
 
   constructor(deps: StampsDeps) {
     this.#deps = deps;
@@ -161,6 +166,8 @@ export class Stamps {
     for (const [namespace, state] of this.#namespaces) {
       clearTimeout(state.timer);
       state.timer = undefined;
+      // Best effort: a stamp left behind goes stale within STALE_MS, and the reaper then gives back
+      // only slots booked to start after it, which a closed store no longer starts.
       if (state.written) drops.push(this.#deps.run(scripts.alive.name, [this.#deps.aliveKey(namespace)], ['drop', this.#deps.tag]).catch(() => undefined));
     }
     await Promise.all(drops);
@@ -182,6 +189,8 @@ export class Stamps {
       state.timer = undefined;
       if (state.written) {
         state.written = false;
+        // Best effort: a stamp left behind goes stale, and a reaper then gives back only slots
+        // booked to start after it (none here); the next stamp follows a gap either way.
         await run(scripts.alive.name, [aliveKey(namespace)], ['drop', tag]).catch(() => undefined);
       }
       // Booked ahead meanwhile: stamps go on.
@@ -208,8 +217,9 @@ export class Stamps {
         this.#confirm(state, before, Number(at));
         this.#deps.read?.(namespace, stamps);
       } else this.#confirm(state, before, reply as number);
-    } catch {
+    } catch (error) {
       // Not confirmed: it may or may not be written; the next confirmed stamp judges the gap.
+      this.#failed(error);
     }
     if (!this.#closed) this.#schedule(namespace, state, Math.max(0, state.sentAt + STAMP_EVERY_MS - performance.now()));
   }
@@ -224,8 +234,25 @@ export class Stamps {
     return before;
   }
 
+  /**
+   * A stamp of its own failed (Redis unreachable, the script or the key denied): said once
+   * (`stampFailed`), until a stamp is answered. Its slots booked ahead start only if the stamps
+   * were unbroken (`mayStart`); past a gap they are booked again.
+   */
+  #failed(error: unknown): void {
+    if (this.#failing || this.#closed) return;
+    this.#failing = true;
+    const why = error instanceof Error ? error.message : String(error);
+    this.#deps.notify?.({
+      kind: 'stampFailed',
+      error,
+      message: `This process cannot write its liveness stamp to Redis (${why}): until a stamp succeeds, other processes may take it for dead and give back its slots booked ahead, so it books them again rather than start them (calls wait longer). Said once until then`,
+    });
+  }
+
   /** A stamp's answer: written at `at` (-1: not written, a later stamp was there). */
   #confirm(state: NamespaceStamps, before: number, at: number): void {
+    this.#failing = false;
     if (at < 0) return;
     // A gap since the last confirmed stamp (or stamps sent and none confirmed): a reaper may have
     // given back any slot the earlier stamps covered. Stamps riding batches may be answered out of
@@ -254,6 +281,8 @@ export interface ReaperDeps {
   run: Run;
   /** Slots of `key` were given back: this process's calls waiting on it ask again. */
   freed(namespace: string, key: string): void;
+  /** Tells the store's watchers (`reapFailed`). */
+  notify?(notice: StoreNotice): void;
 }
 
 interface Watch {
@@ -278,6 +307,8 @@ export class Reaper {
   readonly #deps: ReaperDeps;
   readonly #namespaces = new Map<string, Watch>();
   #closed = false;
+  /** A read or a give-back failed and none succeeded since: said once an episode. */
+  #failing = false;
 
   constructor(deps: ReaperDeps) {
     this.#deps = deps;
@@ -344,9 +375,25 @@ export class Reaper {
     try {
       const reply = (await this.#deps.run(scripts.alive.name, [this.#deps.aliveKey(namespace)], ['read', KEEP_MS])) as unknown[];
       await this.#reap(namespace, watch, reply);
-    } catch {
-      // Redis unreachable: the next watch tries again.
+    } catch (error) {
+      // The next watch tries again.
+      this.#failed(error);
     }
+  }
+
+  /**
+   * A read of the stamps, or a give-back, failed (Redis unreachable, the scripts or the keys
+   * denied): said once (`reapFailed`), until one succeeds.
+   */
+  #failed(error: unknown): void {
+    if (this.#failing || this.#closed) return;
+    this.#failing = true;
+    const why = error instanceof Error ? error.message : String(error);
+    this.#deps.notify?.({
+      kind: 'reapFailed',
+      error,
+      message: `This process cannot read the liveness stamps, or give back the slots of dead processes, in Redis (${why}): until it can, slots booked ahead by a process that died count to their bound (maxHoldMs) and calls waiting behind them wait that long. Said once until then`,
+    });
   }
 
   /** Gives back, on the watched keys, the slots of processes whose stamps (`reply`, as lua/alive.lua 'read' answers) went stale. */
@@ -363,7 +410,10 @@ export class Reaper {
           .map(Number) as [number, number, number];
         if (other !== tag && now > at + STALE_MS) stale.push({ id: `${other}@${at}`, args: [other, at, n, hold] });
       }
-      if (stale.length === 0) return;
+      if (stale.length === 0) {
+        this.#failing = false;
+        return;
+      }
       await Promise.all(
         [...watch.keys].map(async ([key, contested]) => {
           const todo = stale.filter(({ id }) => !contested.done.has(id));
@@ -378,8 +428,10 @@ export class Reaper {
           if (removed > 0) freed(namespace, key);
         }),
       );
-    } catch {
-      // Redis unreachable: the next watch tries again.
+      this.#failing = false;
+    } catch (error) {
+      // The next watch tries again.
+      this.#failed(error);
     }
   }
 }

@@ -82,7 +82,7 @@ export class RedisStore implements Store {
     };
     this.#scripts = new ClientDriver(client, timeoutMs, { ended: () => this.#wakes.ended(), ready });
     this.#cluster = this.#scripts.cluster;
-    this.#wakes = new Wakes(this.#scripts);
+    this.#wakes = new Wakes(this.#scripts, (notice) => this.#notify(notice));
     this.#pauses = new PauseFeeds({
       channel: (namespace) => this.#pauseChannel(namespace),
       listen: (channel, listener) => this.#wakes.listen(channel, listener),
@@ -96,6 +96,7 @@ export class RedisStore implements Store {
       channel: (namespace) => this.#channel(namespace),
       run: (name, keys, args) => this.#scripts.run(name, keys, args),
       freed: (namespace, key) => this.#wakes.wake(`${this.#channel(namespace)}${this.#tag}`, key),
+      notify: (notice) => this.#notify(notice),
     });
     if (recovery !== false) {
       const { heartbeatMs, graceMs } = recovery;
@@ -120,6 +121,7 @@ export class RedisStore implements Store {
         run: (name, keys, args) => this.#scripts.run(name, keys, args),
         rides: (namespace) => this.#reaper.rides(namespace),
         read: (namespace, stamps) => this.#reaper.read(namespace, stamps),
+        notify: (notice) => this.#notify(notice),
       });
       if (this.#scripts.status === 'ready') this.#claim();
       if (!this.#cluster) {
@@ -371,11 +373,12 @@ export class RedisStore implements Store {
 
   /**
    * Claims the client's connection on a young Redis (lua/epoch.lua 'claim'). A claim that fails
-   * only leaves the connection unclaimed: a process starting there waits its grace, as after a loss.
+   * only leaves the connection unclaimed: a process starting there waits its grace, as after a
+   * loss. Said (`claimFailed`), once per connection: each is claimed once.
    */
   #claim(): void {
     if (this.#closed) return;
-    this.#recovery?.claim().catch(() => undefined);
+    this.#recovery?.claim().catch((error: unknown) => this.#notify(claimFailed(error)));
   }
 
   #names(namespace: string, key: string): KeyNames {
@@ -590,6 +593,7 @@ export class RedisStore implements Store {
   #giveBack(ops: readonly DecideOp[]): void {
     for (const op of ops) {
       const settle = Array.from({ length: op.cost }, (_, i) => ({ member: this.#member(op.first + i), releaseAt: null }));
+      // Best effort: a slot not given back counts to its bound (maxHoldMs), as the call's store failure said.
       for (const key of [op.key, ...op.also.map((part) => part.key)]) this.settle(op.namespace, key, settle).catch(() => undefined);
     }
   }
@@ -642,6 +646,15 @@ export class RedisStore implements Store {
 }
 
 const NONE: readonly never[] = [];
+
+function claimFailed(error: unknown): StoreNotice {
+  const why = error instanceof Error ? error.message : String(error);
+  return {
+    kind: 'claimFailed',
+    error,
+    message: `The store cannot claim its new connection on a young Redis (${why}): a process that starts on a namespace there waits graceMs before deciding, as after a loss of data. Check the Redis user may run the throttle's scripts on its keys`,
+  };
+}
 
 /**
  * Redis refusing a write at `maxmemory` (`OOM command not allowed …`: every write once full under

@@ -1,3 +1,4 @@
+import type { StoreNotice } from '../store.js';
 import type { ClientDriver, Subscriber } from './redis-client.js';
 
 /**
@@ -17,10 +18,14 @@ export class Wakes {
   #closed = false;
   /** Times the subscriber's connection was lost (or closed): a confirmation asked before the latest loss proves nothing. */
   #losses = 0;
+  readonly #notify: (notice: StoreNotice) => void;
+  /** A subscription asked again failed and none succeeded since: said once an episode. */
+  #failing = false;
 
-  /** `client`: opens the subscriber, and bounds each subscription by the store's command timeout. */
-  constructor(client: ClientDriver) {
+  /** `client`: opens the subscriber, and bounds each subscription by the store's command timeout; `notify`: the store's watchers (`subscribeFailed`). */
+  constructor(client: ClientDriver, notify: (notice: StoreNotice) => void = () => undefined) {
     this.#client = client;
+    this.#notify = notify;
   }
 
   /** Calls `listener(key)` for every wake on `channel`; resolves once subscribed, to a function that stops. */
@@ -82,8 +87,8 @@ export class Wakes {
     this.#resubscribe = false;
     if (this.#channels.size === 0) return;
     const subscriber = this.#open();
-    // One that fails leaves waiters to their bounds, as a lost subscriber does.
-    for (const [channel, entry] of this.#channels) this.#subscribe(subscriber, channel, entry).catch(() => undefined);
+    // One that fails leaves waiters to their bounds, as a lost subscriber does: said (`subscribeFailed`).
+    for (const [channel, entry] of this.#channels) this.#subscribe(subscriber, channel, entry).catch((error: unknown) => this.#failed(error));
     // Completions may have come before the subscription: every waiting call asks again.
     this.#wakeAll();
   }
@@ -92,7 +97,23 @@ export class Wakes {
   async #subscribe(subscriber: Subscriber, channel: string, entry: Channel): Promise<void> {
     const losses = this.#losses;
     await this.#client.timed(subscriber.subscribe(channel));
+    this.#failing = false;
     if (this.#subscriber === subscriber && this.#losses === losses && this.#channels.get(channel) === entry) entry.liveSince ??= performance.now();
+  }
+
+  /**
+   * A channel subscribed again (after a reconnection, or once the client is back) failed: its
+   * waiters ask again at their bounds instead of being woken. Said once, until a subscription succeeds.
+   */
+  #failed(error: unknown): void {
+    if (this.#failing || this.#closed) return;
+    this.#failing = true;
+    const why = error instanceof Error ? error.message : String(error);
+    this.#notify({
+      kind: 'subscribeFailed',
+      error,
+      message: `The store cannot subscribe again to its wake channels after a reconnection (${why}): until a subscription succeeds, waiting calls are not woken when slots free and ask again only at their bounds (calls wait longer), and vendor pauses announced meanwhile are missed. Check the Redis user may SUBSCRIBE (ACL &channels). Said once until then`,
+    });
   }
 
   /** The subscriber's connection was lost: messages published from now on are missed until it is back and each channel subscribed again. */
@@ -130,7 +151,8 @@ export class Wakes {
       // again, and each channel is subscribed again, to learn from when messages reach it again.
       () => {
         const subscriber = this.#subscriber;
-        if (subscriber !== undefined) for (const [channel, entry] of this.#channels) this.#subscribe(subscriber, channel, entry).catch(() => undefined);
+        if (subscriber !== undefined)
+          for (const [channel, entry] of this.#channels) this.#subscribe(subscriber, channel, entry).catch((error: unknown) => this.#failed(error));
         this.#wakeAll();
       },
       () => this.#lost(),
