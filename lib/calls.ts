@@ -30,8 +30,8 @@ export function prepareCall(defaults: CallDefaults, keys: KeysInput, options: Sc
   const checked = options === undefined ? defaultsOf(defaults) : checkOptions(defaults, options);
   // Fixed rules (the usual case) come back at once: the call is prepared without a promise.
   const sources = userKeys.map((userKey) => defaults.rules(userKey));
-  if (sources.some((rules) => rules instanceof Promise)) {
-    return Promise.all(sources).then((rules) => callOf(defaults, userKeys, rules, checked));
+  for (const rules of sources) {
+    if (rules instanceof Promise) return Promise.all(sources).then((all) => callOf(defaults, userKeys, all, checked));
   }
   return callOf(defaults, userKeys, sources as ReadonlyArray<readonly Rule[]>, checked);
 }
@@ -96,18 +96,17 @@ function factsOf(rules: readonly Rule[]): RuleFacts {
 
 function callOf(defaults: CallDefaults, userKeys: readonly string[], keyRules: ReadonlyArray<readonly Rule[]>, checked: Checked): Call {
   const { cost, maxDelayMs, timeoutMs, priority, signal } = checked;
-  const parts: CallKey[] = [];
-  let smallest = Infinity;
-  for (let i = 0; i < userKeys.length; i++) {
-    const userKey = userKeys[i]!;
+  // An array of the parts' number (an empty one that grows reserves room for 17).
+  const parts = userKeys.map((userKey, i): CallKey => {
     const rules = keyRules[i]!;
     const { least, longest } = factsOf(rules);
     if (cost > least) {
       throw new ThrottleConfigError(`Expected cost to be at most ${least} (the smallest limit of key "${userKey}"), got ${cost}`);
     }
-    smallest = Math.min(smallest, least);
-    parts.push({ key: userKey, encoded: encodeKey(userKey), rules, retainMs: Math.max(longest, defaults.retainMs) });
-  }
+    return { key: userKey, encoded: encodeKey(userKey), rules, retainMs: Math.max(longest, defaults.retainMs) };
+  });
+  let smallest = Infinity;
+  for (const part of parts) smallest = Math.min(smallest, factsOf(part.rules).least);
   const first = parts[0]!;
   const also = parts.length === 1 ? NO_PARTS : parts.slice(1);
   const deadline = performance.now() + maxDelayMs;

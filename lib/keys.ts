@@ -82,6 +82,22 @@ export type HashTag = 'key' | 'name';
  * see {@link HashTag}) puts all parts in one Cluster slot.
  */
 export function keyNames(prefix: string, name: string, encodedKey: string, hashTag: HashTag = 'key'): KeyNames {
-  const base = hashTag === 'key' ? `${prefix}:${name}:{${encodedKey}}` : `${prefix}:${name}:{${name}}:${encodedKey}`;
-  return { log: `${base}:log`, meta: `${base}:meta` };
+  const { head, log, meta } = keyNameParts(prefix, name, hashTag);
+  return { log: `${head}${encodedKey}${log}`, meta: `${head}${encodedKey}${meta}` };
+}
+
+/**
+ * What surrounds the encoded key in each Redis key of a namespace ({@link keyNames}): a key's log is
+ * `head + encoded key + log`, its meta `head + encoded key + meta`.
+ */
+export interface KeyNameParts {
+  readonly head: string;
+  readonly log: string;
+  readonly meta: string;
+}
+
+export function keyNameParts(prefix: string, name: string, hashTag: HashTag = 'key'): KeyNameParts {
+  return hashTag === 'key'
+    ? { head: `${prefix}:${name}:{`, log: '}:log', meta: '}:meta' }
+    : { head: `${prefix}:${name}:{${name}}:`, log: ':log', meta: ':meta' };
 }

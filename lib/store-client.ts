@@ -3,7 +3,7 @@ import type { LocalFallback } from './fallback.js';
 import type { StoreErrorPolicy, ThrottleEvents } from './options.js';
 import type { Rule } from './rules.js';
 import { sleep, StoreClock, withTimeout } from './time.js';
-import type { ReserveResult, Store } from './store.js';
+import type { KeyPart, ReserveRequest, ReserveResult, Store } from './store.js';
 
 /** How long after a failed subscription to completions the next wait tries again. */
 const LISTEN_RETRY_MS = 5_000;
@@ -70,6 +70,11 @@ export interface Decided {
 export type LateAnswer = (call: Call, decided: Decided) => void;
 
 const NO_KEYS: readonly never[] = [];
+
+/** A call's more keys as the store takes them. */
+function alsoRequested(call: Call): readonly KeyPart[] {
+  return call.also.length === 0 ? NO_KEYS : call.also.map(({ encoded, rules, retainMs }) => ({ key: encoded, rules, retainMs }));
+}
 const LEFT: Promise<unknown> = Promise.resolve([]);
 
 /**
@@ -115,14 +120,50 @@ export class StoreClient {
    * `again`: the call was asked before (a deferral that started the subscription to completions):
    * its answer is bounded by the call's deadline as every ask after the first is.
    */
-  async decide(call: Call, stays: (call: Call) => boolean, late: LateAnswer, again = false): Promise<Decided> {
-    const { namespace, store, maxHoldMs, policy, fallback, closing } = this.#options;
-    const also = call.also.length === 0 ? NO_KEYS : call.also.map(({ encoded, rules, retainMs }) => ({ key: encoded, rules, retainMs }));
-    for (let attempt = 0; ; attempt++) {
+  decide(call: Call, stays: (call: Call) => boolean, late: LateAnswer, again = false): Promise<Decided> {
+    const { store, fallback } = this.#options;
+    if (again || fallback?.owing === true || (fallback?.active === true && !store.ended)) return this.#decide(call, stays, late, again, 0);
+    // The usual ask, the first to the store: answered without the loop's async frame (and, as an
+    // async function would, rejecting rather than throwing).
+    let sentAt = 0;
+    let stay = false;
+    let request: ReserveRequest;
+    try {
+      const also = alsoRequested(call);
+      sentAt = performance.now();
+      stay = also.length === 0 && stays(call);
+      request = this.#request(call, also, sentAt, stay);
+    } catch (error) {
+      return Promise.reject(error as Error);
+    }
+    let asked: Promise<ReserveResult>;
+    try {
+      asked = store.reserve(request);
+    } catch (error) {
+      // As a failure of the store (the loop's catch).
+      asked = Promise.reject(error as Error);
+    }
+    return asked.then(
+      (result) => {
+        this.#failure = undefined;
+        fallback?.recovered();
+        return { result, extra: this.#booking(store, sentAt, result), stay };
+      },
+      async (error: unknown) => {
+        await this.#failed(call, error, 0);
+        return this.#decide(call, stays, late, again, 1);
+      },
+    );
+  }
+
+  /** `decide` from attempt `from` on. */
+  async #decide(call: Call, stays: (call: Call) => boolean, late: LateAnswer, again: boolean, from: number): Promise<Decided> {
+    const { store, fallback } = this.#options;
+    const also = alsoRequested(call);
+    for (let attempt = from; ; attempt++) {
       const sentAt = performance.now();
       const stay = also.length === 0 && stays(call);
-      const maxDelayMs = Math.max(0, call.deadline - sentAt);
-      const request = { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs, retainMs: call.retainMs, also, stay };
+      const request = this.#request(call, also, sentAt, stay);
       if (fallback?.active && !store.ended) {
         const result = await fallback.reserve(request);
         return { result, extra: this.#booking(fallback, sentAt, result), stay };
@@ -135,32 +176,48 @@ export class StoreClient {
         fallback?.recovered();
         return { result, extra: this.#booking(store, sentAt, result), stay };
       } catch (error) {
-        const failure = storeError(error);
-        if (!(failure instanceof StoreUnavailableError)) throw failure;
-        // The deadline passed while the store still failed: reported already.
-        if (this.#deadlines.has(failure)) throw failure;
-        this.#failure = failure;
-        this.#options.notify('storeError', { key: call.key, error: failure, policy });
-        // A store whose client was closed answers again only if its owner reopens it: no waiting, no local decisions.
-        if (policy === 'fail' || store.ended) throw failure;
-        if (fallback) {
-          fallback.failed();
-          continue;
-        }
-        // Out of reach (a refused connection): ask again once the store can be reached, if it can
-        // before the call's maxDelayMs runs out.
-        const reconnected = store.reconnected?.();
-        if (reconnected) {
-          if (performance.now() >= call.deadline) throw failure;
-          const stop = call.signal ? AbortSignal.any([call.signal, closing]) : closing;
-          await withTimeout(reconnected, Math.max(0, call.deadline - performance.now()), () => this.#expired(), undefined, stop);
-          continue;
-        }
-        const backoffMs = Math.min(1_000, 25 * 2 ** Math.min(attempt, 6));
-        if (performance.now() + backoffMs > call.deadline) throw failure;
-        await sleep(backoffMs, [call.signal, closing]);
+        await this.#failed(call, error, attempt);
       }
     }
+  }
+
+  #request(call: Call, also: readonly KeyPart[], sentAt: number, stay: boolean): ReserveRequest {
+    const { namespace, maxHoldMs } = this.#options;
+    const maxDelayMs = Math.max(0, call.deadline - sentAt);
+    return { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs, retainMs: call.retainMs, also, stay };
+  }
+
+  /**
+   * Ask number `attempt` failed with `error`: resolves when the call is to be asked again (now, once
+   * the store can be reached, after a backoff, or to the local fallback), else rejects with the
+   * failure to give the caller.
+   */
+  async #failed(call: Call, error: unknown, attempt: number): Promise<void> {
+    const { store, policy, fallback, closing } = this.#options;
+    const failure = storeError(error);
+    if (!(failure instanceof StoreUnavailableError)) throw failure;
+    // The deadline passed while the store still failed: reported already.
+    if (this.#deadlines.has(failure)) throw failure;
+    this.#failure = failure;
+    this.#options.notify('storeError', { key: call.key, error: failure, policy });
+    // A store whose client was closed answers again only if its owner reopens it: no waiting, no local decisions.
+    if (policy === 'fail' || store.ended) throw failure;
+    if (fallback) {
+      fallback.failed();
+      return;
+    }
+    // Out of reach (a refused connection): ask again once the store can be reached, if it can
+    // before the call's maxDelayMs runs out.
+    const reconnected = store.reconnected?.();
+    if (reconnected) {
+      if (performance.now() >= call.deadline) throw failure;
+      const stop = call.signal ? AbortSignal.any([call.signal, closing]) : closing;
+      await withTimeout(reconnected, Math.max(0, call.deadline - performance.now()), () => this.#expired(), undefined, stop);
+      return;
+    }
+    const backoffMs = Math.min(1_000, 25 * 2 ** Math.min(attempt, 6));
+    if (performance.now() + backoffMs > call.deadline) throw failure;
+    await sleep(backoffMs, [call.signal, closing]);
   }
 
   /**

@@ -125,6 +125,7 @@ export function sleep(ms: number, signals: ReadonlyArray<AbortSignal | undefined
 export function withTimeout<T>(promise: Promise<T>, ms: number, error: () => Error, late?: (value: T) => void, signal?: AbortSignal): Promise<T> {
   const bounded = ms <= MAX_TIMER_MS;
   if (!bounded && signal === undefined) return promise;
+  if (signal === undefined) return beforeTimer(promise, ms, error, late);
   let expired = false;
   promise.then(
     (value) => {
@@ -146,5 +147,31 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, error: () => Err
   return Promise.race([promise, cut]).finally(() => {
     clearTimeout(timer);
     if (onAbort) signal!.removeEventListener('abort', onAbort);
+  });
+}
+
+/** `withTimeout` without a signal: one promise, settled by whichever comes first (every call's `fn` and every Redis command). */
+function beforeTimer<T>(promise: Promise<T>, ms: number, error: () => Error, late: ((value: T) => void) | undefined): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let expired = false;
+    const timer = setTimeout(() => {
+      expired = true;
+      reject(error());
+    }, ms);
+    promise.then(
+      (value) => {
+        if (expired) {
+          late?.(value);
+          return;
+        }
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (reason: unknown) => {
+        if (expired) return;
+        clearTimeout(timer);
+        reject(reason);
+      },
+    );
   });
 }

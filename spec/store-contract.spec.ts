@@ -900,6 +900,29 @@ describe('RedisStore specifics', () => {
     expect(result.status).to.equal('booked');
   });
 
+  it('sends the batch written as one buffer on a standalone ioredis client, and as ioredis writes it with a keyPrefix or auto-pipelining', async () => {
+    const rules = [{ limit: 5, windowMs: 1_000 }];
+    for (const options of [{}, { keyPrefix: 'kp:' }, { enableAutoPipelining: true }]) {
+      const client = redisClient(options);
+      const sent: Array<{ readonly name: string; readonly args: readonly unknown[] }> = [];
+      const sendCommand = client.sendCommand.bind(client);
+      client.sendCommand = (command, stream) => {
+        sent.push(command);
+        return sendCommand(command, stream);
+      };
+      const prefix = uniquePrefix();
+      const store = redisStore(client, { prefix });
+      expect((await store.reserve(request({ rules }))).status).to.equal('booked');
+      const batches = sent.filter((command) => command.name === 'evalsha' || command.name === 'eval');
+      expect(batches).to.not.have.length(0);
+      // Written: a command of no arguments of ioredis's own (its bytes are given); the other scripts go as ioredis writes them.
+      const written = batches.some((command) => command.args.length === 0);
+      expect(written).to.equal(Object.keys(options).length === 0);
+      const names = keyNames(prefix, 'ns', 'k');
+      expect(await redisClient().exists(`${'keyPrefix' in options ? options.keyPrefix : ''}${names.log}`)).to.equal(1);
+    }
+  });
+
   it('names members <number>.<tag>, one tag per store', async () => {
     const client = redisClient();
     const prefix = uniquePrefix();

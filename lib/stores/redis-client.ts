@@ -1,9 +1,11 @@
 import { createHash } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
+import { createRequire } from 'node:module';
 import { StoreUnavailableError } from '../errors.js';
 import { withTimeout } from '../time.js';
 import type { IORedisClientLike, RedisClientLike } from './redis-options.js';
 import { scripts } from './redis-scripts.js';
+import { evalShaCommand, type ScriptKeys } from './resp.js';
 
 /**
  * The user's client, by library: ioredis (`Redis`, `Cluster`: `defineCommand`) or node-redis
@@ -18,6 +20,8 @@ export function clientKind(client: unknown): 'ioredis' | 'node-redis' | undefine
 }
 
 type Arg = string | number | Buffer;
+/** A script's keys: as strings, or written straight into the command (lib/stores/resp.ts). */
+type Keys = readonly string[] | ScriptKeys;
 type ScriptFn = (...args: Arg[]) => Promise<unknown>;
 type Event = 'error' | 'connect' | 'ready' | 'end' | 'terminated' | 'disconnect';
 /** The client's events the driver listens to (both libraries' clients are EventEmitters). */
@@ -121,6 +125,60 @@ function noScript(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT');
 }
 
+/** An ioredis command, as `sendCommand` takes it. */
+interface IORedisCommand {
+  readonly promise: Promise<unknown>;
+  toWritable(socket: unknown): string | Buffer;
+}
+
+/** The ioredis module, as far as `rawSender` uses it. */
+interface IORedisModule {
+  readonly Redis: abstract new (...args: never[]) => object;
+  readonly Command: new (name: string, args: unknown[]) => IORedisCommand;
+}
+
+/** The ioredis this library resolves (undefined without one), loaded once. */
+let ioredis: IORedisModule | null | undefined;
+
+function loadIORedis(): IORedisModule | undefined {
+  if (ioredis === undefined) {
+    try {
+      const loaded = createRequire(import.meta.url)('ioredis') as Partial<IORedisModule>;
+      ioredis = typeof loaded.Redis === 'function' && typeof loaded.Command === 'function' ? (loaded as IORedisModule) : null;
+    } catch {
+      ioredis = null;
+    }
+  }
+  return ioredis ?? undefined;
+}
+
+/**
+ * Sends a command already written as RESP through a standalone ioredis client (`sendCommand` of a
+ * `Command` whose bytes are given): one buffer for the socket, where ioredis would write each
+ * argument with its header and copy them together. Undefined where the client cannot: a client of
+ * another copy of ioredis than the one this library resolves, with a `keyPrefix` (ioredis adds it
+ * to the keys), or with `enableAutoPipelining` (its commands wait for the next tick: the batch
+ * would overtake those sent before it).
+ */
+function rawSender(client: object): ((bytes: Buffer) => Promise<unknown>) | undefined {
+  const io = loadIORedis();
+  const options = (client as { options?: { keyPrefix?: unknown; enableAutoPipelining?: unknown } }).options;
+  if (io === undefined || !(client instanceof io.Redis) || options?.keyPrefix || options?.enableAutoPipelining) return undefined;
+  const send = (client as { sendCommand?: unknown }).sendCommand;
+  if (typeof send !== 'function') return undefined;
+  class Written extends io.Command {
+    readonly #bytes: Buffer;
+    constructor(bytes: Buffer) {
+      super('evalsha', []);
+      this.#bytes = bytes;
+    }
+    override toWritable(): Buffer {
+      return this.#bytes;
+    }
+  }
+  return (bytes) => (send as (command: IORedisCommand) => Promise<unknown>).call(client, new Written(bytes));
+}
+
 /**
  * Speaks to the user's client, ioredis or node-redis, standalone or Cluster: runs the store's
  * scripts, GET, HGET and INFO, each bounded by the store's `commandTimeoutMs` and failed at once
@@ -137,6 +195,8 @@ export class ClientDriver {
   /** It as ioredis (its events as well on node-redis). */
   readonly #io: ScriptedClient;
   readonly #node: NodeRedis | undefined;
+  /** A standalone ioredis client: sends a command written as RESP (see `rawSender`). */
+  readonly #raw: ((bytes: Buffer) => Promise<unknown>) | undefined;
   /** A Cluster: every script reaches one slot (on ioredis, with a fixed number of keys). */
   readonly cluster: boolean;
   readonly #timeoutMs: number;
@@ -211,6 +271,7 @@ export class ClientDriver {
         ['ready', this.#onReady],
         ['end', this.#onEnd],
       ];
+      this.#raw = this.cluster ? undefined : rawSender(client);
       for (const [op, { name, lua }] of Object.entries(scripts)) {
         // Standalone: no fixed number of keys, so the epoch key rides along in the same script. Cluster:
         // a fixed number, so that the first argument ioredis sees is a key, which it routes and
@@ -245,7 +306,7 @@ export class ClientDriver {
    * Runs one script with the timeout, or fails at once while the client cannot connect or has
    * ended; `late` gets the reply of a script that answered after the call gave up on it.
    */
-  run(name: string, keys: readonly string[], args: readonly Arg[], late?: (reply: unknown) => void): Promise<unknown> {
+  run(name: string, keys: Keys, args: readonly Arg[], late?: (reply: unknown) => void): Promise<unknown> {
     return this.#send(() => this.#call(name, keys, args), late);
   }
 
@@ -346,12 +407,29 @@ export class ClientDriver {
    * Calls a script. ioredis: with the number of keys first on a standalone Redis, without it on a
    * Cluster (fixed there). node-redis: EVALSHA, routed by the first key on a Cluster.
    */
-  #call(name: string, keys: readonly string[], args: readonly Arg[]): Promise<unknown> {
+  #call(name: string, given: Keys, args: readonly Arg[]): Promise<unknown> {
+    const raw = this.#raw;
+    if (raw && !isKeyList(given)) return this.#written(raw, name, given, args);
+    const keys = isKeyList(given) ? given : given.list();
     if (this.#node) return this.#evalSha(name, keys, args);
     if (!this.cluster) return this.#io[name]!(keys.length, ...keys, ...args);
     // A batch with a call of several keys has more keys than the command defined for one key.
     if (name === scripts.batch.name && keys.length !== CLUSTER_KEYS.batch) name = this.#clusterBatch(keys.length);
     return this.#io[name]!(...keys, ...args);
+  }
+
+  /**
+   * ioredis, standalone: EVALSHA written as one buffer; on NOSCRIPT alone (the script did not run),
+   * sent again as the command ioredis defined, which loads it.
+   */
+  async #written(raw: (bytes: Buffer) => Promise<unknown>, name: string, keys: ScriptKeys, args: readonly Arg[]): Promise<unknown> {
+    try {
+      return await raw(evalShaCommand(BY_NAME.get(name)!.sha, keys, args));
+    } catch (error) {
+      if (!noScript(error)) throw error;
+      const list = keys.list();
+      return this.#io[name]!(list.length, ...list, ...args);
+    }
   }
 
   /** The batch script on an ioredis Cluster for a batch of `count` keys (one slot), defined the first time it is needed. */
@@ -416,6 +494,10 @@ export class ClientDriver {
   close(): void {
     for (const [event, listener] of this.#events) this.#io.off?.(event, listener);
   }
+}
+
+function isKeyList(keys: Keys): keys is readonly string[] {
+  return Array.isArray(keys);
 }
 
 /** A connection's signal: every command under way listens to it. */

@@ -47,7 +47,7 @@ interface KeyJournal {
   /** `Date.now()` when this process last put back its calls on the key (a check failed). */
   restoredAt: number;
   /** Calls without a completion yet: slot number → bound. Few: the calls in flight or booked ahead. */
-  readonly pending: Map<number, number>;
+  readonly pending: Pending;
   /** The highest number in `pending` (numbers only grow), or -1 when it must be found again. */
   newest: number;
   /** The highest number among completed calls, and its completion. */
@@ -95,8 +95,7 @@ export class Journal {
     this.clockOffsetMs = storeNow - Date.now() - 2;
     const journal = this.#open(namespace, key, retainMs);
     for (let number = first; number < first + count; number++) {
-      if (!journal.pending.has(number)) this.#size += 1;
-      journal.pending.set(number, bound);
+      if (journal.pending.set(number, bound)) this.#size += 1;
     }
     if (journal.newest >= 0) journal.newest = Math.max(journal.newest, first + count - 1);
     const need = bound + retainMs;
@@ -127,10 +126,9 @@ export class Journal {
     if (!journal) return;
     for (let i = 0; i < pairs.length; i += 2) {
       const number = pairs[i]!;
-      const bound = journal.pending.get(number);
+      const bound = journal.pending.take(number);
       // Only a call without a completion is settled; a completion sent again is already here.
       if (bound === undefined) continue;
-      journal.pending.delete(number);
       this.#size -= 1;
       const releaseAt = pairs[i + 1]!;
       if (releaseAt >= 0) this.#complete(journal, number, Math.min(bound, releaseAt));
@@ -156,7 +154,7 @@ export class Journal {
         retainMs,
         checkedAt: 0,
         restoredAt: 0,
-        pending: new Map(),
+        pending: new Pending(),
         newest: -1,
         newestDone: -1,
         newestDoneScore: 0,
@@ -182,9 +180,10 @@ export class Journal {
    * The newest of this process's slots on the key (the one booked last, whether its call completed
    * or not) that still counts at `storeNow`, or undefined when none does: a key this process holds
    * nothing on needs no check. Its `deadline` is what this process believes of the log's life, 0
-   * when the belief does not rest on this witness. Marks the key checked at `checkedAt`.
+   * when the belief does not rest on this witness. Marks the key checked at `checkedAt`. With
+   * `into`, the witness is written there (valid until the next call that writes it).
    */
-  witness(namespace: string, key: string, storeNow: number, checkedAt = Date.now()): KeyWitness | undefined {
+  witness(namespace: string, key: string, storeNow: number, checkedAt = Date.now(), into?: Mutable<KeyWitness>): KeyWitness | undefined {
     const journal = this.#namespaces.get(namespace)?.get(key);
     if (!journal) return undefined;
     journal.checkedAt = checkedAt;
@@ -192,10 +191,7 @@ export class Journal {
     let number = -1;
     let score = 0;
     if (pending.size > 0) {
-      if (!pending.has(journal.newest)) {
-        journal.newest = -1;
-        for (const n of pending.keys()) journal.newest = Math.max(journal.newest, n);
-      }
+      if (!pending.has(journal.newest)) journal.newest = pending.max();
       number = journal.newest;
       score = pending.get(number)!;
     }
@@ -205,7 +201,13 @@ export class Journal {
     }
     if (number < 0 || score + retainMs - WITNESS_MARGIN_MS <= storeNow) return undefined;
     const deadline = number >= journal.deadlineNumber ? journal.deadline : 0;
-    return { number, score, keyUntil: score + retainMs - WITNESS_MARGIN_MS, deadline };
+    const keyUntil = score + retainMs - WITNESS_MARGIN_MS;
+    if (into === undefined) return { number, score, keyUntil, deadline };
+    into.number = number;
+    into.score = score;
+    into.keyUntil = keyUntil;
+    into.deadline = deadline;
+    return into;
   }
 
   /**
@@ -242,7 +244,10 @@ export class Journal {
   /** The namespace's keys not checked since `before` (`Date.now()` ms). */
   unchecked(namespace: string, before: number): string[] {
     const out: string[] = [];
-    for (const [key, journal] of this.#namespaces.get(namespace) ?? []) if (journal.checkedAt < before) out.push(key);
+    // forEach: an iterator of entries makes an array per key (every key, every heartbeat).
+    this.#namespaces.get(namespace)?.forEach((journal, key) => {
+      if (journal.checkedAt < before) out.push(key);
+    });
     return out;
   }
 
@@ -266,9 +271,9 @@ export class Journal {
   #entriesOf(journal: KeyJournal, storeNow: number): JournalEntry[] {
     const { retainMs, pending, members, scores } = journal;
     const entries: JournalEntry[] = [];
-    for (const [number, score] of pending) {
+    pending.forEach((number, score) => {
       if (score + retainMs > storeNow) entries.push({ member: this.#member(number), score });
-    }
+    });
     for (let i = journal.head; i < scores.length; i++) {
       if (scores[i]! + retainMs > storeNow) entries.push({ member: this.#member(members[i]!), score: scores[i]! });
     }
@@ -277,15 +282,11 @@ export class Journal {
 
   /** Drops slots that no longer count anywhere (as the store's own expiry would); returns the slots left. */
   prune(storeNow: number): number {
-    for (const [namespace, keys] of this.#namespaces) {
-      for (const [key, journal] of keys) {
+    // forEach: an iterator of entries makes an array per key (every key, every heartbeat).
+    this.#namespaces.forEach((keys, namespace) => {
+      keys.forEach((journal, key) => {
         const { retainMs, pending, scores } = journal;
-        for (const [number, score] of pending) {
-          if (score + retainMs <= storeNow) {
-            pending.delete(number);
-            this.#size -= 1;
-          }
-        }
+        this.#size -= pending.dropExpired(storeNow, retainMs);
         // Completions come roughly in time order: drop from the front while they no longer count.
         // One that came out of order waits behind the one before it (by at most the spread of
         // response times): kept a little longer, never dropped early.
@@ -299,16 +300,133 @@ export class Journal {
           journal.head = 0;
         }
         if (pending.size === 0 && journal.head === journal.scores.length) keys.delete(key);
-      }
+      });
       if (keys.size === 0) this.#namespaces.delete(namespace);
-    }
+    });
     return this.#size;
   }
 }
 
-/** The checks of a batch's keys (lua/includes/check.lua): each key's witness. */
+/**
+ * A key's calls without a completion: slot number → bound, in booking order, as two arrays whose
+ * room is reused (a Map whose entries come and go allocates a new table each time it fills or
+ * empties: once a call). Slots of one key are numbered in the order they are booked, and complete
+ * roughly in that order: a new number is appended, a completion is found from the oldest.
+ */
+class Pending {
+  #numbers: number[] = [];
+  #bounds: number[] = [];
+  /** Live entries are in [#head, #end), numbers -1 there are gone. */
+  #head = 0;
+  #end = 0;
+  /** No number above this is here. */
+  #top = -1;
+  size = 0;
+
+  #indexOf(number: number): number {
+    if (number > this.#top || number < 0) return -1;
+    for (let i = this.#head; i < this.#end; i++) if (this.#numbers[i] === number) return i;
+    return -1;
+  }
+
+  has(number: number): boolean {
+    return this.#indexOf(number) >= 0;
+  }
+
+  /** Sets the number's bound; true when it was not here. */
+  set(number: number, bound: number): boolean {
+    const at = this.#indexOf(number);
+    if (at >= 0) {
+      this.#bounds[at] = bound;
+      return false;
+    }
+    this.#compact();
+    const end = this.#end++;
+    if (end < this.#numbers.length) {
+      this.#numbers[end] = number;
+      this.#bounds[end] = bound;
+    } else {
+      this.#numbers.push(number);
+      this.#bounds.push(bound);
+    }
+    this.#top = Math.max(this.#top, number);
+    this.size += 1;
+    return true;
+  }
+
+  get(number: number): number | undefined {
+    const at = this.#indexOf(number);
+    return at < 0 ? undefined : this.#bounds[at];
+  }
+
+  /** Removes the number; its bound, or undefined when it was not here. */
+  take(number: number): number | undefined {
+    const at = this.#indexOf(number);
+    if (at < 0) return undefined;
+    const bound = this.#bounds[at]!;
+    this.#remove(at);
+    return bound;
+  }
+
+  /** The highest number here (-1 when none). */
+  max(): number {
+    let max = -1;
+    for (let i = this.#head; i < this.#end; i++) max = Math.max(max, this.#numbers[i]!);
+    return max;
+  }
+
+  forEach(visit: (number: number, bound: number) => void): void {
+    for (let i = this.#head; i < this.#end; i++) if (this.#numbers[i]! >= 0) visit(this.#numbers[i]!, this.#bounds[i]!);
+  }
+
+  /** Removes the numbers that no longer count at `storeNow` (bound + `retainMs` past); returns how many. */
+  dropExpired(storeNow: number, retainMs: number): number {
+    let dropped = 0;
+    for (let i = this.#head; i < this.#end; i++) {
+      if (this.#numbers[i]! >= 0 && this.#bounds[i]! + retainMs <= storeNow) {
+        this.#remove(i);
+        dropped += 1;
+      }
+    }
+    return dropped;
+  }
+
+  #remove(at: number): void {
+    this.#numbers[at] = -1;
+    this.size -= 1;
+    if (this.size === 0) {
+      this.#head = this.#end = 0;
+      this.#top = -1;
+      return;
+    }
+    while (this.#numbers[this.#head] === -1) this.#head += 1;
+    while (this.#numbers[this.#end - 1] === -1) this.#end -= 1;
+  }
+
+  /** Moves the live entries to the front once the gone ones before them outnumber them. */
+  #compact(): void {
+    const head = this.#head;
+    if (head < 32 || head * 2 < this.#end) return;
+    for (let i = head; i < this.#end; i++) {
+      this.#numbers[i - head] = this.#numbers[i]!;
+      this.#bounds[i - head] = this.#bounds[i]!;
+    }
+    this.#end -= head;
+    this.#head = 0;
+  }
+}
+
+/** The checks of a batch's keys (lua/includes/check.lua): each key's witness, valid until the next call. */
 export interface Checks {
   witness(key: string): KeyWitness | undefined;
+}
+
+/** A witness written in place (`Journal.witness`'s `into`). */
+export type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+
+/** A witness to write in place. */
+export function blankWitness(): Mutable<KeyWitness> {
+  return { number: 0, score: 0, keyUntil: 0, deadline: 0 };
 }
 
 /** The slack a log's life gets beyond its latest booking's need, as lua/includes/decide.lua gives it. */

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError } from '../errors.js';
 import type { KeyNames } from '../keys.js';
 import { MAX_TIMER_MS } from '../time.js';
-import type { Checks, Journal } from './redis-journal.js';
+import { blankWitness, type Checks, type Journal } from './redis-journal.js';
 import { scripts } from './redis-scripts.js';
 
 /*
@@ -141,7 +141,8 @@ export class Recovery {
   checks(namespace: string): Checks {
     const storeNow = this.storeNow();
     const checkedAt = Date.now();
-    return { witness: (key) => this.journal.witness(namespace, key, storeNow, checkedAt) };
+    const into = blankWitness();
+    return { witness: (key) => this.journal.witness(namespace, key, storeNow, checkedAt, into) };
   }
 
   get graceMs(): number {
@@ -423,7 +424,10 @@ export class Recovery {
    */
   unchecked(namespace: string): string[] {
     const storeNow = this.storeNow();
-    return this.journal.unchecked(namespace, Date.now() - this.#heartbeatMs).filter((key) => this.journal.witness(namespace, key, storeNow) !== undefined);
+    const into = blankWitness();
+    return this.journal
+      .unchecked(namespace, Date.now() - this.#heartbeatMs)
+      .filter((key) => this.journal.witness(namespace, key, storeNow, Date.now(), into) !== undefined);
   }
 
   /**

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
-import { encodeKey, keyNames, type HashTag, type KeyNames } from '../keys.js';
+import { encodeKey, keyNameParts, keyNames, type HashTag, type KeyNameParts, type KeyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { Pace } from '../slot-plan.js';
 import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
-import { encodeBatch, ruleArgs, type DecideOp, type Decision, type Op } from './redis-batch.js';
+import { batchKeys, encodeBatch, groupByKey, ruleArgs, type DecideOp, type Decision, type Op } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
 import { Journal } from './redis-journal.js';
 import { Reaper, rideOf, STALE_MS, Stamps } from './redis-liveness.js';
@@ -46,6 +46,7 @@ export class RedisStore implements Store {
   /** Suffix of this store's members, `<number><tag>`: unique across processes without a counter in Redis. */
   readonly #tag = `.${randomBytes(6).toString('base64url')}`;
   #seq = 0;
+  readonly #parts = new Map<string, KeyNameParts>();
   #queue: Op[] = [];
   /** The next batch: none, at the next `setImmediate`, or at a timer (completions alone, see `settle`). */
   #flushScheduled: 'none' | 'now' | NodeJS.Timeout = 'none';
@@ -191,21 +192,52 @@ export class RedisStore implements Store {
     return this.#recovery?.keysRestored ?? 0;
   }
 
-  async reserve(request: ReserveRequest): Promise<ReserveResult> {
+  reserve(request: ReserveRequest): Promise<ReserveResult> {
     // Redis evicts under an allkeys-* policy: no key can be trusted, this one's included.
     const evicting = this.#evictions?.failure;
-    if (evicting) throw evicting;
+    if (evicting) return Promise.reject(evicting);
     const first = this.#seq + 1;
     this.#seq += request.cost;
     const { namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs } = request;
     const also = request.also ?? NONE;
     if (also.length > 0 && this.#cluster && this.hashTag === 'key') {
-      throw new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }");
+      return Promise.reject(
+        new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }"),
+      );
     }
     const stay = request.stay === true;
-    const { status, waitMs, startAt, ruleIndex, now, retryMs } = await new Promise<Decision>((resolve, reject) =>
-      this.#push({ type: 'decide', namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs, first, also, stay, resolve, reject, tries: 0 }),
+    // Answered straight from the batch's reply (no async layer between the two).
+    return new Promise<ReserveResult>((resolve, reject) =>
+      this.#push({
+        type: 'decide',
+        namespace,
+        key,
+        cost,
+        maxHoldMs,
+        retainMs,
+        rules,
+        maxDelayMs,
+        first,
+        also,
+        stay,
+        resolve: (decision) => {
+          try {
+            resolve(this.#decided(request, first, decision));
+          } catch (error) {
+            reject(error);
+          }
+        },
+        reject,
+        tries: 0,
+      }),
     );
+  }
+
+  /** A decision's answer, journaled (its slots booked) and the key's liveness and waiting kept up. */
+  #decided(request: ReserveRequest, first: number, decision: Decision): ReserveResult {
+    const { namespace, key, cost, maxHoldMs, retainMs } = request;
+    const also = request.also ?? NONE;
+    const { status, waitMs, startAt, ruleIndex, now, retryMs } = decision;
     let members: readonly string[] = NONE;
     if (status === CODES.status.booked) {
       members = cost === 1 ? [this.#member(first)] : Array.from({ length: cost }, (_, i) => this.#member(first + i));
@@ -229,16 +261,26 @@ export class RedisStore implements Store {
    * Completions alone wait up to `coalesceMs` (none by default) for company: those of the next ms,
    * and any decision asked meanwhile (which sends at once), go in the same batch.
    */
-  async settle(namespace: string, key: string, settle: readonly Settlement[], coalesceMs = 0): Promise<void> {
-    if (settle.length === 0) return;
-    const pairs: number[] = [];
-    for (const { member, releaseAt } of settle) {
-      // Members of another store (or none) are in no log of this one: nothing to change.
-      if (member.endsWith(this.#tag)) pairs.push(Number.parseInt(member, 10), releaseAt === null ? -1 : Math.ceil(releaseAt));
+  settle(namespace: string, key: string, settle: readonly Settlement[], coalesceMs = 0): Promise<void> {
+    let pairs: number[];
+    try {
+      // Members of another store (or none) are in no log of this one: nothing to change. One
+      // settlement (the usual) makes an array of two (an empty one that grows reserves room for 17).
+      if (settle.length === 1) {
+        const { member, releaseAt } = settle[0]!;
+        pairs = member.endsWith(this.#tag) ? [Number.parseInt(member, 10), releaseAt === null ? -1 : Math.ceil(releaseAt)] : NONE_PAIRS;
+      } else {
+        pairs = [];
+        for (const { member, releaseAt } of settle) {
+          if (member.endsWith(this.#tag)) pairs.push(Number.parseInt(member, 10), releaseAt === null ? -1 : Math.ceil(releaseAt));
+        }
+      }
+      if (pairs.length === 0) return SETTLED;
+      this.#recovery?.journal.settle(namespace, key, pairs);
+    } catch (error) {
+      return Promise.reject(error as Error);
     }
-    if (pairs.length === 0) return;
-    this.#recovery?.journal.settle(namespace, key, pairs);
-    await new Promise<void>((resolve, reject) => this.#push({ type: 'complete', namespace, key, pairs, resolve, reject, tries: 0 }, coalesceMs));
+    return new Promise<void>((resolve, reject) => this.#push({ type: 'complete', namespace, key, pairs, resolve, reject, tries: 0 }, coalesceMs));
   }
 
   /** While the client cannot connect (its latest attempt failed: refused, a TLS failure), resolves once it does. */
@@ -354,8 +396,10 @@ export class RedisStore implements Store {
    */
   mayStart(namespace: string, members: readonly string[], startAt: number): boolean {
     if (this.#stamps === undefined) return true;
-    const numbers: number[] = [];
-    for (const member of members) if (member.endsWith(this.#tag)) numbers.push(Number.parseInt(member, 10));
+    const tag = this.#tag;
+    // One member (the usual) makes an array of one (an empty one that grows reserves room for 17).
+    const numbers: number[] = members.length === 1 && members[0]!.endsWith(tag) ? [Number.parseInt(members[0]!, 10)] : [];
+    if (members.length > 1) for (const member of members) if (member.endsWith(tag)) numbers.push(Number.parseInt(member, 10));
     return this.#stamps.mayStart(namespace, numbers, startAt);
   }
 
@@ -383,6 +427,13 @@ export class RedisStore implements Store {
 
   #names(namespace: string, key: string): KeyNames {
     return keyNames(this.prefix, namespace, key, this.hashTag);
+  }
+
+  /** What surrounds an encoded key in the namespace's Redis keys, per namespace. */
+  #nameParts(namespace: string): KeyNameParts {
+    let parts = this.#parts.get(namespace);
+    if (parts === undefined) this.#parts.set(namespace, (parts = keyNameParts(this.prefix, namespace, this.hashTag)));
+    return parts;
   }
 
   /**
@@ -459,30 +510,38 @@ export class RedisStore implements Store {
     // At most MAX_BATCH operations a script, but a key's operations never split over two: the calls
     // of one line are decided in one step, in order.
     for (const byKey of batches.values()) {
-      let batch: Op[] = [];
+      let batch: Op[][] = [];
+      let size = 0;
       for (const keyOps of byKey.values()) {
-        if (batch.length > 0 && batch.length + keyOps.length > MAX_BATCH) {
+        if (size > 0 && size + keyOps.length > MAX_BATCH) {
           void this.#send(batch);
           batch = [];
+          size = 0;
         }
-        batch.push(...keyOps);
+        batch.push(keyOps);
+        size += keyOps.length;
       }
-      if (batch.length > 0) void this.#send(batch);
+      if (size > 0) void this.#send(batch);
     }
   }
 
-  /** Sends one batch; a store that lost its data is recovered first and the batch sent again. */
-  async #send(ops: Op[]): Promise<void> {
-    const namespace = ops[0]!.namespace;
+  /**
+   * Sends one batch (`groups`: the operations of each of its keys, see `encodeBatch`); a store that
+   * lost its data is recovered first and the batch sent again.
+   */
+  async #send(groups: Op[][]): Promise<void> {
+    const namespace = groups[0]![0]!.namespace;
     const recovery = this.#recovery;
     // Pauses read alone (a call booked ahead came due with nothing else to send): an HGET each costs
     // Redis a fraction of a script's run. Not behind a recovery of the namespace, unlike a batch: a
     // put-back restores calls, never a pause (one lost with the data stays lost), so the read gives
     // the same answer before and after it, and the call's slot, journaled, is put back either way.
-    const pauses = ops.filter((op) => op.type === 'paused');
-    if (pauses.length === ops.length) {
-      for (const op of pauses) {
-        this.#scripts.hget(this.#names(namespace, op.key).meta, 'pause').then((end) => op.resolve(Number(end ?? 0)), op.reject);
+    if (groups.every((ops) => ops.every((op) => op.type === 'paused'))) {
+      for (const ops of groups) {
+        for (const op of ops) {
+          if (op.type !== 'paused') continue;
+          this.#scripts.hget(this.#names(namespace, op.key).meta, 'pause').then((end) => op.resolve(Number(end ?? 0)), op.reject);
+        }
       }
       return;
     }
@@ -494,8 +553,8 @@ export class RedisStore implements Store {
         await recovery.recovered(namespace);
         // Completions alone need no epoch check: on a store that lost its data they change
         // nothing (ZADD XX), and the next decision finds the loss.
-        if (ops.some((op) => op.type === 'decide')) epoch = await recovery.epochOf(namespace);
-        else if (ops.some((op) => op.type === 'check')) {
+        if (groups.some((ops) => ops.some((op) => op.type === 'decide'))) epoch = await recovery.epochOf(namespace);
+        else if (groups.some((ops) => ops.some((op) => op.type === 'check'))) {
           // The heartbeat's checks, under the epoch this process knows: a key then need not compare
           // the Redis that took its bookings (meta `r`, INFO); a changed one does not stop them.
           const known = recovery.epochOf(namespace);
@@ -507,11 +566,11 @@ export class RedisStore implements Store {
       // a Cluster the stamps live in another slot). Taken just before the batch goes: stamps are
       // sent in the order they are written.
       const ride = this.#cluster ? undefined : rideOf(this.#stamps, this.#reaper, namespace);
-      const { keys, fields, deliver, booked } = encodeBatch(this.prefix, ops, this.hashTag, recovery?.checks(namespace), ride);
+      const { users, fields, deliver, booked } = encodeBatch(groups, recovery?.checks(namespace), ride);
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = this.#cluster ? '' : epoch;
-      if (checked !== '') keys.push(recovery!.epochKey(namespace));
-      for (const kept of this.#kept(namespace)) keys.push(kept);
+      const extra = this.#kept(namespace);
+      if (checked !== '') extra.unshift(recovery!.epochKey(namespace));
       const args: Array<string | number | Buffer> = [
         checked,
         this.#tag,
@@ -522,9 +581,10 @@ export class RedisStore implements Store {
         soft,
       ];
       if (ride) {
-        keys.push(this.#aliveKey(namespace));
+        extra.push(this.#aliveKey(namespace));
         args.push(...ride.args);
       }
+      const keys = batchKeys(this.#nameParts(namespace), users, extra);
       // A batch that answers after commandTimeoutMs: its callers got StoreUnavailableError, and the
       // slots it booked for them are given back.
       const late = (reply: unknown): void => this.#giveBack(booked(reply));
@@ -535,11 +595,13 @@ export class RedisStore implements Store {
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.
         const lost = generation === recovery.generation && (await recovery.recover(namespace));
-        const retry = lost ? ops.filter((op) => op.tries++ < MAX_RECOVERIES) : ops;
+        if (!lost) return await this.#send(groups);
+        const ops = groups.flat();
+        const retry = ops.filter((op) => op.tries++ < MAX_RECOVERIES);
         for (const op of ops) {
           if (!retry.includes(op)) op.reject(new StoreUnavailableError('Redis lost its data again while this process was putting its calls back'));
         }
-        if (retry.length > 0) await this.#send(retry);
+        if (retry.length > 0) await this.#send(groupByKey(retry));
         return;
       }
       const { again, lost, held, stampAt, stamps } = deliver(reply);
@@ -564,10 +626,10 @@ export class RedisStore implements Store {
       for (const op of again) {
         if (!retry.includes(op)) op.reject(new StoreUnavailableError('Redis kept losing the data of a key while this process was putting its calls back'));
       }
-      if (retry.length > 0) await this.#send(retry);
+      if (retry.length > 0) await this.#send(groupByKey(retry));
     } catch (error) {
       const failure = outOfMemory(error) ?? error;
-      for (const op of ops) op.reject(failure);
+      for (const ops of groups) for (const op of ops) op.reject(failure);
     }
   }
 
@@ -624,7 +686,16 @@ export class RedisStore implements Store {
     for (const namespace of recovery.journal.namespaces()) {
       try {
         const keys = recovery.unchecked(namespace);
-        await Promise.all(keys.map((key) => new Promise<void>((resolve, reject) => this.#push({ type: 'check', namespace, key, resolve, reject, tries: 0 }))));
+        // One promise for the beat's checks (a key whose check fails fails the beat, as the first).
+        if (keys.length > 0) {
+          await new Promise<void>((resolve, reject) => {
+            let left = keys.length;
+            const checked = (): void => {
+              if (--left === 0) resolve();
+            };
+            for (const key of keys) this.#push({ type: 'check', namespace, key, resolve: checked, reject, tries: 0 });
+          });
+        }
         await recovery.checkEpoch(namespace);
       } catch (error) {
         failure ??= error;
@@ -646,6 +717,8 @@ export class RedisStore implements Store {
 }
 
 const NONE: readonly never[] = [];
+const SETTLED: Promise<void> = Promise.resolve();
+const NONE_PAIRS: number[] = [];
 
 function claimFailed(error: unknown): StoreNotice {
   const why = error instanceof Error ? error.message : String(error);

@@ -20,10 +20,11 @@
  *   the epoch, each booking carrying the key's witness from the journal.
  */
 import { Redis } from 'ioredis';
-import { encodeBatch, type CompleteOp, type DecideOp, type Op } from '../../lib/stores/redis-batch.js';
+import { batchKeys, encodeBatch, groupByKey, type CompleteOp, type DecideOp, type Op } from '../../lib/stores/redis-batch.js';
 import { Journal } from '../../lib/stores/redis-journal.js';
 import { scripts } from '../../lib/stores/redis-scripts.js';
 import type { Rule } from '../../lib/rules.js';
+import { keyNameParts } from '../../lib/keys.js';
 import { diffServer, serverSnapshot } from './redis-stats.js';
 import { startRedis } from '../support/redis-server.js';
 import { cleanUpOnSignal, readFlags, settingsOrUsage, UsageError } from '../support/usage.js';
@@ -135,8 +136,8 @@ const vendorThrottle: Contender = async (redis, calls, run) => {
   const namespaceKeys = [`vt${run}:floor:kept`, `vt${run}:floor:mark`];
   await redis.hset(namespaceKeys[1]!, 'm', 0, 'b', 0);
   const send = async (ops: readonly Op[]): Promise<number[]> => {
-    const { keys, fields } = encodeBatch(`vt${run}`, ops);
-    keys.push(...namespaceKeys);
+    const { users, fields } = encodeBatch(groupByKey(ops));
+    const keys = batchKeys(keyNameParts(`vt${run}`, 'floor'), users, namespaceKeys).list();
     return (await redis.evalsha(sha, keys.length, ...keys, '', ':t', 'vt:', 0, fields, '1')) as number[];
   };
   for (let sent = 0; sent < calls; sent += BATCH) {
@@ -163,8 +164,8 @@ const vendorThrottleJournaled: Contender = async (redis, calls, run) => {
   const journal = new Journal((number) => `${number}:t`);
   let now = 0;
   const send = async (ops: readonly Op[]): Promise<number[]> => {
-    const { keys, fields } = encodeBatch(prefix, ops, 'key', { witness: (key) => journal.witness('floor', key, now) });
-    keys.push(epochKey, ...namespaceKeys);
+    const { users, fields } = encodeBatch(groupByKey(ops), { witness: (key) => journal.witness('floor', key, now) });
+    const keys = batchKeys(keyNameParts(prefix, 'floor'), users, [epochKey, ...namespaceKeys]).list();
     return (await redis.evalsha(sha, keys.length, ...keys, epoch, ':t', 'vt:', 3000, fields, '1', '0')) as number[];
   };
   for (let sent = 0; sent < calls; sent += BATCH) {

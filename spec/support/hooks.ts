@@ -20,7 +20,7 @@ export function redisServer(): RedisServer {
 }
 
 /** A new client of the test Redis, closed after the run. */
-export function redisClient(options: { enableAutoPipelining?: boolean } = {}): Redis {
+export function redisClient(options: { enableAutoPipelining?: boolean; keyPrefix?: string } = {}): Redis {
   const client = new RedisClient(redisServer().url, { ...options });
   clients.push(client);
   return client;
