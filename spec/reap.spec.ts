@@ -21,6 +21,11 @@ function request(key: string, limit: number, maxDelayMs = Infinity): ReserveRequ
   return { namespace: NAME, key: encodeKey(key), rules: [parseRule(`${limit}/1000ms`)], cost: 1, maxDelayMs, maxHoldMs: MAX_HOLD, retainMs: 1000 };
 }
 
+/** The Redis's replication id, which a stamp written by it carries (lib/lua/includes/alive.lua). */
+async function replidOf(redis: ReturnType<typeof redisClient>): Promise<string> {
+  return /master_replid:(\w+)/.exec(await redis.info('replication'))![1]!;
+}
+
 async function until(what: string, check: () => Promise<boolean>, withinMs: number): Promise<void> {
   const end = Date.now() + withinMs;
   while (!(await check())) {
@@ -38,7 +43,7 @@ describe('RedisStore: slots of a dead process', () => {
     const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
     // Dead a second ago: it had asked for slots 1 and 2 when it last stamped.
     const stampedAt = now - 1000;
-    await redis.hset(`${prefix}:${NAME}:alive`, '.dead', `${stampedAt}:2:${MAX_HOLD}`);
+    await redis.hset(`${prefix}:${NAME}:alive`, '.dead', `${stampedAt}:2:${MAX_HOLD}:${await replidOf(redis)}`);
     const mayHaveStarted = stampedAt + STALE_MS - 100;
     const neverStarted = now + 2000;
     await redis.zadd(
@@ -63,6 +68,28 @@ describe('RedisStore: slots of a dead process', () => {
     expect(await redis.zrange(log, '0', '-1')).to.have.members(['1.dead', '3.dead', '1.nostamp']);
   });
 
+  it('gives back nothing on a stale stamp that another Redis wrote (one rolled back: a failover to a replica that missed writes, a restart)', async () => {
+    const redis = redisClient();
+    const prefix = uniquePrefix();
+    const { log } = keyNames(prefix, NAME, encodeKey('acct'));
+    const [seconds] = (await redis.time()) as [string | number];
+    const now = Number(seconds) * 1000;
+    // The stamp a replica held from before it missed the owner's later ones: stale by its time,
+    // written under the Redis it replicated. The owner, alive, went on stamping there.
+    const other = (await replidOf(redis)).replace(/^./, (c) => (c === '0' ? '1' : '0'));
+    await redis.hset(`${prefix}:${NAME}:alive`, '.rolled', `${now - 1000}:2:${MAX_HOLD}:${other}`);
+    await redis.zadd(log, String(now + 2000 + MAX_HOLD), '1.rolled', String(now + 2100 + MAX_HOLD), '2.rolled');
+    await redis.pexpire(log, 60_000);
+    const store = redisStore(redisClient(), { prefix });
+    expect((await store.reserve(request('acct', 2))).status).to.equal('deferred');
+    // Two watches of the stamps (WATCH_EVERY_MS 500) and more.
+    await new Promise((resolve) => setTimeout(resolve, 1200));
+    expect(await redis.zrange(log, '0', '-1')).to.have.members(['1.rolled', '2.rolled']);
+    // Written by this Redis, the same stamp is evidence: the slots go.
+    await redis.hset(`${prefix}:${NAME}:alive`, '.rolled', `${now - 1000}:2:${MAX_HOLD}:${await replidOf(redis)}`);
+    await until('the slots given back', async () => (await redis.zcard(log)) === 0, 1500);
+  });
+
   it('gives back nothing of a process whose stamp is fresh', async () => {
     const redis = redisClient();
     const prefix = uniquePrefix();
@@ -73,10 +100,11 @@ describe('RedisStore: slots of a dead process', () => {
     await redis.zadd(log, String(now + 2000 + MAX_HOLD), '1.live', String(now + 2100 + MAX_HOLD), '2.live', String(now + 2200 + MAX_HOLD), '3.live');
     await redis.pexpire(log, 60_000);
     const store = redisStore(redisClient(), { prefix });
+    const replid = await replidOf(redis);
     // Stamped every 100 ms for 1.2 s while the store waits on the key.
     for (let i = 0; i < 12; i++) {
       const [s, us] = (await redis.time()) as [string | number, string | number];
-      await redis.hset(alive, '.live', `${Number(s) * 1000 + Math.floor(Number(us) / 1000)}:3:${MAX_HOLD}`);
+      await redis.hset(alive, '.live', `${Number(s) * 1000 + Math.floor(Number(us) / 1000)}:3:${MAX_HOLD}:${replid}`);
       if (i === 0) expect((await store.reserve(request('acct', 3))).status).to.equal('deferred');
       await new Promise((resolve) => setTimeout(resolve, 100));
     }

@@ -249,12 +249,7 @@ for _, pause in ipairs(pauses) do out[#out + 1] = pause end
 if alive_key ~= nil then
   local at, n, keep_ms = now or vt_now(), tonumber(ARGV[8]), tonumber(ARGV[10])
   out[#out + 1] = n >= 0 and vt_stamp(alive_key, tag, n, tonumber(ARGV[9]), keep_ms, ARGV[11] == '1', at) or -1
-  if ARGV[12] == '1' then
-    local values = redis.call('HGETALL', alive_key)
-    vt_alive_sweep(alive_key, keep_ms, values, at)
-    out[#out + 1] = math.floor(at)
-    for v = 1, #values do out[#out + 1] = values[v] end
-  end
+  if ARGV[12] == '1' then vt_alive_read(alive_key, keep_ms, at, out) end
 end
 if VT_KEPT ~= nil then
   local at = now or vt_now()

@@ -1,7 +1,7 @@
 --[[
   reap: gives back the slots a dead process booked ahead and never started (docs/design.md §5, "A
-  process that dies"). A process's stamp (alive.lua) '<at>:<n>:<hold>' is stale once the store
-  clock is past AT + STALE_MS. Its owner starts a slot booked ahead only if the slot's start is at
+  process that dies"). A process's stamp (alive.lua) '<at>:<n>:<hold>:<replid>' is stale once the
+  store clock is past AT + STALE_MS; only a stamp this Redis wrote is one (includes/alive.lua). Its owner starts a slot booked ahead only if the slot's start is at
   most its last stamp confirmed by Redis + STALE_MS - a margin, and only while its stamps came less
   than STALE_MS apart (lib/stores/redis-liveness.ts). So a slot of a process with a stale stamp
   whose number is at most N (asked for before that stamp was sent) and whose start (score - HOLD)
@@ -28,6 +28,8 @@
 local log, meta, alive = KEYS[1], KEYS[2], KEYS[3]
 local channel, stale_ms = ARGV[1], tonumber(ARGV[2])
 local now = vt_now()
+-- A stamp counts only where this Redis wrote it (includes/alive.lua).
+local replid = alive and vt_replid()
 local removed = 0
 -- Processes found dead here: they leave the key's list of waiting processes too (else each
 -- completion would go on waking the dead one first until its entry lapses, up to MAX_HOLD later).
@@ -36,7 +38,7 @@ local dead = {}
 for i = 3, #ARGV, 4 do
   local tag, at, n, hold = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local current = alive and redis.call('HGET', alive, tag)
-  local still = alive == nil or (current == string.format('%d:%d:%d', at, n, hold) and now > at + stale_ms)
+  local still = alive == nil or (current == string.format('%d:%d:%d:', at, n, hold) .. replid and now > at + stale_ms)
   if still then
     dead[tag] = true
     local after = at + stale_ms
