@@ -19,13 +19,15 @@
 import { Session } from 'node:inspector/promises';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { RedisStore, Throttle } from '../../lib/index.js';
+import type { Throttle as ThrottleType } from '../../lib/index.js';
+import { DIST_DIR, library, libraryDir } from '../support/library.js';
 import { startRedis } from '../support/redis-server.js';
 import { cleanUpOnSignal, readFlags, settingsOrUsage, UsageError } from '../support/usage.js';
 
-const LIB = fileURLToPath(new URL('../../lib/', import.meta.url));
+const { RedisStore, Throttle } = library;
+/** Where the library's modules were loaded from: dist/ (compiled, as users run it), else lib/ (scripts/support/library.ts). */
+const LIB = `${libraryDir}/`;
 const KEYS = 10_000;
 const CONCURRENCY = 256;
 
@@ -56,7 +58,8 @@ interface ProfileNode {
 function fileOf(url: string, functionName: string): string {
   if (url === '') return functionName;
   const path = url.replace(/^file:\/\//, '');
-  if (path.startsWith(LIB)) return `lib/${path.slice(LIB.length)}`;
+  // A compiled module is named as its source (dist/x.js is lib/x.ts).
+  if (path.startsWith(LIB)) return `lib/${LIB === `${DIST_DIR}/` ? path.slice(LIB.length).replace(/\.js$/, '.ts') : path.slice(LIB.length)}`;
   const inModules = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(path);
   if (inModules) return `node_modules/${inModules[1]}`;
   return path.startsWith('node:') ? path : path.replace(/.*\/(scripts|spec)\//, '$1/');
@@ -88,7 +91,7 @@ function summarize(profile: { nodes: ProfileNode[]; samples: number[]; timeDelta
 const percent = (share: number): string => `${(100 * share).toFixed(1).padStart(5)} %`;
 
 /** Runs `calls` calls over KEYS keys, CONCURRENCY in flight. */
-async function load(throttle: Throttle, calls: number, offset = 0): Promise<void> {
+async function load(throttle: ThrottleType, calls: number, offset = 0): Promise<void> {
   let next = 0;
   const worker = async (): Promise<void> => {
     while (next < calls) {

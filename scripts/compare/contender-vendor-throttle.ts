@@ -3,8 +3,11 @@
  * client, in its default configuration: no mode named (the one waiting discipline, `'wait'`), every
  * other option at its default. The store opens its own subscriber connection (`duplicate()`) the
  * first time a call waits for a completion; closing the limiter closes the throttle, then the store.
+ * The library is the compiled package, as users run it (scripts/support/library.ts).
  */
-import { RedisStore, Throttle } from '../../lib/index.js';
+
+const { RedisStore, Throttle } = library;
+import { library } from '../support/library.js';
 import { ruleLabel, type Contender } from './contender.js';
 
 export function vendorThrottle(): Contender {
