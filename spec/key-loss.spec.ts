@@ -244,4 +244,32 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
     expect(a!.keysRestored).to.equal(1);
     expect(await redisClient().zcard(log)).to.equal(9);
   });
+
+  it("an idle process's heartbeat reads the epoch within its checks' batch, with no GET of its own, and still finds it changed", async () => {
+    const prefix = uniquePrefix();
+    const [a] = stores(prefix, 1);
+    await book(a!, 'u1', 1);
+    const epochKey = `${prefix}:${NAMESPACE}:epoch`;
+    const monitor = await redisClient().monitor();
+    try {
+      const reads: string[] = [];
+      monitor.on('monitor', (_time: string, args: string[], source: string) => {
+        if (args[0]?.toLowerCase() === 'get' && args[1] === epochKey) reads.push(source);
+      });
+      // Beats of 100 ms: each checks u1 (idle) in a batch of checks alone, under the epoch.
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      expect(reads.filter((source) => source === 'lua').length, 'the epoch read inside the checks').to.be.at.least(3);
+      expect(
+        reads.filter((source) => source !== 'lua'),
+        'GETs of its own',
+      ).to.deep.equal([]);
+      // A changed epoch is found by the next beat all the same: the calls are put back.
+      await redisClient().set(epochKey, 'another:0');
+      const deadline = Date.now() + 2_000;
+      while (a!.recoveries === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(a!.recoveries).to.equal(1);
+    } finally {
+      monitor.disconnect();
+    }
+  });
 });

@@ -47,7 +47,8 @@
            VT_STATUS_NOT_MADE. On a key held (VT_CHECK_HELD) it is made, and waits for the hold.
 
   Returns { VT_BATCH_EPOCH_CHANGED } when the epoch changed (the store lost its data; nothing was
-  done), else { VT_BATCH_DONE, NOW_MS, then per decided call in order its five values, or the one
+  done), else { VT_BATCH_DONE (VT_BATCH_DONE_UNDER_CHANGED_EPOCH: a SOFT batch whose epoch was not
+  the one sent), NOW_MS, then per decided call in order its five values, or the one
   VT_STATUS_BOOKED_NOW (includes/decide.lua), then one per check (includes/check.lua), then one per
   PAUSED, then with ALIVE the stamp's time (-1: none written), then with READ '1' alive.lua 'read''s
   reply }: NOW_MS is the store clock (0 when no decision or check was asked for).
@@ -75,12 +76,15 @@ if ARGV[6] == '1' then
   last_key = last_key - 2
 end
 if ARGV[1] ~= '' then epoch_key = KEYS[last_key] end
+local soft_changed = false
 local ready, epoch_names_redis = vt_epoch(epoch_key, ARGV[1])
 if ready == 'lost' then
   if ARGV[7] ~= '1' then return { VT_BATCH_EPOCH_CHANGED } end
   -- Checks alone (the heartbeat's): each key compares the Redis that took its bookings instead, as
-  -- under no epoch, and finds its own loss; the heartbeat then finds the epoch's.
+  -- under no epoch, and finds its own loss; the heartbeat then finds the epoch's (the reply says
+  -- the epoch was not in place: VT_BATCH_DONE_UNDER_CHANGED_EPOCH).
   ready, epoch_names_redis, epoch_key = 0, false, nil
+  soft_changed = true
 end
 
 local tag, channel = ARGV[2], ARGV[3]
@@ -132,7 +136,7 @@ for n = 1, A[1] do
 end
 
 local now = nil
-local out = { VT_BATCH_DONE, 0 }
+local out = { soft_changed and VT_BATCH_DONE_UNDER_CHANGED_EPOCH or VT_BATCH_DONE, 0 }
 local last = #A
 -- Keys whose check failed (by K), and the checks' answers. ENV: what a key's check or decision needs
 -- besides its own arguments: the grace period, and the replication id each key records and compares

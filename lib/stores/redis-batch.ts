@@ -455,7 +455,8 @@ function writeName(out: Buffer, at: number, userLength: number, head: Uint8Array
  * and with its READ the stamps }`, checked against what the batch asked for.
  */
 function readReply(reply: unknown, decisionCount: number, checkCount: number, pauseCount: number, alive?: Alive): Reply {
-  if (!Array.isArray(reply) || reply[0] !== CODES.batch.done) throw new TypeError(`Unexpected reply from lua/batch.lua: ${JSON.stringify(reply)}`);
+  if (!Array.isArray(reply) || (reply[0] !== CODES.batch.done && reply[0] !== CODES.batch.doneUnderChangedEpoch))
+    throw new TypeError(`Unexpected reply from lua/batch.lua: ${JSON.stringify(reply)}`);
   let at = 1;
   const next = (): number => {
     const value: unknown = reply[at++];

@@ -14,7 +14,7 @@ export const CODES = {
    */
   status: { refused: 0, booked: 1, deferred: 2, notMade: 3, bookedNow: 4 },
   /** The first value of a batch's reply: done, or nothing done because the namespace's epoch changed. */
-  batch: { done: 1, epochChanged: 3 },
+  batch: { done: 1, epochChanged: 3, doneUnderChangedEpoch: 4 },
   /** What a key's check found (lua/includes/check.lua). */
   check: { whole: 0, lost: 1, held: 2 },
   /**

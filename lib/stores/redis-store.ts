@@ -605,8 +605,9 @@ export class RedisStore implements Store {
         return;
       }
       const { again, lost, held, stampAt, stamps } = deliver(reply);
-      // A batch of checks alone (SOFT) goes on past a changed epoch: it proves nothing of it.
-      if (checked !== '' && soft === '0') recovery?.epochChecked(namespace, checked, sentAt);
+      // The epoch this process knows was in place when the batch ran (a batch of checks alone goes
+      // on past a changed one, and says so): the heartbeat need not read it this beat.
+      if (checked !== '' && (reply as unknown[])[0] === CODES.batch.done) recovery?.epochChecked(namespace, checked, sentAt);
       if (ride?.ticket) this.#stamps?.answered(ride.ticket, stampAt);
       if (stamps) this.#reaper.read(namespace, stamps);
       if (!recovery) return;
