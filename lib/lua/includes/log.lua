@@ -131,10 +131,14 @@ end
 
 -- The replication id of this Redis (INFO replication): a replica promoted takes a new one, and so
 -- does a Redis restarted without its data. '' where INFO is not allowed.
+local VT_REPLID = nil
 local function vt_replid()
-  local info = redis.pcall('INFO', 'replication')
-  if type(info) ~= 'string' then return '' end
-  return string.match(info, 'master_replid:(%x+)') or ''
+  -- Read once per script run: INFO builds its whole section each time.
+  if VT_REPLID == nil then
+    local info = redis.pcall('INFO', 'replication')
+    VT_REPLID = type(info) == 'string' and (string.match(info, 'master_replid:(%x+)') or '') or ''
+  end
+  return VT_REPLID
 end
 
 -- Whether an epoch VALUE ('<random>@<replid>:<ready>', epoch.lua) was created by another Redis than
