@@ -51,6 +51,16 @@ export class StoreClock {
     }
   }
 
+  /** Whether a round trip was sampled yet (before one, the bounds tell nothing). */
+  get sampled(): boolean {
+    return this.#low !== -Infinity;
+  }
+
+  /** The earliest the store's clock can read at local time `at` (what surely no longer counts there: the journal's pruning). */
+  earliestStoreTime(at: number): number {
+    return at + this.#lowBound(at);
+  }
+
   /** The latest the store's clock can read at local time `at` (a completion's release). */
   storeTime(at: number): number {
     return at + this.#highBound(at);

@@ -36,6 +36,17 @@ describe('StoreClock: where the store clock stands, from round trips', () => {
     expect(clock.localTime(1_000_700)).to.be.closeTo(202 + MAX_DRIFT * 100, 0.001); // from the new lower bound, aged 100 ms
   });
 
+  it('tells nothing before a round trip, and the earliest the store can read from the quickest one', () => {
+    const clock = new StoreClock();
+    expect(clock.sampled).to.equal(false);
+    // Store clock = local + 1,000,000 exactly; read at 101.5, answered rounded up.
+    clock.sample(100, 103, 1_000_102);
+    expect(clock.sampled).to.equal(true);
+    // At the answer the store read at least 1,000,102 − 1 (rounded up by up to 1 ms); later, less the drift.
+    expect(clock.earliestStoreTime(103)).to.equal(1_000_101);
+    expect(clock.earliestStoreTime(1_103)).to.be.closeTo(1_001_101 - MAX_DRIFT * 1_000, 1e-6);
+  });
+
   it('never places a start before the store reaches it, nor a release before the store clock, whatever the round trips', () => {
     fc.assert(
       fc.property(
@@ -61,6 +72,8 @@ describe('StoreClock: where the store clock stands, from round trips', () => {
           const slot = local + offset + ahead;
           expect(clock.localTime(slot) + offset).to.be.at.least(slot - 1e-6);
           expect(clock.storeTime(local + ahead)).to.be.at.least(local + ahead + offset - 1e-6);
+          // The journal's clock: never ahead of the store's (it prunes nothing that may still count).
+          expect(clock.earliestStoreTime(local + ahead)).to.be.at.most(local + ahead + offset + 1e-6);
         },
       ),
     );

@@ -16,7 +16,7 @@ const pairsOf = (settle: ReadonlyArray<{ member: string; releaseAt: number | nul
 describe('recovery journal', () => {
   it('lists calls in flight by their bound and completed calls by their completion; a released call is gone', () => {
     const journal = new Journal(member);
-    journal.book('ns', 'k', 1, 3, 100 + MAX_HOLD, RETAIN, 100);
+    journal.book('ns', 'k', 1, 3, 100 + MAX_HOLD, RETAIN);
     journal.settle(
       'ns',
       'k',
@@ -44,7 +44,7 @@ describe('recovery journal', () => {
 
   it('keeps a completion that came after the bound at the bound, as the store does', () => {
     const journal = new Journal(member);
-    journal.book('ns', 'k', 7, 1, 100 + MAX_HOLD, RETAIN, 100);
+    journal.book('ns', 'k', 7, 1, 100 + MAX_HOLD, RETAIN);
     journal.settle('ns', 'k', pairsOf([{ member: '7.tag', releaseAt: 100 + MAX_HOLD + 250 }]));
     expect(journal.keyEntries('ns', 'k', 700)).to.deep.equal([{ member: '7.tag', score: 100 + MAX_HOLD }]);
     expect(journal.prune(100 + MAX_HOLD + RETAIN - 1)).to.equal(1);
@@ -53,7 +53,7 @@ describe('recovery journal', () => {
 
   it('drops a completed call once its window is over, and a call without a completion once its bound is', () => {
     const journal = new Journal(member);
-    journal.book('ns', 'k', 1, 2, 100 + MAX_HOLD, RETAIN, 100);
+    journal.book('ns', 'k', 1, 2, 100 + MAX_HOLD, RETAIN);
     journal.settle('ns', 'k', pairsOf([{ member: '1.tag', releaseAt: 100 }]));
     expect(journal.prune(100 + RETAIN - 1)).to.equal(2);
     expect(journal.prune(100 + RETAIN)).to.equal(1);
@@ -64,13 +64,11 @@ describe('recovery journal', () => {
     expect(journal.entriesOf('ns', 100 + MAX_HOLD + RETAIN)).to.deep.equal([]);
   });
 
-  it('keeps the longest history a key was booked with, and the store clock offset of the latest booking', () => {
+  it('keeps the longest history a key was booked with', () => {
     const journal = new Journal(member);
-    const storeNow = Date.now() + 60_000;
-    journal.book('ns', 'k', 1, 1, 100, RETAIN, storeNow);
-    journal.book('ns', 'k', 2, 1, 100, 3 * RETAIN, storeNow);
-    journal.book('ns', 'k', 3, 1, 100, RETAIN, storeNow);
-    expect(journal.clockOffsetMs).to.be.within(59_900, 60_000);
+    journal.book('ns', 'k', 1, 1, 100, RETAIN);
+    journal.book('ns', 'k', 2, 1, 100, 3 * RETAIN);
+    journal.book('ns', 'k', 3, 1, 100, RETAIN);
     expect(journal.entriesOf('ns', 100)[0]!.retainMs).to.equal(3 * RETAIN);
     expect(journal.keyEntries('ns', 'k', 100 + 3 * RETAIN - 1)).to.have.length(3);
     expect(journal.prune(100 + 3 * RETAIN)).to.equal(0);
@@ -78,7 +76,7 @@ describe('recovery journal', () => {
 
   it('never lists a completed call that no longer counts, even when completions came out of order', () => {
     const journal = new Journal(member);
-    journal.book('ns', 'k', 1, 2, 100 + MAX_HOLD, RETAIN, 100);
+    journal.book('ns', 'k', 1, 2, 100 + MAX_HOLD, RETAIN);
     // The later completion is written first.
     journal.settle('ns', 'k', pairsOf([{ member: '2.tag', releaseAt: 300 }]));
     journal.settle('ns', 'k', pairsOf([{ member: '1.tag', releaseAt: 100 }]));
@@ -90,7 +88,7 @@ describe('recovery journal', () => {
 
   it('keeps every call of a long window, and forgets them as they leave it (thousands per key)', () => {
     const journal = new Journal(member);
-    journal.book('ns', 'k', 1, 5_000, 10_000, RETAIN, 0);
+    journal.book('ns', 'k', 1, 5_000, 10_000, RETAIN);
     journal.settle('ns', 'k', pairsOf(Array.from({ length: 5_000 }, (_, i) => ({ member: member(i + 1), releaseAt: i }))));
     expect(journal.prune(0)).to.equal(5_000);
     // 3,000 have left their window (the arrays are compacted): the rest is listed exactly, in full.

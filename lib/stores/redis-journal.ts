@@ -77,8 +77,6 @@ interface KeyJournal {
  * windows; `prune` drops the rest. Slots are numbered by the store; `member(n)` names them.
  */
 export class Journal {
-  /** Store clock minus `Date.now()`, from the latest decision (for pruning between decisions). */
-  clockOffsetMs = 0;
   readonly #namespaces = new Map<string, Map<string, KeyJournal>>();
   readonly #member: (number: number) => string;
   #size = 0;
@@ -88,11 +86,8 @@ export class Journal {
   }
 
   /** Slots booked: numbers `first` .. `first + count - 1`, each with its bound. */
-  book(namespace: string, key: string, first: number, count: number, bound: number, retainMs: number, storeNow: number): void {
+  book(namespace: string, key: string, first: number, count: number, bound: number, retainMs: number): void {
     // What the booking's script did to the log's life, or less (lua/includes/decide.lua, vt_key_close).
-    // The store's reading comes rounded up and Date.now() truncated: 2 ms less, so that the estimate
-    // never runs ahead of the store's clock (pruning a slot before it stops counting there).
-    this.clockOffsetMs = storeNow - Date.now() - 2;
     const journal = this.#open(namespace, key, retainMs);
     for (let number = first; number < first + count; number++) {
       if (journal.pending.set(number, bound)) this.#size += 1;

@@ -49,6 +49,8 @@ export interface RecoveryDeps {
   readonly cluster: boolean;
   /** The user's client object: its connection is what this process claims on a young Redis. */
   readonly client: object;
+  /** The earliest the store's clock can read now (ms), as the store's batches placed it (lib/time.ts). */
+  storeNow(): number;
 }
 
 /**
@@ -96,6 +98,7 @@ export class Recovery {
     this.#epochNames = deps.cluster ? 0 : 1;
     this.#client = { get: deps.get };
     this.#run = deps.run;
+    this.storeNow = deps.storeNow;
     let claims = claimsByClient.get(deps.client);
     if (claims === undefined) {
       claims = { token: randomBytes(9).toString('base64url'), recoveries: new Set() };
@@ -408,9 +411,8 @@ export class Recovery {
     };
   }
 
-  storeNow(): number {
-    return Date.now() + this.journal.clockOffsetMs;
-  }
+  /** The earliest the store's clock can read now (ms): the journal prunes nothing that may still count there. */
+  readonly storeNow: () => number;
 
   get heartbeatMs(): number {
     return this.#heartbeatMs;

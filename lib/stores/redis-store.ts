@@ -3,6 +3,7 @@ import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
 import { encodeKey, keyNameParts, keyNames, type HashTag, type KeyNameParts, type KeyNames } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { Pace } from '../slot-plan.js';
+import { StoreClock } from '../time.js';
 import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
 import { batchKeys, encodeBatch, groupByKey, ruleArgs, type DecideOp, type Decision, type Op } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
@@ -67,6 +68,8 @@ export class RedisStore implements Store {
   readonly #reaper: Reaper;
   /** The vendor pauses announced in the namespaces where this process holds slots booked ahead. */
   readonly #pauses: PauseFeeds;
+  /** Where Redis's clock stands against this process's, from the batches' round trips (the journal prunes by it). */
+  readonly #clock = new StoreClock();
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
     if (clientKind(client) === undefined) {
@@ -112,6 +115,8 @@ export class RedisStore implements Store {
         kept: (namespace) => this.#kept(namespace),
         cluster: this.#cluster,
         client,
+        // Before a batch was answered: this host's clock (the store's, for all this process knows).
+        storeNow: () => (this.#clock.sampled ? this.#clock.earliestStoreTime(performance.now()) : Date.now()),
       });
       const clock = this.#recovery;
       this.#stamps = new Stamps({
@@ -241,8 +246,8 @@ export class RedisStore implements Store {
     let members: readonly string[] = NONE;
     if (status === CODES.status.booked) {
       members = cost === 1 ? [this.#member(first)] : Array.from({ length: cost }, (_, i) => this.#member(first + i));
-      this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs, now);
-      for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs, now);
+      this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs);
+      for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs);
       this.#startHeartbeat();
       if (waitMs > 0) {
         this.#stamps?.holds(namespace, startAt, maxHoldMs);
@@ -591,6 +596,8 @@ export class RedisStore implements Store {
       // The operations as one string of fields (lua/batch.lua's FIELDS): far cheaper to send than one argument each.
       const sentAt = performance.now();
       const reply = await this.#scripts.run(scripts.batch.name, keys, args, late);
+      // NOW_MS: the store's reading (0 where the batch read no clock).
+      if (Array.isArray(reply) && typeof reply[1] === 'number' && reply[1] > 0) this.#clock.sample(sentAt, performance.now(), reply[1]);
       if (Array.isArray(reply) && reply[0] === CODES.batch.epochChanged && recovery) {
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.

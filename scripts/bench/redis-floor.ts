@@ -171,7 +171,7 @@ const vendorThrottleJournaled: Contender = async (redis, calls, run) => {
   for (let sent = 0; sent < calls; sent += BATCH) {
     const decisions = Array.from({ length: BATCH }, (_, i) => decide(`u${(sent + i) % KEYS}`, sent + i));
     now = (await send(decisions))[1]!;
-    for (const d of decisions) journal.book('floor', d.key, d.first, 1, now + d.maxHoldMs, d.retainMs, now);
+    for (const d of decisions) journal.book('floor', d.key, d.first, 1, now + d.maxHoldMs, d.retainMs);
     await send(decisions.map((d) => complete(d.key, [d.first, now])));
     for (const d of decisions) journal.settle('floor', d.key, [d.first, now]);
   }
