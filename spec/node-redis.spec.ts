@@ -38,12 +38,16 @@ function recordCommands(client: NodeRedisClient): string[] {
 async function waitRound(first: Throttle, second: Throttle, holdMs = 150, key = 'u'): Promise<{ firstEnd: number; secondStart: number }> {
   let firstEnd = 0;
   let secondStart = 0;
+  let started!: () => void;
+  const firstStarted = new Promise<void>((resolve) => (started = resolve));
   const holding = first.schedule(key, async () => {
+    started();
     await sleep(holdMs);
     firstEnd = performance.now();
   });
-  // The first call has its slot before the second asks.
-  await sleep(30);
+  // The first call has its slot before the second asks: once it runs (a fixed sleep was not enough
+  // on a loaded machine, where a fresh store's first booking, its epoch read first, took longer).
+  await firstStarted;
   await second.schedule(key, () => {
     secondStart = performance.now();
   });
