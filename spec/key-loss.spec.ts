@@ -256,8 +256,9 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
       monitor.on('monitor', (_time: string, args: string[], source: string) => {
         if (args[0]?.toLowerCase() === 'get' && args[1] === epochKey) reads.push(source);
       });
-      // Beats of 100 ms: each checks u1 (idle) in a batch of checks alone, under the epoch.
-      await new Promise((resolve) => setTimeout(resolve, 600));
+      // Beats of 100 ms: each checks u1 (idle) in a batch of checks alone, under the epoch. Three of them.
+      const deadline = Date.now() + 5_000;
+      while (reads.filter((source) => source === 'lua').length < 3 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
       expect(reads.filter((source) => source === 'lua').length, 'the epoch read inside the checks').to.be.at.least(3);
       expect(
         reads.filter((source) => source !== 'lua'),
@@ -265,8 +266,8 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
       ).to.deep.equal([]);
       // A changed epoch is found by the next beat all the same: the calls are put back.
       await redisClient().set(epochKey, 'another:0');
-      const deadline = Date.now() + 2_000;
-      while (a!.recoveries === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+      const found = Date.now() + 2_000;
+      while (a!.recoveries === 0 && Date.now() < found) await new Promise((resolve) => setTimeout(resolve, 20));
       expect(a!.recoveries).to.equal(1);
     } finally {
       monitor.disconnect();

@@ -81,6 +81,8 @@ export class Recovery {
   readonly #recovering = new Map<string, Promise<boolean>>();
   /** Per namespace, when (`performance.now()`) the latest batch that found its epoch unchanged was sent. */
   readonly #epochCheckedAt = new Map<string, number>();
+  /** Per namespace, when (`Date.now()`) the heartbeat last took its keys to check. */
+  readonly #beatAt = new Map<string, number>();
   /** Namespaces whose put-back did not finish: nothing is sent there before a recovery succeeds. */
   readonly #unrecovered = new Set<string>();
   /** Bumped by every recovery: a batch that met a changed epoch after one is just sent again. */
@@ -427,9 +429,12 @@ export class Recovery {
   unchecked(namespace: string): string[] {
     const storeNow = this.storeNow();
     const into = blankWitness();
-    return this.journal
-      .unchecked(namespace, Date.now() - this.#heartbeatMs)
-      .filter((key) => this.journal.witness(namespace, key, storeNow, Date.now(), into) !== undefined);
+    const now = Date.now();
+    // Due: a key no check reached within a beat, and every key the previous beat checked (a beat
+    // later by its timer, though the clocks' whole milliseconds may count one less).
+    const before = Math.max(now - this.#heartbeatMs, (this.#beatAt.get(namespace) ?? -Infinity) + 1);
+    this.#beatAt.set(namespace, now);
+    return this.journal.unchecked(namespace, before).filter((key) => this.journal.witness(namespace, key, storeNow, now, into) !== undefined);
   }
 
   /**
@@ -443,15 +448,18 @@ export class Recovery {
   /**
    * The heartbeat's check of the namespace's epoch: the one this process knows, or it puts back its
    * calls (an idle process too finds a loss within the grace period); a put-back that failed is
-   * tried again at once.
+   * tried again at once. `beatStartedAt` (`performance.now()`): when the beat began.
    */
-  async checkEpoch(namespace: string): Promise<void> {
+  async checkEpoch(namespace: string, beatStartedAt = Infinity): Promise<void> {
     if (this.#unrecovered.has(namespace)) {
       await this.recover(namespace);
       return;
     }
-    // A batch found it unchanged within the beat (lua/batch.lua checks it with each decision).
-    if (performance.now() - (this.#epochCheckedAt.get(namespace) ?? -Infinity) < this.#heartbeatMs) return;
+    // A batch found it unchanged within a beat (lua/batch.lua checks it with each decision), or
+    // since this beat began (the beat's own checks, however long their round trip took): as fresh
+    // as a read now would be.
+    const checkedAt = this.#epochCheckedAt.get(namespace) ?? -Infinity;
+    if (checkedAt >= beatStartedAt || performance.now() - checkedAt < this.#heartbeatMs) return;
     const known = this.#epochs.get(namespace);
     const value = await this.#client.get(this.epochKey(namespace));
     if (known === undefined) await this.#epochOf(namespace);

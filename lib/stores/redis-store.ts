@@ -689,6 +689,7 @@ export class RedisStore implements Store {
    * (`heartbeatFailed`), until a beat succeeds; the next beat, or the next decision, tries again.
    */
   async #beat(recovery: Recovery): Promise<void> {
+    const startedAt = performance.now();
     await this.#evictions?.check();
     let failure: unknown;
     for (const namespace of recovery.journal.namespaces()) {
@@ -704,7 +705,7 @@ export class RedisStore implements Store {
             for (const key of keys) this.#push({ type: 'check', namespace, key, resolve: checked, reject, tries: 0 });
           });
         }
-        await recovery.checkEpoch(namespace);
+        await recovery.checkEpoch(namespace, startedAt);
       } catch (error) {
         failure ??= error;
       }
