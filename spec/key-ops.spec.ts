@@ -47,8 +47,10 @@ for (const [name, make] of stores) {
       const { a, b } = pair();
       const t0 = performance.now();
       const starts = [1, 2, 3].map(() => a.schedule('u', () => performance.now() - t0));
-      // The third is booked to start a window (400 ms) later; then the vendor says wait 600 ms.
-      await sleep(50);
+      // The third is booked to start a window (400 ms) later (once its store answered: a fresh
+      // store reads its epoch first, which a loaded machine makes slow); then the vendor says wait 600 ms.
+      const bookedBy = performance.now() + 300;
+      while ((await b.inspect('u')).bookedAhead === 0 && performance.now() < bookedBy) await sleep(5);
       expect((await b.inspect('u')).bookedAhead).to.equal(1);
       await b.pause('u', 600);
       const pausedAt = performance.now() - t0;
