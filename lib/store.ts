@@ -258,6 +258,11 @@ export interface Store {
    */
   knownPause?(namespace: string, key: string, since: number): number | undefined;
   /**
+   * Optional: `knownPause` hears of pauses over a connection (announcements that may wait unread in
+   * a socket): the throttle lets the event loop read its sockets once before it asks.
+   */
+  readonly pausesHeardOverNetwork?: boolean;
+  /**
    * Optional: whether this process may start its slots `members`, booked to start at `startAt`
    * (store clock), right now. False when the store may have given them back (another process took
    * this one for dead while its event loop or its link stalled): the call books again instead.

@@ -442,7 +442,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     // A pause announced before now may wait unread in the socket while the timer that brought the
     // slot due runs first: one turn of the event loop (its poll phase runs before setImmediate's)
     // reads it, so that an announcement is heard as surely as a read now would find the pause.
-    if (store.knownPause !== undefined) await new Promise<void>((resolve) => setImmediate(resolve));
+    if (store.pausesHeardOverNetwork === true) await new Promise<void>((resolve) => setImmediate(resolve));
     let end = 0;
     let unknown: string[] | undefined;
     for (const key of keys) {

@@ -164,6 +164,8 @@ export class RedisStore implements Store {
 
   /** A call may count in several keys at once (`ReserveRequest.also`): on a Cluster, keys of one slot. */
   readonly multiKey = true;
+  /** Vendor pauses reach `knownPause` as announcements on the store's subscriber (lib/stores/redis-pauses.ts). */
+  readonly pausesHeardOverNetwork = true;
 
   /** One Redis: one clock (`TIME`). On a Cluster each master has its own. */
   get singleClock(): boolean {
