@@ -101,3 +101,73 @@ export function keyNameParts(prefix: string, name: string, hashTag: HashTag = 'k
     ? { head: `${prefix}:${name}:{`, log: '}:log', meta: '}:meta' }
     : { head: `${prefix}:${name}:{${name}}:`, log: ':log', meta: ':meta' };
 }
+
+/**
+ * Every Redis name one store uses, per namespace: the keys of a user key, the namespace's index of
+ * kept keys and its mark, its liveness stamps, its channels, and this process's members.
+ */
+export class RedisNames {
+  readonly prefix: string;
+  readonly hashTag: HashTag;
+  /** Suffix of this process's members, `<number><tag>`: unique across processes without a counter in Redis. */
+  readonly tag: string;
+  readonly #cluster: boolean;
+  readonly #parts = new Map<string, KeyNameParts>();
+
+  constructor(prefix: string, hashTag: HashTag, tag: string, cluster: boolean) {
+    this.prefix = prefix;
+    this.hashTag = hashTag;
+    this.tag = tag;
+    this.#cluster = cluster;
+  }
+
+  /** The log and meta of a user key. */
+  of(namespace: string, key: string): KeyNames {
+    return keyNames(this.prefix, namespace, key, this.hashTag);
+  }
+
+  /** What surrounds an encoded key in the namespace's Redis keys, kept per namespace. */
+  parts(namespace: string): KeyNameParts {
+    let parts = this.#parts.get(namespace);
+    if (parts === undefined) this.#parts.set(namespace, (parts = keyNameParts(this.prefix, namespace, this.hashTag)));
+    return parts;
+  }
+
+  /**
+   * The namespace's index of kept keys and its mark, as the last keys of a script
+   * (lua/includes/log.lua, "Key lifetimes" and `VT_MARK`); none on a Cluster, where a script
+   * reaches one slot.
+   */
+  kept(namespace: string): string[] {
+    return this.#cluster ? [] : [`${this.prefix}:${namespace}:kept`, `${this.prefix}:${namespace}:mark`];
+  }
+
+  /** The namespace's liveness stamps (lua/alive.lua). */
+  alive(namespace: string): string {
+    return `${this.prefix}:${namespace}:alive`;
+  }
+
+  /** The namespace's channel prefix of completions, as the batch script takes it. */
+  channel(namespace: string): string {
+    return `${this.prefix}:${namespace}:free`;
+  }
+
+  /** This process's channel of completions in the namespace. */
+  wakes(namespace: string): string {
+    return `${this.channel(namespace)}${this.tag}`;
+  }
+
+  /** The namespace's channel of vendor pauses (lua/pause.lua). */
+  pauses(namespace: string): string {
+    return `${this.prefix}:${namespace}:paused`;
+  }
+
+  member(number: number): string {
+    return `${number}${this.tag}`;
+  }
+
+  /** The number of this process's `member`, or undefined for a member of another. */
+  numberOf(member: string): number | undefined {
+    return member.endsWith(this.tag) ? Number.parseInt(member, 10) : undefined;
+  }
+}

@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError } from '../errors.js';
 import type { KeyNames } from '../keys.js';
+import type { StoreNotice } from '../store.js';
 import { MAX_TIMER_MS } from '../time.js';
+import type { EvictionWatch } from './redis-evictions.js';
 import { blankWitness, type Checks, type Journal } from './redis-journal.js';
 import { scripts } from './redis-scripts.js';
 
@@ -422,7 +424,7 @@ export class Recovery {
 
   /**
    * The namespace's keys no decision checked within a beat, that this process holds calls on: the
-   * store's heartbeat checks them (lib/stores/redis-store.ts), so that a key that lost data, or that
+   * heartbeat checks them (`Heartbeat`), so that a key that lost data, or that
    * another process holds, is found within about two beats (the next beat starts a beat after this
    * one ends) even when this process decides nothing there.
    */
@@ -464,6 +466,82 @@ export class Recovery {
     const value = await this.#client.get(this.epochKey(namespace));
     if (known === undefined) await this.#epochOf(namespace);
     else if (value !== known) await this.recover(namespace);
+  }
+}
+
+/** What the heartbeat drives: the checks of keys it sends in the store's batches, and the eviction watch. */
+export interface HeartbeatDeps {
+  readonly recovery: Recovery;
+  /** Checks the namespace's `keys` against the journal in the next batch (lua/includes/check.lua). */
+  check(namespace: string, keys: readonly string[]): Promise<void>;
+  readonly evictions: EvictionWatch | undefined;
+  notify(notice: StoreNotice): void;
+}
+
+/**
+ * The recovery heartbeat: while the journal holds calls, every `heartbeatMs`, checks (in the next
+ * batch) the keys of each namespace that no decision checked within a beat, and the namespace's
+ * epoch; and watches Redis's evictions. A beat that fails (Redis unreachable, a command refused)
+ * says so once (`heartbeatFailed`), until a beat succeeds; the next beat, or the next decision,
+ * tries again.
+ */
+export class Heartbeat {
+  readonly #deps: HeartbeatDeps;
+  /** The next beat, while the journal holds calls. */
+  #timer: NodeJS.Timeout | undefined;
+  #closed = false;
+  /** A beat failed and none has succeeded since: said once an episode. */
+  #failing = false;
+
+  constructor(deps: HeartbeatDeps) {
+    this.#deps = deps;
+  }
+
+  /** Beats from a beat from now on, while the journal holds calls (or evictions are under way). */
+  start(): void {
+    if (this.#timer !== undefined || this.#closed) return;
+    const { recovery, evictions } = this.#deps;
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      void this.#beat().finally(() => {
+        if (recovery.journal.prune(recovery.storeNow()) > 0 || evictions?.active) this.start();
+      });
+    }, recovery.heartbeatMs);
+    this.#timer.unref();
+  }
+
+  close(): void {
+    this.#closed = true;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+  }
+
+  async #beat(): Promise<void> {
+    const { recovery, evictions, check, notify } = this.#deps;
+    const startedAt = performance.now();
+    await evictions?.check();
+    let failure: unknown;
+    for (const namespace of recovery.journal.namespaces()) {
+      try {
+        const keys = recovery.unchecked(namespace);
+        if (keys.length > 0) await check(namespace, keys);
+        await recovery.checkEpoch(namespace, startedAt);
+      } catch (error) {
+        failure ??= error;
+      }
+    }
+    if (failure === undefined) {
+      this.#failing = false;
+      return;
+    }
+    if (this.#failing || this.#closed) return;
+    this.#failing = true;
+    const why = failure instanceof Error ? failure.message : String(failure);
+    notify({
+      kind: 'heartbeatFailed',
+      error: failure,
+      message: `The recovery heartbeat cannot check Redis for lost data (${why}): until a beat succeeds (one every heartbeatMs), a loss on keys no decision asks about goes unnoticed, and the calls booked there are not put back. Said once until then`,
+    });
   }
 }
 
