@@ -64,10 +64,12 @@ export interface Decided {
 }
 
 /**
- * An answer that came after the call stopped waiting for it (its `maxDelayMs` ran out while the
- * store failed): a slot it booked is to be given back.
+ * The store failed an ask and `onStoreError` says to ask again now (once the store can be reached,
+ * after a backoff, or of the local fallback): the next ask is number `attempt`.
  */
-export type LateAnswer = (call: Call, decided: Decided) => void;
+export interface AskAgain {
+  readonly attempt: number;
+}
 
 const NO_KEYS: readonly never[] = [];
 
@@ -96,6 +98,8 @@ export class StoreClient {
   #failure: StoreUnavailableError | undefined;
   /** Failures raised when a call's deadline passed while the store still failed (reported before). */
   readonly #deadlines = new WeakSet<Error>();
+  /** Per failure a call's deadline raised, the store's answer that came after it (`lateAnswer`). */
+  readonly #late = new WeakMap<Error, Promise<Decided | undefined>>();
   /** Per store answering (the throttle's, or the local fallback's): its clock. */
   readonly #clocks = new WeakMap<Store, StoreClock>();
 
@@ -114,33 +118,25 @@ export class StoreClient {
   }
 
   /**
-   * The store's answer for `call`. `stays(call)`, read at each ask (time passes, and the lines of
-   * this process change, while it backs off): whether this process stays in the key's waiting list
-   * (calls of several keys wait on it). `late` gets an answer that came after the call's deadline.
-   * `again`: the call was asked before (a deferral that started the subscription to completions):
-   * its answer is bounded by the call's deadline as every ask after the first is.
+   * The store's answer for `call`, asked for the `attempt`th time; `AskAgain` when the store failed
+   * and the call is to be asked again (the asker decides `stay` afresh: time passes, and the lines
+   * of this process change, while it backs off). `stay`: this process stays in the key's waiting
+   * list (calls of several keys wait on it). `again`: the call was asked before (a deferral that
+   * started the subscription to completions): its answer is bounded by the call's deadline as every
+   * ask after the first is; one that comes after the deadline can be followed (`lateAnswer`).
    */
-  decide(call: Call, stays: (call: Call) => boolean, late: LateAnswer, again = false): Promise<Decided> {
+  decide(call: Call, stay: boolean, again = false, attempt = 0): Promise<Decided | AskAgain> {
     const { store, fallback } = this.#options;
-    if (again || fallback?.owing === true || (fallback?.active === true && !store.ended)) return this.#decide(call, stays, late, again, 0);
-    // The usual ask, the first to the store: answered without the loop's async frame (and, as an
-    // async function would, rejecting rather than throwing).
+    if (again || attempt > 0 || fallback?.owing === true || (fallback?.active === true && !store.ended)) return this.#decide(call, stay, again, attempt);
+    // The usual ask, the first to the store: answered without an async frame (and, as an async
+    // function would, rejecting rather than throwing).
     let sentAt = 0;
-    let stay = false;
-    let request: ReserveRequest;
-    try {
-      const also = alsoRequested(call);
-      sentAt = performance.now();
-      stay = also.length === 0 && stays(call);
-      request = this.#request(call, also, sentAt, stay);
-    } catch (error) {
-      return Promise.reject(error as Error);
-    }
     let asked: Promise<ReserveResult>;
     try {
-      asked = store.reserve(request);
+      sentAt = performance.now();
+      asked = store.reserve(this.#request(call, alsoRequested(call), sentAt, stay));
     } catch (error) {
-      // As a failure of the store (the loop's catch).
+      // As a failure of the store (the catch of `#decide`).
       asked = Promise.reject(error as Error);
     }
     return asked.then(
@@ -151,34 +147,40 @@ export class StoreClient {
       },
       async (error: unknown) => {
         await this.#failed(call, error, 0);
-        return this.#decide(call, stays, late, again, 1);
+        return { attempt: 1 };
       },
     );
   }
 
-  /** `decide` from attempt `from` on. */
-  async #decide(call: Call, stays: (call: Call) => boolean, late: LateAnswer, again: boolean, from: number): Promise<Decided> {
+  async #decide(call: Call, stay: boolean, again: boolean, attempt: number): Promise<Decided | AskAgain> {
     const { store, fallback } = this.#options;
-    const also = alsoRequested(call);
-    for (let attempt = from; ; attempt++) {
-      const sentAt = performance.now();
-      const stay = also.length === 0 && stays(call);
-      const request = this.#request(call, also, sentAt, stay);
-      if (fallback?.active && !store.ended) {
-        const result = await fallback.reserve(request);
-        return { result, extra: this.#booking(fallback, sentAt, result), stay };
-      }
-      try {
-        if (fallback?.owing) await fallback.putBack();
-        // Once the store failed, 'wait' asks again only until the call's maxDelayMs runs out.
-        const result = await (attempt === 0 && !again ? store.reserve(request) : this.#byDeadline(call, store.reserve(request), sentAt, stay, late));
-        this.#failure = undefined;
-        fallback?.recovered();
-        return { result, extra: this.#booking(store, sentAt, result), stay };
-      } catch (error) {
-        await this.#failed(call, error, attempt);
-      }
+    const sentAt = performance.now();
+    const request = this.#request(call, alsoRequested(call), sentAt, stay);
+    if (fallback?.active && !store.ended) {
+      const result = await fallback.reserve(request);
+      return { result, extra: this.#booking(fallback, sentAt, result), stay };
     }
+    try {
+      if (fallback?.owing) await fallback.putBack();
+      // Once the store failed, 'wait' asks again only until the call's maxDelayMs runs out.
+      const asked = store.reserve(request);
+      const result = await (attempt === 0 && !again ? asked : this.#byDeadline(call, asked, sentAt, stay));
+      this.#failure = undefined;
+      fallback?.recovered();
+      return { result, extra: this.#booking(store, sentAt, result), stay };
+    } catch (error) {
+      await this.#failed(call, error, attempt);
+      return { attempt: attempt + 1 };
+    }
+  }
+
+  /**
+   * The answer the store gave after the call's deadline had failed it with `error` (its slot is
+   * then to be given back), once it comes; undefined for any other error, and for an answer that
+   * never comes.
+   */
+  lateAnswer(error: unknown): Promise<Decided | undefined> | undefined {
+    return error instanceof Error ? this.#late.get(error) : undefined;
   }
 
   #request(call: Call, also: readonly KeyPart[], sentAt: number, stay: boolean): ReserveRequest {
@@ -250,11 +252,21 @@ export class StoreClient {
 
   /**
    * The store's answer, or the store's failure once the call's deadline passes first; an answer
-   * that comes after it goes to `late` (a slot it booked is given back).
+   * that comes after it is kept for `lateAnswer`.
    */
-  #byDeadline(call: Call, asked: Promise<ReserveResult>, sentAt: number, stay: boolean, late: LateAnswer): Promise<ReserveResult> {
-    const answered = (result: ReserveResult): void => late(call, { result, extra: this.#booking(this.#options.store, sentAt, result), stay });
-    return withTimeout(asked, Math.max(0, call.deadline - performance.now()), () => this.#expired(), answered);
+  #byDeadline(call: Call, asked: Promise<ReserveResult>, sentAt: number, stay: boolean): Promise<ReserveResult> {
+    const deadline = withTimeout(asked, Math.max(0, call.deadline - performance.now()), () => this.#expired());
+    deadline.catch((error: unknown) => {
+      if (!(error instanceof Error) || !this.#deadlines.has(error)) return;
+      this.#late.set(
+        error,
+        asked.then(
+          (result) => ({ result, extra: this.#booking(this.#options.store, sentAt, result), stay }),
+          () => undefined,
+        ),
+      );
+    });
+    return deadline;
   }
 
   /** The call's deadline passed while the store still failed: its latest failure, saying so (reported before). */

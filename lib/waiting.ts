@@ -417,25 +417,33 @@ export class Lines {
    * listening for completions starts listening and asks again (one may have come meanwhile):
    * every line then hears the completions it waits for. `again`: that ask.
    */
-  ask(call: Call, again = false): Promise<Decided> {
+  ask(call: Call, again = false, attempt = 0): Promise<Decided> {
     // Chained, not an async loop: one frame less per call.
-    return this.#client.decide(call, this.#stays, this.#late, again).then((decided) => {
-      if (decided.extra.store !== this.#client.store) return decided;
-      this.answered(call, decided.result, decided.stay);
-      if (decided.result.status !== 'deferred') return decided;
-      return this.#client.listen(this.#wake).then((listening) => (listening ? this.ask(call, true) : decided));
-    });
+    const stay = call.also.length === 0 && this.stays(call.encoded);
+    return this.#client.decide(call, stay, again, attempt).then(
+      (decided) => {
+        if (!('result' in decided)) return this.ask(call, again, decided.attempt);
+        if (decided.extra.store !== this.#client.store) return decided;
+        this.answered(call, decided.result, decided.stay);
+        if (decided.result.status !== 'deferred') return decided;
+        return this.#client.listen(this.#wake).then((listening) => (listening ? this.ask(call, true) : decided));
+      },
+      (error: unknown) => {
+        // The call's deadline passed first: an answer that still comes is not the call's.
+        void this.#client.lateAnswer(error)?.then((late) => late && this.#late(call, late));
+        throw error;
+      },
+    );
   }
 
-  readonly #stays = (call: Call): boolean => this.stays(call.encoded);
   readonly #wake = (key: string): void => this.wake(key);
 
   /** An answer the call stopped waiting for: its slot given back, its keys' waiting lists left. */
-  readonly #late = (call: Call, { result, extra, stay }: Decided): void => {
+  #late(call: Call, { result, extra, stay }: Decided): void {
     this.answered(call, result, stay);
     if (result.status === 'booked') this.#slots.release(call, grantOf(result, extra));
     void this.#client.leave(this.get(call.line)?.size ? [] : this.leaving(call));
-  };
+  }
 
   get(line: string): KeyLine<Call> | undefined {
     return this.#lines.get(line);

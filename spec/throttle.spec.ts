@@ -522,6 +522,30 @@ describe('Throttle: when the store comes and goes', () => {
     await throttle.close();
   });
 
+  it("onStoreError 'wait': a slot the store books after the call's maxDelayMs ran out is given back", async () => {
+    const memory = new MemoryStore();
+    let reserves = 0;
+    // The first ask fails; the second is answered 500 ms later, after the call gave up at 300 ms.
+    const store = delegatingStore(memory, {
+      reserve: async (request) => {
+        reserves += 1;
+        if (reserves === 1) throw new Error('read ECONNRESET');
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        return memory.reserve(request);
+      },
+    });
+    const throttle = new Throttle({ rules: ['5/s'], store, onStoreError: 'wait', maxDelayMs: 300 });
+    let called = false;
+    const call = throttle.schedule('u', () => (called = true)).catch((error: unknown) => error);
+    await fake.clock.tickAsync(1_000);
+    expect(await call).to.be.instanceOf(StoreUnavailableError);
+    expect(called).to.equal(false);
+    expect(reserves).to.equal(2);
+    // The store booked the second ask's slot at 525 ms; nothing runs in it.
+    expect((await throttle.inspect('u')).rules[0]!.used).to.equal(0);
+    await throttle.close();
+  });
+
   it('sends a completion the store failed to take again, so that its slot stops counting a window after the response, not after the bound', async () => {
     const memory = new MemoryStore();
     let failures = 1;
