@@ -143,12 +143,8 @@ export class LocalFallback implements Store {
     return this.#local.pause(namespace, key, ms, maxHoldMs);
   }
 
-  pausedUntil(namespace: string, key: string): Promise<number> {
+  pausedUntil(namespace: string, key: string): number {
     return this.#local.pausedUntil(namespace, key);
-  }
-
-  knownPause(namespace: string, key: string): number {
-    return this.#local.knownPause(namespace, key);
   }
 
   restore(namespace: string, key: string, slots: readonly RestoredSlot[], retainMs: number): Promise<void> {

@@ -223,8 +223,7 @@ export interface Store {
    * Starts no call of the key before `ms` from now (store clock), for every process: the vendor said
    * its limit was hit. A longer pause already in place is kept. With `maxHoldMs` (the throttle's),
    * slots booked ahead to start before the pause ends (released later than now + `maxHoldMs`) leave
-   * the log: their calls learn of the pause when their start comes (`knownPause`, else
-   * `pausedUntil`) and book again, and the room goes to whoever asks first. Resolves to the pause's
+   * the log: their calls learn of the pause when their start comes (`pausedUntil`) and book again, and the room goes to whoever asks first. Resolves to the pause's
    * end (store clock).
    */
   pause(namespace: string, key: string, ms: number, maxHoldMs?: number): Promise<number>;
@@ -243,25 +242,15 @@ export interface Store {
   lineUp?(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind?: boolean): Promise<number>;
   /**
    * Optional: the end of the key's vendor pause (store clock, ms; 0 or past when none). A call booked
-   * to start later reads it when its start comes: a pause that ends after its start was set after the
-   * booking (a decision never books into a pause), so the call gives its slot back and books again
+   * to start later asks for it when its start comes: a pause that ends after its start was set after
+   * the booking (a decision never books into a pause), so the call gives its slot back and books again
    * (as it does when this fails, up to the third failure in a row, which fails the call with
    * `StoreUnavailableError`). A store without it must not take slots out of the log in `pause`.
+   * `since` (`performance.now()` when the call's booking was asked for): a store that hears of every
+   * pause set since then may answer from what it heard, without asking, and a store that holds its
+   * pauses itself answers at once (a number); one that must ask answers with a promise.
    */
-  pausedUntil?(namespace: string, key: string): Promise<number>;
-  /**
-   * Optional: what `pausedUntil` would tell, known in this process without asking: the latest end
-   * (store clock, ms; 0 when none) of the key's vendor pauses set since `since` (`performance.now()`
-   * when the call's booking was asked for), or of the pause in force. Undefined when the store
-   * cannot tell that way (it does not hear of every pause set since then): the call reads
-   * `pausedUntil`. Asked synchronously when a slot booked ahead comes due.
-   */
-  knownPause?(namespace: string, key: string, since: number): number | undefined;
-  /**
-   * Optional: `knownPause` hears of pauses over a connection (announcements that may wait unread in
-   * a socket): the throttle lets the event loop read its sockets once before it asks.
-   */
-  readonly pausesHeardOverNetwork?: boolean;
+  pausedUntil?(namespace: string, key: string, since: number): number | Promise<number>;
   /**
    * Optional: whether this process may start its slots `members`, booked to start at `startAt`
    * (store clock), right now. False when the store may have given them back (another process took

@@ -434,25 +434,20 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * The end (store clock) of a vendor pause set after the call's slot was booked (by any process
    * sharing the store) that covers the slot's start, or undefined: a decision never books into a
    * pause, so a pause that ends after the start is newer than the booking, and took the slot out of
-   * the log. Known without asking where the store hears of the pauses set since the booking
-   * (`Store.knownPause`), else read when a slot booked ahead comes due; rejects with the store's error.
+   * the log. Asked of the store when a slot booked ahead comes due (`Store.pausedUntil`, which may
+   * know it without asking); rejects with the store's error.
    */
   async #pausedSinceBooked(grant: Grant, keys: readonly string[]): Promise<number | undefined> {
     const { store } = grant;
-    // A pause announced before now may wait unread in the socket while the timer that brought the
-    // slot due runs first: one turn of the event loop (its poll phase runs before setImmediate's)
-    // reads it, so that an announcement is heard as surely as a read now would find the pause.
-    if (store.pausesHeardOverNetwork === true) await new Promise<void>((resolve) => setImmediate(resolve));
+    if (store.pausedUntil === undefined) return undefined;
     let end = 0;
-    let unknown: string[] | undefined;
+    let asked: Array<Promise<number>> | undefined;
     for (const key of keys) {
-      const known = store.knownPause?.(this.name, key, grant.askedAt);
-      if (known === undefined) (unknown ??= []).push(key);
-      else end = Math.max(end, known);
+      const until = store.pausedUntil(this.name, key, grant.askedAt);
+      if (typeof until === 'number') end = Math.max(end, until);
+      else (asked ??= []).push(until);
     }
-    if (unknown !== undefined && store.pausedUntil !== undefined) {
-      end = Math.max(end, ...(await Promise.all(unknown.map((key) => store.pausedUntil!(this.name, key)))));
-    }
+    if (asked !== undefined) end = Math.max(end, ...(await Promise.all(asked)));
     return end > grant.result.startAt ? end : undefined;
   }
 

@@ -277,12 +277,8 @@ export class MemoryStore implements Store {
     return placed.startAt - nowMs;
   }
 
-  async pausedUntil(namespace: string, key: string): Promise<number> {
-    return this.knownPause(namespace, key);
-  }
-
-  /** The pause in force: this store holds every pause itself, whenever it was set. */
-  knownPause(namespace: string, key: string): number {
+  /** The pause in force, known at once: this store holds every pause itself, whenever it was set. */
+  pausedUntil(namespace: string, key: string): number {
     return this.#logs.get(`${namespace}\n${key}`)?.pausedUntil ?? 0;
   }
 

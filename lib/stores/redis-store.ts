@@ -180,8 +180,6 @@ export class RedisStore implements Store {
 
   /** A call may count in several keys at once (`ReserveRequest.also`): on a Cluster, keys of one slot. */
   readonly multiKey = true;
-  /** Vendor pauses reach `knownPause` as announcements on the store's subscriber (lib/stores/redis-pauses.ts). */
-  readonly pausesHeardOverNetwork = true;
 
   /** One Redis: one clock (`TIME`). On a Cluster each master has its own. */
   get singleClock(): boolean {
@@ -357,14 +355,6 @@ export class RedisStore implements Store {
     return end;
   }
 
-  /**
-   * The latest end of the key's vendor pauses set since `since` (a booking's ask), from their
-   * announcements (lib/stores/redis-pauses.ts), while this process hears every one; else undefined.
-   */
-  knownPause(namespace: string, key: string, since: number): number | undefined {
-    return this.#pauses.known(namespace, key, since);
-  }
-
   async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind = false): Promise<number> {
     await this.#recovery?.recovered(namespace);
     const names = this.#names;
@@ -372,8 +362,18 @@ export class RedisStore implements Store {
     return (await this.#driver.run(scripts.line.name, [names.of(namespace, key).meta, ...names.kept(namespace)], args)) as number;
   }
 
-  /** Read in the next batch, with the decisions and completions of the moment. */
-  async pausedUntil(namespace: string, key: string): Promise<number> {
+  /**
+   * The latest end of the key's vendor pauses set since `since` (a booking's ask), from their
+   * announcements (lib/stores/redis-pauses.ts), while this process hears every one; else read in
+   * the next batch, with the decisions and completions of the moment. A pause announced before now
+   * may wait unread in the socket while the timer that brought the slot due runs first: the event
+   * loop turns once (its poll phase runs before `setImmediate`'s) before what was heard is trusted,
+   * so that an announcement is heard as surely as a read now would find the pause.
+   */
+  async pausedUntil(namespace: string, key: string, since = -Infinity): Promise<number> {
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    const known = this.#pauses.known(namespace, key, since);
+    if (known !== undefined) return known;
     return new Promise<number>((resolve, reject) => this.#batches.push({ type: 'paused', namespace, key, resolve, reject, tries: 0 }));
   }
 
