@@ -88,6 +88,8 @@ export interface Checked {
   readonly stampAt?: number;
   /** With ALIVE's READ: the namespace's stamps as lua/alive.lua 'read' answers them. */
   readonly stamps?: unknown[];
+  /** The epoch sent was in place (false: a batch of checks alone went on past a changed one, SOFT). */
+  readonly epochInPlace: boolean;
 }
 
 /** What a batch asks of the namespace's liveness stamps (lua/batch.lua's ALIVE): an answer at the end of its reply. */
@@ -103,6 +105,8 @@ interface Reply {
   readonly pauses: readonly number[];
   readonly stampAt?: number;
   readonly stamps?: unknown[];
+  /** DONE (not DONE_UNDER_CHANGED_EPOCH). */
+  readonly epochInPlace: boolean;
 }
 
 /** One `EVALSHA` of lua/batch.lua: its keys, its arguments after EPOCH, TAG, CHANNEL and GRACE, and who gets which reply. */
@@ -300,7 +304,7 @@ export function encodeBatch(groups: ReadonlyArray<readonly Op[]>, checks?: Check
     users,
     fields: packed,
     deliver: (raw) => {
-      const { decisions, checks: found, pauses, stampAt, stamps } = read(raw);
+      const { decisions, checks: found, pauses, stampAt, stamps, epochInPlace } = read(raw);
       const again: DecideOp[] = [];
       // Keys held (a decision not booked for a hold, rule index VT_RULE_RECOVERING): this process
       // puts back its calls there too, if it holds any (a key checked).
@@ -328,7 +332,7 @@ export function encodeBatch(groups: ReadonlyArray<readonly Op[]>, checks?: Check
         else if (found[i] === CHECK.held || held?.has(key) === true) heldKeys.push(key);
       }
       for (let i = 0; i < paused.length; i++) paused[i]!.resolve(pauses[i]!);
-      return { again, lost, held: heldKeys, stampAt, stamps };
+      return { again, lost, held: heldKeys, stampAt, stamps, epochInPlace };
     },
     booked: (raw) => {
       // A batch that found the epoch changed did nothing.
@@ -489,7 +493,7 @@ function readReply(reply: unknown, decisionCount: number, checkCount: number, pa
   const stampAt = alive ? next() : undefined;
   const stamps = alive?.read ? reply.slice(at, (at = reply.length)) : undefined;
   if (at !== reply.length) throw new TypeError(`Unexpected reply from lua/batch.lua: ${reply.length} values where ${at} were expected`);
-  return { decisions, checks, pauses, stampAt, stamps };
+  return { decisions, checks, pauses, stampAt, stamps, epochInPlace: reply[0] === CODES.batch.done };
 }
 
 /** MAX_DELAY as lua/includes/decide.lua reads it: whole ms, or -1 for any. */
@@ -709,10 +713,10 @@ export class BatchQueue {
         if (retry.length > 0) await this.#send(groupByKey(retry));
         return;
       }
-      const { again, lost, held, stampAt, stamps: read } = deliver(reply);
+      const { again, lost, held, stampAt, stamps: read, epochInPlace } = deliver(reply);
       // The epoch this process knows was in place when the batch ran (a batch of checks alone goes
       // on past a changed one, and says so): the heartbeat need not read it this beat.
-      if (checked !== '' && (reply as unknown[])[0] === CODES.batch.done) recovery?.epochChecked(namespace, checked, sentAt);
+      if (checked !== '' && epochInPlace) recovery?.epochChecked(namespace, checked, sentAt);
       if (ride?.ticket) stamps?.answered(ride.ticket, stampAt);
       if (read) reaper.read(namespace, read);
       if (!recovery) return;

@@ -11,7 +11,7 @@
 
 import type { KeyNames } from '../keys.js';
 import type { StoreNotice } from '../store.js';
-import { scripts } from './redis-scripts.js';
+import { replies, scripts } from './redis-scripts.js';
 
 /**
  * How long after the previous stamp a process that holds slots booked ahead stamps the namespace at
@@ -212,11 +212,9 @@ export class Stamps {
         [aliveKey(namespace)],
         ['stamp', tag, state.sent, state.hold, KEEP_MS, state.count % SWEEP_EVERY === 0 ? 1 : 0, read ? 1 : 0],
       );
-      if (read) {
-        const [at, ...stamps] = reply as unknown[];
-        this.#confirm(state, before, Number(at));
-        this.#deps.read?.(namespace, stamps);
-      } else this.#confirm(state, before, reply as number);
+      const { at, stamps } = replies.aliveStamp(reply, read);
+      this.#confirm(state, before, at);
+      if (read) this.#deps.read?.(namespace, stamps);
     } catch (error) {
       // Not confirmed: it may or may not be written; the next confirmed stamp judges the gap.
       this.#failed(error);
@@ -373,7 +371,7 @@ export class Reaper {
   async #watch(namespace: string, watch: Watch): Promise<void> {
     watch.readAt = performance.now();
     try {
-      const reply = (await this.#deps.run(scripts.alive.name, [this.#deps.aliveKey(namespace)], ['read', KEEP_MS])) as unknown[];
+      const reply = replies.aliveRead(await this.#deps.run(scripts.alive.name, [this.#deps.aliveKey(namespace)], ['read', KEEP_MS]));
       await this.#reap(namespace, watch, reply);
     } catch (error) {
       // The next watch tries again.
@@ -419,11 +417,9 @@ export class Reaper {
           const todo = stale.filter(({ id }) => !contested.done.has(id));
           if (todo.length === 0) return;
           const { log, meta } = names(namespace, key);
-          const removed = (await run(scripts.reap.name, cluster ? [log, meta] : [log, meta, alive], [
-            channel(namespace),
-            STALE_MS,
-            ...todo.flatMap(({ args }) => args),
-          ])) as number;
+          const removed = replies.reap(
+            await run(scripts.reap.name, cluster ? [log, meta] : [log, meta, alive], [channel(namespace), STALE_MS, ...todo.flatMap(({ args }) => args)]),
+          );
           for (const { id } of todo) contested.done.add(id);
           if (removed > 0) freed(namespace, key);
         }),

@@ -5,7 +5,7 @@ import type { StoreNotice } from '../store.js';
 import { MAX_TIMER_MS } from '../time.js';
 import type { EvictionWatch } from './redis-evictions.js';
 import { blankWitness, type Checks, type Journal } from './redis-journal.js';
-import { scripts } from './redis-scripts.js';
+import { replies, scripts } from './redis-scripts.js';
 
 /*
  * Recovery after Redis lost data (docs/design.md §9): the epoch, holds and put-backs that give this
@@ -212,14 +212,10 @@ export class Recovery {
     const until = Date.now() + CLAIM_WAIT_MS;
     for (;;) {
       const id = randomBytes(6).toString('base64url');
-      const [value, provisional] = (await this.#run(scripts.epoch.name, this.#epochKeys(namespace), [
-        id,
-        graceMs,
-        'first',
-        this.#epochNames,
-        this.#claimToken(),
-      ])) as [string, number];
-      if (provisional !== 1 || readyOf(value) <= this.storeNow() || Date.now() >= until) return value;
+      const { value, provisional } = replies.epochFirst(
+        await this.#run(scripts.epoch.name, this.#epochKeys(namespace), [id, graceMs, 'first', this.#epochNames, this.#claimToken()]),
+      );
+      if (!provisional || readyOf(value) <= this.storeNow() || Date.now() >= until) return value;
       await new Promise((resolve) => setTimeout(resolve, CLAIM_POLL_MS));
     }
   }
@@ -232,7 +228,7 @@ export class Recovery {
   /** Runs lua/epoch.lua ('lost'): the epoch in force, created ready `graceMs` from now if missing. */
   #newEpoch(namespace: string, graceMs: number): Promise<string> {
     const id = randomBytes(6).toString('base64url');
-    return this.#run(scripts.epoch.name, this.#epochKeys(namespace), [id, graceMs, 'lost', this.#epochNames]) as Promise<string>;
+    return this.#run(scripts.epoch.name, this.#epochKeys(namespace), [id, graceMs, 'lost', this.#epochNames]).then(replies.epochLost);
   }
 
   /**
@@ -385,7 +381,7 @@ export class Recovery {
     let writing: Promise<void> = Promise.resolve();
     const extend = async (): Promise<boolean> => {
       try {
-        const now = (await this.#run(scripts.epoch.name, keys, [idOf(value), this.#graceMs, 'extend', this.#epochNames])) as string | null;
+        const now = replies.epochExtend(await this.#run(scripts.epoch.name, keys, [idOf(value), this.#graceMs, 'extend', this.#epochNames]));
         if (now !== null && idOf(now) === idOf(value)) value = now;
         else stopped = true;
         return true;

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { StoreUnavailableError } from '../errors.js';
 import { PAUSED, RECOVERING } from '../slot-plan.js';
 
 /**
@@ -67,3 +68,61 @@ export const scripts = {
   alive: { name: `vtAlive${SCRIPT_VERSION}`, lua: load('alive') },
   reap: { name: `vtReap${SCRIPT_VERSION}`, lua: load('reap') },
 } as const satisfies Record<string, ScriptDefinition>;
+
+/**
+ * Each script's reply, read as its header says it answers: a reply of another shape (a script of
+ * another version under the same name, a proxy that rewrote it) fails as `StoreUnavailableError`
+ * naming the script, instead of being taken for what it is not. lua/batch.lua's reply has its own
+ * reader (lib/stores/redis-batch.ts).
+ */
+export const replies = {
+  /** inspect.lua: NOW, NEXT_FREE_IN, PAUSED_FOR, BOOKED_AHEAD, STORED, then per rule USED, RESET_IN. */
+  inspect: (reply: unknown): number[] => numbers('inspect', reply),
+  /** pause.lua: the end of the pause in force (store clock ms). */
+  pause: (reply: unknown): number => number('pause', reply),
+  /** line.lua: ms from now until the place, or -1. */
+  line: (reply: unknown): number => number('line', reply),
+  /** keep.lua: the kept keys left, or -1. */
+  keep: (reply: unknown): number => number('keep', reply),
+  /** reap.lua: the slots removed. */
+  reap: (reply: unknown): number => number('reap', reply),
+  /** epoch.lua 'first': the epoch in force, and whether it is provisional. */
+  epochFirst(reply: unknown): { readonly value: string; readonly provisional: boolean } {
+    const [value, provisional] = list('epoch', reply, 2);
+    if (typeof value !== 'string' || (provisional !== 0 && provisional !== 1)) return unexpected('epoch', reply);
+    return { value, provisional: provisional === 1 };
+  },
+  /** epoch.lua 'lost': the epoch in force. */
+  epochLost: (reply: unknown): string => (typeof reply === 'string' ? reply : unexpected('epoch', reply)),
+  /** epoch.lua 'extend': the epoch in force, or null when there is none. */
+  epochExtend: (reply: unknown): string | null => (reply === null || typeof reply === 'string' ? reply : unexpected('epoch', reply)),
+  /** alive.lua 'stamp': the time written (-1: not written), and with READ what 'read' answers. */
+  aliveStamp(reply: unknown, read: boolean): { readonly at: number; readonly stamps: unknown[] } {
+    if (!read) return { at: number('alive', reply), stamps: [] };
+    const [at, ...stamps] = list('alive', reply, 1);
+    return { at: number('alive', at), stamps };
+  },
+  /** alive.lua 'read': NOW, then TAG, VALUE pairs (lib/stores/redis-liveness.ts reads them). */
+  aliveRead: (reply: unknown): unknown[] => list('alive', reply, 1),
+};
+
+function unexpected(script: string, reply: unknown): never {
+  const text = JSON.stringify(reply) ?? String(reply);
+  throw new StoreUnavailableError(
+    `Unexpected reply from lua/${script}.lua: ${text.length > 100 ? `${text.slice(0, 97)}...` : text} (a script of another version under the same name, or a proxy that rewrote the reply?)`,
+  );
+}
+
+function number(script: string, reply: unknown): number {
+  return typeof reply === 'number' ? reply : unexpected(script, reply);
+}
+
+function numbers(script: string, reply: unknown): number[] {
+  const values = list(script, reply, 0);
+  return values.map((value) => number(script, value));
+}
+
+/** An array of at least `least` values. */
+function list(script: string, reply: unknown, least: number): unknown[] {
+  return Array.isArray(reply) && reply.length >= least ? reply : unexpected(script, reply);
+}

@@ -12,7 +12,7 @@ import { Reaper, STALE_MS, Stamps } from './redis-liveness.js';
 import { Heartbeat, Recovery } from './redis-recovery.js';
 import { redisStoreSettings, type RedisClientLike, type RedisStoreOptions } from './redis-options.js';
 import { ClientDriver, clientKind } from './redis-client.js';
-import { CODES, scripts } from './redis-scripts.js';
+import { CODES, replies, scripts } from './redis-scripts.js';
 import { PauseFeeds } from './redis-pauses.js';
 import { Wakes } from './redis-wakes.js';
 
@@ -130,7 +130,7 @@ export class RedisStore implements Store {
           info: (section) => driver.info(section),
           keep: async (namespace, mode, max) => {
             const [kept] = names.kept(namespace);
-            return (await run(scripts.keep.name, [kept!, `${kept!}:seen`], [mode, max, quietMs])) as number;
+            return replies.keep(await run(scripts.keep.name, [kept!, `${kept!}:seen`], [mode, max, quietMs]));
           },
           namespaces: () => journaled.journal.namespaces(),
           notify,
@@ -326,7 +326,7 @@ export class RedisStore implements Store {
     const { log, meta } = this.#names.of(namespace, key);
     const args = ruleArgs(rules);
     if (maxHoldMs !== undefined) args.push(maxHoldMs);
-    const reply = (await this.#driver.run(scripts.inspect.name, [log, meta], args)) as number[];
+    const reply = replies.inspect(await this.#driver.run(scripts.inspect.name, [log, meta], args));
     const bookedAhead = reply[3]!;
     return {
       now: reply[0]!,
@@ -350,7 +350,7 @@ export class RedisStore implements Store {
     const names = this.#names;
     const { log, meta } = names.of(namespace, key);
     const args = [Math.ceil(ms), maxHoldMs, names.pauses(namespace)];
-    const end = (await this.#driver.run(scripts.pause.name, [meta, log, ...names.kept(namespace)], args)) as number;
+    const end = replies.pause(await this.#driver.run(scripts.pause.name, [meta, log, ...names.kept(namespace)], args));
     this.#pauses.heard(namespace, key, end);
     return end;
   }
@@ -359,7 +359,7 @@ export class RedisStore implements Store {
     await this.#recovery?.recovered(namespace);
     const names = this.#names;
     const args = [Math.ceil(fromMs), cost, behind ? 1 : 0, ...paces.flatMap((pace) => [pace.limit, Math.ceil(pace.windowMs)])];
-    return (await this.#driver.run(scripts.line.name, [names.of(namespace, key).meta, ...names.kept(namespace)], args)) as number;
+    return replies.line(await this.#driver.run(scripts.line.name, [names.of(namespace, key).meta, ...names.kept(namespace)], args));
   }
 
   /**

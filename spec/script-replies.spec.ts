@@ -1,0 +1,32 @@
+/**
+ * The scripts' replies read as their headers say they answer (lib/stores/redis-scripts.ts,
+ * `replies`): a reply of another shape fails as StoreUnavailableError naming the script.
+ */
+import { expect } from 'chai';
+import { StoreUnavailableError } from '../lib/errors.js';
+import { replies } from '../lib/stores/redis-scripts.js';
+
+describe('script replies', () => {
+  it('reads each reply of the expected shape', () => {
+    expect(replies.inspect([1, 2, 3, 0, 1, 4, 5])).to.deep.equal([1, 2, 3, 0, 1, 4, 5]);
+    expect(replies.pause(1_700)).to.equal(1_700);
+    expect(replies.epochFirst(['a@b:12', 1])).to.deep.equal({ value: 'a@b:12', provisional: true });
+    expect(replies.epochExtend(null)).to.equal(null);
+    expect(replies.aliveStamp(15, false)).to.deep.equal({ at: 15, stamps: [] });
+    expect(replies.aliveStamp([15, 20, '.t', '1:2:3'], true)).to.deep.equal({ at: 15, stamps: [20, '.t', '1:2:3'] });
+  });
+
+  it('fails a reply of another shape with StoreUnavailableError naming the script', () => {
+    const cases: Array<[() => unknown, RegExp]> = [
+      [() => replies.pause('OK'), /lua\/pause\.lua: "OK"/],
+      [() => replies.inspect([1, '2']), /lua\/inspect\.lua/],
+      [() => replies.inspect(7), /lua\/inspect\.lua: 7/],
+      [() => replies.epochFirst(['a@b:12']), /lua\/epoch\.lua/],
+      [() => replies.epochFirst(['a@b:12', 2]), /lua\/epoch\.lua/],
+      [() => replies.epochLost(null), /lua\/epoch\.lua: null/],
+      [() => replies.aliveStamp([], true), /lua\/alive\.lua/],
+      [() => replies.reap(undefined), /lua\/reap\.lua: undefined/],
+    ];
+    for (const [read, message] of cases) expect(read).to.throw(StoreUnavailableError, message);
+  });
+});
