@@ -370,7 +370,7 @@ describe("faults: a Redis ACL user that may only touch the throttle's prefix and
     expect(refusedAfter - refusedBefore, 'commands Redis refused (ACL, background writes included)').to.equal(0);
   });
 
-  it('without INFO: calls run, and the store says once that it cannot watch evictions (storeWarning cannotWatch)', async () => {
+  it('without INFO: calls run, and the store says once that it cannot watch evictions nor tell which Redis wrote a liveness stamp (storeWarning cannotWatch)', async () => {
     await setUser([...clientCommands, ...scriptCommands().filter((command) => command !== 'info')]);
     const store = redisStore(userClient(), { prefix, recovery: { heartbeatMs: 50, graceMs: 150 } });
     const throttle = new Throttle({ name: 'acl-no-info', rules: ['3/150ms'], store });
@@ -382,7 +382,7 @@ describe("faults: a Redis ACL user that may only touch the throttle's prefix and
     await new Promise((resolve) => setTimeout(resolve, 150));
     await throttle.close();
     expect(warnings.map((warning) => warning.kind)).to.deep.equal(['cannotWatch']);
-    expect(warnings[0]!.message).to.match(/^Cannot read INFO stats \(NOPERM.*allow INFO/);
+    expect(warnings[0]!.message).to.match(/^Cannot read INFO stats \(NOPERM.*liveness stamp.*allow INFO/);
   });
 
   it('cannot touch a key outside the prefix, directly or from a script, so a library that did would be noticed', async () => {

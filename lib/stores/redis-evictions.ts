@@ -219,7 +219,7 @@ export class EvictionWatch {
     const why = error instanceof Error ? error.message : String(error);
     this.#deps.notify({
       kind: 'cannotWatch',
-      message: `Cannot read INFO stats (${why}): evictions are found only when a key is found lost (it is then held and put back); allow INFO to this user to have them reported and acted on`,
+      message: `Cannot read INFO stats (${why}): evictions are found only when a key is found lost (it is then held and put back), and without INFO the scripts cannot tell which Redis wrote a liveness stamp, so a Redis rolled back to an older snapshot may have a live process's slots booked ahead given back while it starts them (docs/operations.md); allow INFO to this user to have evictions reported and acted on, and stamps told apart`,
     });
   }
 }
