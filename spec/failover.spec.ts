@@ -107,6 +107,36 @@ describe('a standalone Redis replaced by a replica that missed writes (a failove
     }
   });
 
+  it('is found by the heartbeat of a process that decides nothing, alone with its calls on the promoted replica', async () => {
+    const primary = await startRedis();
+    const replica = await startRedis();
+    const client = new Redis(primary.url);
+    const [admin, adminReplica] = [new Redis(primary.url), new Redis(replica.url)];
+    try {
+      await admin.config('SET', 'repl-diskless-sync-delay', '0');
+      await adminReplica.replicaof('127.0.0.1', String(primary.port));
+      await admin.set('synced', '1');
+      expect(await admin.wait(1, 5_000), 'the replica follows').to.equal(1);
+      const prefix = uniquePrefix();
+      const a = redisStore(client, { prefix, recovery: RECOVERY });
+      await book(a, 'u', 3);
+      await admin.set('synced', '2');
+      expect(await admin.wait(1, 5_000), 'the replica has every write so far').to.equal(1);
+      await adminReplica.replicaof('NO', 'ONE');
+      await book(a, 'u', 2);
+      // The promoted replica holds the namespace's epoch as it was (the same value, written by the
+      // former master) and u's first 3 calls. No other process decides there: the epoch stays.
+      follow(client, replica);
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      expect(a.recoveries, 'the namespace put back').to.equal(1);
+      const { log } = keyNames(prefix, NAMESPACE, 'u');
+      expect(await adminReplica.zcard(log)).to.equal(5);
+    } finally {
+      for (const connection of [client, admin, adminReplica]) connection.disconnect();
+      await Promise.all([primary.stop(), replica.stop()]);
+    }
+  });
+
   it('under an epoch of an earlier version, which names no Redis, each key names the Redis that took its last booking', async () => {
     const prefix = uniquePrefix();
     const admin = redisClient();

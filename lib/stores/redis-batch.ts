@@ -720,6 +720,14 @@ export class BatchQueue {
       if (ride?.ticket) stamps?.answered(ride.ticket, stampAt);
       if (read) reaper.read(namespace, read);
       if (!recovery) return;
+      if (soft === '1' && !epochInPlace) {
+        // The heartbeat's checks found the epoch changed, or written by another Redis (a failover
+        // that kept its value, which a read of the value alone cannot tell): the namespace is put
+        // back as after any loss, whether or not a process decides there.
+        await recovery.recover(namespace);
+        for (const key of lost) wakes.wake(names.wakes(namespace), encodeKey(key));
+        return;
+      }
       if (lost.length > 0 || held.length > 0) {
         for (const key of [...lost, ...held]) recovery.journal.forgetLives(namespace, key);
         // Evicted, most likely: the watch finds out at once, and keeps the keys put back now.
