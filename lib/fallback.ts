@@ -1,19 +1,11 @@
 import { StoreUnavailableError } from './errors.js';
+import { Journal } from './journal.js';
 import type { Rule } from './rules.js';
 import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from './store.js';
 import { MemoryStore } from './stores/memory-store.js';
 
 /** After a store failure, how long calls go straight to the local fallback; also how often its slots are put back. */
 export const STORE_RETRY_MS = 1_000;
-
-/** A slot decided locally while the store was down, to be put into the store once it answers. */
-interface LocalSlot {
-  readonly cost: number;
-  /** The slot's bound (start + maxHoldMs), on the local store's clock. */
-  readonly boundAt: number;
-  /** Completion, on the local store's clock; undefined until the call completes. */
-  releaseAt: number | undefined;
-}
 
 /** Members of the slots booked here: never those of another store (a RedisStore's are `<n>.<tag>`, a MemoryStore's `<n>`). */
 const MEMBER_PREFIX = 'local:';
@@ -32,9 +24,12 @@ export class LocalFallback implements Store {
   readonly #local = new MemoryStore({ now: localClock });
   /** `performance.now()` before which calls skip the failing store and decide locally. */
   #downUntil = 0;
-  readonly #slots = new Map<string, { readonly retainMs: number; readonly slots: LocalSlot[] }>();
-  /** The slot of each member booked here, until it completes or is given back. */
-  readonly #members = new Map<string, { readonly slot: LocalSlot; readonly keys: readonly string[] }>();
+  /**
+   * The slots decided here (numbered as the local store numbers them), each with its bound until its
+   * completion comes, on the local clock: put into the store once it answers, and forgotten once they
+   * count nowhere.
+   */
+  readonly #journal = new Journal((number) => `${MEMBER_PREFIX}${number}`);
   /** Keys that took this process's recent calls in the current outage (see `decide`). */
   readonly #seeded = new Set<string>();
   #putBack: Promise<void> | undefined;
@@ -57,7 +52,7 @@ export class LocalFallback implements Store {
 
   /** Slots decided locally are waiting to be put into the store. */
   get owing(): boolean {
-    return this.#slots.size > 0;
+    return this.#journal.size > 0;
   }
 
   /** The store answered again. */
@@ -101,17 +96,11 @@ export class LocalFallback implements Store {
     const [first, ...also] = parts as [(typeof parts)[number], ...typeof parts];
     const result = await local.reserve({ ...request, rules: first.rules, also });
     if (result.status !== 'booked') return result;
-    const localSlot: LocalSlot = { cost: request.cost, boundAt: result.startAt + request.maxHoldMs, releaseAt: undefined };
-    const keys = parts.map((part) => part.key);
-    for (const { key, retainMs } of parts) {
-      let entry = this.#slots.get(key);
-      if (!entry) this.#slots.set(key, (entry = { retainMs, slots: [] }));
-      entry.slots.push(localSlot);
-    }
-    const members = result.members.map((member) => `${MEMBER_PREFIX}${member}`);
-    for (const member of members) this.#members.set(member, { slot: localSlot, keys });
+    // The local store numbers a call's slots one after the other.
+    const number = Number(result.members[0]);
+    for (const { key, retainMs } of parts) this.#journal.book(request.namespace, key, number, request.cost, result.startAt + request.maxHoldMs, retainMs);
     this.#schedule();
-    return { ...result, members };
+    return { ...result, members: result.members.map((member) => `${MEMBER_PREFIX}${member}`) };
   }
 
   /**
@@ -121,16 +110,14 @@ export class LocalFallback implements Store {
    */
   async settle(namespace: string, key: string, settle: readonly Settlement[]): Promise<void> {
     const local: Settlement[] = [];
+    const pairs: number[] = [];
     for (const { member, releaseAt } of settle) {
       if (!member.startsWith(MEMBER_PREFIX)) continue;
-      local.push({ member: member.slice(MEMBER_PREFIX.length), releaseAt });
-      const booked = this.#members.get(member);
-      if (booked === undefined) continue;
-      if (releaseAt !== null) booked.slot.releaseAt = releaseAt;
-      else for (const slotKey of booked.keys) this.#forget(slotKey, booked.slot);
-      // Settled in every key of the call once it has been settled in its last.
-      if (key === booked.keys[booked.keys.length - 1]) this.#members.delete(member);
+      const own = member.slice(MEMBER_PREFIX.length);
+      local.push({ member: own, releaseAt });
+      pairs.push(Number(own), releaseAt === null ? -1 : releaseAt);
     }
+    this.#journal.settle(namespace, key, pairs);
     await this.#local.settle(namespace, key, local);
   }
 
@@ -151,13 +138,6 @@ export class LocalFallback implements Store {
     return this.#local.restore(namespace, key, slots, retainMs);
   }
 
-  /** A local slot whose call never started: nothing to put back. */
-  #forget(key: string, slot: LocalSlot): void {
-    const slots = this.#slots.get(key)?.slots;
-    const index = slots?.indexOf(slot) ?? -1;
-    if (index >= 0) slots!.splice(index, 1);
-  }
-
   /**
    * Puts the slots decided locally into the store: one that completed counts until its completion;
    * one without a completion until its bound. A slot decided while a put-back runs stays for the
@@ -165,17 +145,13 @@ export class LocalFallback implements Store {
    */
   putBack(): Promise<void> {
     this.#putBack ??= (async () => {
-      for (const [key, entry] of this.#slots) {
-        const now = localClock();
-        const handled = new Set(entry.slots);
-        const live = entry.slots.filter((slot) => (slot.releaseAt ?? slot.boundAt) + entry.retainMs > now);
-        if (live.length > 0) {
-          const restored = live.map((slot) => ({ releaseInMs: Math.ceil((slot.releaseAt ?? slot.boundAt) - now), cost: slot.cost }));
-          await this.#store.restore(this.#namespace, key, restored, entry.retainMs);
+      const now = localClock();
+      for (const { key, retainMs, entries } of this.#journal.entriesOf(this.#namespace, now)) {
+        if (entries.length > 0) {
+          const restored = entries.map(({ score }) => ({ releaseInMs: Math.ceil(score - now), cost: 1 }));
+          await this.#store.restore(this.#namespace, key, restored, retainMs);
         }
-        const kept = entry.slots.filter((slot) => !handled.has(slot));
-        entry.slots.splice(0, entry.slots.length, ...kept);
-        if (kept.length === 0 && this.#slots.get(key) === entry) this.#slots.delete(key);
+        this.#journal.remove(this.#namespace, key, new Set(entries.map(({ number }) => number)));
       }
     })().finally(() => {
       this.#putBack = undefined;
@@ -188,7 +164,7 @@ export class LocalFallback implements Store {
     this.#closed = true;
     clearTimeout(this.#timer);
     // No later try: the slots left count only locally, which closes now. Said, not thrown: close() goes on.
-    if (this.#slots.size > 0) await this.putBack().catch(this.#lost);
+    if (this.owing) await this.putBack().catch(this.#lost);
     await this.#local.close();
   }
 
@@ -197,25 +173,14 @@ export class LocalFallback implements Store {
     if (this.#timer !== undefined || this.#closed) return;
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
-      this.#prune();
-      if (this.#slots.size === 0) return;
+      // Slots that no longer count anywhere go, so that a long outage does not grow memory.
+      if (this.#journal.prune(localClock()) === 0) return;
       this.putBack().then(
         () => this.recovered(),
         () => this.#schedule(),
       );
     }, STORE_RETRY_MS);
     this.#timer.unref();
-  }
-
-  /** Forgets local slots that no longer count anywhere, so a long outage does not grow memory. */
-  #prune(): void {
-    const now = localClock();
-    for (const [key, { retainMs, slots }] of this.#slots) {
-      for (let i = slots.length - 1; i >= 0; i--) {
-        if ((slots[i]!.releaseAt ?? slots[i]!.boundAt) + retainMs <= now) slots.splice(i, 1);
-      }
-      if (slots.length === 0) this.#slots.delete(key);
-    }
   }
 }
 

@@ -1,9 +1,9 @@
 /**
- * The recovery journal (Journal in lib/stores/redis-journal.ts): what a process would put back into a store that
+ * The recovery journal (Journal in lib/journal.ts): what a process would put back into a store that
  * lost its data. Every call that may still count is listed, none that no longer counts.
  */
 import { expect } from 'chai';
-import { Journal } from '../lib/stores/redis-journal.js';
+import { Journal } from '../lib/journal.js';
 
 const RETAIN = 1_000;
 const MAX_HOLD = 500;
@@ -31,8 +31,8 @@ describe('recovery journal', () => {
     expect(key!.key).to.equal('k');
     expect(key!.retainMs).to.equal(RETAIN);
     expect(key!.entries).to.have.deep.members([
-      { member: '3.tag', score: 100 + MAX_HOLD },
-      { member: '1.tag', score: 140 },
+      { number: 3, member: '3.tag', score: 100 + MAX_HOLD },
+      { number: 1, member: '1.tag', score: 140 },
     ]);
     expect(journal.prune(150)).to.equal(2);
     // Settles of another key, or of slots it never booked, change nothing.
@@ -46,7 +46,7 @@ describe('recovery journal', () => {
     const journal = new Journal(member);
     journal.book('ns', 'k', 7, 1, 100 + MAX_HOLD, RETAIN);
     journal.settle('ns', 'k', pairsOf([{ member: '7.tag', releaseAt: 100 + MAX_HOLD + 250 }]));
-    expect(journal.keyEntries('ns', 'k', 700)).to.deep.equal([{ member: '7.tag', score: 100 + MAX_HOLD }]);
+    expect(journal.keyEntries('ns', 'k', 700)).to.deep.equal([{ number: 7, member: '7.tag', score: 100 + MAX_HOLD }]);
     expect(journal.prune(100 + MAX_HOLD + RETAIN - 1)).to.equal(1);
     expect(journal.prune(100 + MAX_HOLD + RETAIN)).to.equal(0);
   });
@@ -57,7 +57,7 @@ describe('recovery journal', () => {
     journal.settle('ns', 'k', pairsOf([{ member: '1.tag', releaseAt: 100 }]));
     expect(journal.prune(100 + RETAIN - 1)).to.equal(2);
     expect(journal.prune(100 + RETAIN)).to.equal(1);
-    expect(journal.keyEntries('ns', 'k', 100 + RETAIN)).to.deep.equal([{ member: '2.tag', score: 100 + MAX_HOLD }]);
+    expect(journal.keyEntries('ns', 'k', 100 + RETAIN)).to.deep.equal([{ number: 2, member: '2.tag', score: 100 + MAX_HOLD }]);
     expect(journal.prune(100 + MAX_HOLD + RETAIN - 1)).to.equal(1);
     expect(journal.prune(100 + MAX_HOLD + RETAIN)).to.equal(0);
     expect(journal.namespaces()).to.deep.equal([]);
@@ -81,8 +81,8 @@ describe('recovery journal', () => {
     journal.settle('ns', 'k', pairsOf([{ member: '2.tag', releaseAt: 300 }]));
     journal.settle('ns', 'k', pairsOf([{ member: '1.tag', releaseAt: 100 }]));
     const at = 100 + RETAIN;
-    expect(journal.keyEntries('ns', 'k', at)).to.deep.equal([{ member: '2.tag', score: 300 }]);
-    expect(journal.entriesOf('ns', at)[0]!.entries).to.deep.equal([{ member: '2.tag', score: 300 }]);
+    expect(journal.keyEntries('ns', 'k', at)).to.deep.equal([{ number: 2, member: '2.tag', score: 300 }]);
+    expect(journal.entriesOf('ns', at)[0]!.entries).to.deep.equal([{ number: 2, member: '2.tag', score: 300 }]);
     expect(journal.prune(300 + RETAIN)).to.equal(0);
   });
 
@@ -95,12 +95,34 @@ describe('recovery journal', () => {
     expect(journal.prune(2_999 + RETAIN)).to.equal(2_000);
     const entries = journal.keyEntries('ns', 'k', 2_999 + RETAIN);
     expect(entries).to.have.length(2_000);
-    expect(entries[0]).to.deep.equal({ member: '3001.tag', score: 3_000 });
-    expect(entries.at(-1)).to.deep.equal({ member: '5000.tag', score: 4_999 });
+    expect(entries[0]).to.deep.equal({ number: 3001, member: '3001.tag', score: 3_000 });
+    expect(entries.at(-1)).to.deep.equal({ number: 5000, member: '5000.tag', score: 4_999 });
     // Calls put back for the local fallback count like the others.
     journal.restored('ns', 'k', [{ number: 6_000, score: 5_000 }], RETAIN);
-    expect(journal.keyEntries('ns', 'k', 5_000 + RETAIN - 1)).to.deep.equal([{ member: '6000.tag', score: 5_000 }]);
+    expect(journal.keyEntries('ns', 'k', 5_000 + RETAIN - 1)).to.deep.equal([{ number: 6000, member: '6000.tag', score: 5_000 }]);
     expect(journal.prune(5_000 + RETAIN)).to.equal(0);
+    expect(journal.namespaces()).to.deep.equal([]);
+  });
+
+  it('remove() takes the slots another store now holds out, calls in flight and completed alike, and keeps the rest', () => {
+    const journal = new Journal(member);
+    journal.book('ns', 'k', 1, 4, 100 + MAX_HOLD, RETAIN);
+    journal.settle(
+      'ns',
+      'k',
+      pairsOf([
+        { member: '1.tag', releaseAt: 120 },
+        { member: '2.tag', releaseAt: 130 },
+      ]),
+    );
+    journal.remove('ns', 'k', new Set([1, 3]));
+    expect(journal.size).to.equal(2);
+    expect(journal.keyEntries('ns', 'k', 150)).to.have.deep.members([
+      { number: 2, member: '2.tag', score: 130 },
+      { number: 4, member: '4.tag', score: 100 + MAX_HOLD },
+    ]);
+    journal.remove('ns', 'k', new Set([2, 4]));
+    expect(journal.size).to.equal(0);
     expect(journal.namespaces()).to.deep.equal([]);
   });
 });

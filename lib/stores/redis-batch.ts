@@ -5,7 +5,7 @@ import type { KeyPart } from '../store.js';
 import type { StoreClock } from '../time.js';
 import type { ClientDriver } from './redis-client.js';
 import type { EvictionWatch } from './redis-evictions.js';
-import type { Checks } from './redis-journal.js';
+import type { Checks } from '../journal.js';
 import { rideOf, type Reaper, type Stamps } from './redis-liveness.js';
 import { MAX_RECOVERIES, type Recovery } from './redis-recovery.js';
 import { CODES, scripts } from './redis-scripts.js';

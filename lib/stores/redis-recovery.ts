@@ -4,12 +4,12 @@ import type { KeyNames } from '../keys.js';
 import type { StoreNotice } from '../store.js';
 import { MAX_TIMER_MS } from '../time.js';
 import type { EvictionWatch } from './redis-evictions.js';
-import { blankWitness, type Checks, type Journal } from './redis-journal.js';
+import { blankWitness, type Checks, type Journal } from '../journal.js';
 import { replies, scripts } from './redis-scripts.js';
 
 /*
  * Recovery after Redis lost data (docs/design.md §9): the epoch, holds and put-backs that give this
- * process's journal (lib/stores/redis-journal.ts) back to a store that lost it.
+ * process's journal (lib/journal.ts) back to a store that lost it.
  */
 
 /** Times a decision meets a changed epoch (and puts back its journal) before it gives up. */

@@ -7,7 +7,7 @@ import { StoreClock } from '../time.js';
 import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
 import { BatchQueue, ruleArgs, type Decision } from './redis-batch.js';
 import { EvictionWatch } from './redis-evictions.js';
-import { Journal } from './redis-journal.js';
+import { Journal } from '../journal.js';
 import { Reaper, STALE_MS, Stamps } from './redis-liveness.js';
 import { Heartbeat, Recovery } from './redis-recovery.js';
 import { redisStoreSettings, type RedisClientLike, type RedisStoreOptions } from './redis-options.js';

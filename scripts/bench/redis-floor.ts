@@ -21,7 +21,7 @@
  */
 import { Redis } from 'ioredis';
 import { batchKeys, encodeBatch, groupByKey, type CompleteOp, type DecideOp, type Op } from '../../lib/stores/redis-batch.js';
-import { Journal } from '../../lib/stores/redis-journal.js';
+import { Journal } from '../../lib/journal.js';
 import { scripts } from '../../lib/stores/redis-scripts.js';
 import type { Rule } from '../../lib/rules.js';
 import { keyNameParts } from '../../lib/keys.js';

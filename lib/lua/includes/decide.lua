@@ -253,13 +253,13 @@ local function vt_key_book(key, score, cost, first, tag, now)
 end
 
 -- The slack a key's lifetime is given beyond what its latest booking needs, so that the next
--- bookings of the same process need not set it again (lib/stores/redis-journal.ts computes the same).
+-- bookings of the same process need not set it again (lib/journal.ts computes the same).
 local function vt_expiry_slack(retain)
   return math.min(math.max(retain, VT_EXPIRY_SLACK_MIN_MS), VT_EXPIRY_SLACK_MAX_MS)
 end
 
 -- Gives LOG the life a booking up to BOOKED_UNTIL needs: that plus RETAIN and a slack, never less
--- than DEADLINE, the life this process believes the log has (lib/stores/redis-journal.ts), which it
+-- than DEADLINE, the life this process believes the log has (lib/journal.ts), which it
 -- keeps until it finds its witness gone. A log just made (FRESH) has no life yet; another gets more
 -- only when it must grow (PEXPIRE GT never shortens what an earlier booking ahead set): not when
 -- this process's witness was there (CONFIRMED: no loss since it set DEADLINE, which nothing

@@ -1,4 +1,4 @@
-import { CODES } from './redis-scripts.js';
+import { CODES } from './stores/redis-scripts.js';
 
 /*
  * The journal (docs/design.md §9): what this process booked in a shared store and still counts
@@ -35,6 +35,7 @@ const WITNESS_MARGIN_MS = 5;
 
 /** One of this process's slots, as the store should hold it. */
 export interface JournalEntry {
+  readonly number: number;
   readonly member: string;
   /** Store clock, ms: the slot's release, its completion once known, else its bound (start + maxHoldMs). */
   readonly score: number;
@@ -83,6 +84,11 @@ export class Journal {
 
   constructor(member: (number: number) => string) {
     this.#member = member;
+  }
+
+  /** Slots held, until `prune` drops those that no longer count. */
+  get size(): number {
+    return this.#size;
   }
 
   /** Slots booked: numbers `first` .. `first + count - 1`, each with its bound. */
@@ -267,12 +273,34 @@ export class Journal {
     const { retainMs, pending, members, scores } = journal;
     const entries: JournalEntry[] = [];
     pending.forEach((number, score) => {
-      if (score + retainMs > storeNow) entries.push({ member: this.#member(number), score });
+      if (score + retainMs > storeNow) entries.push({ number, member: this.#member(number), score });
     });
     for (let i = journal.head; i < scores.length; i++) {
-      if (scores[i]! + retainMs > storeNow) entries.push({ member: this.#member(members[i]!), score: scores[i]! });
+      if (scores[i]! + retainMs > storeNow) entries.push({ number: members[i]!, member: this.#member(members[i]!), score: scores[i]! });
     }
     return entries;
+  }
+
+  /** Takes the key's slots `numbers` out (another store holds them from now on: the local fallback's put-back). */
+  remove(namespace: string, key: string, numbers: ReadonlySet<number>): void {
+    const keys = this.#namespaces.get(namespace);
+    const journal = keys?.get(key);
+    if (journal === undefined) return;
+    for (const number of numbers) if (journal.pending.take(number) !== undefined) this.#size -= 1;
+    const { members, scores, head } = journal;
+    let kept = head;
+    for (let i = head; i < scores.length; i++) {
+      if (numbers.has(members[i]!)) {
+        this.#size -= 1;
+        continue;
+      }
+      members[kept] = members[i]!;
+      scores[kept] = scores[i]!;
+      kept += 1;
+    }
+    members.length = scores.length = kept;
+    if (journal.pending.size === 0 && kept === head) keys!.delete(key);
+    if (keys!.size === 0) this.#namespaces.delete(namespace);
   }
 
   /** Drops slots that no longer count anywhere (as the store's own expiry would); returns the slots left. */
