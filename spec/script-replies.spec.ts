@@ -1,9 +1,10 @@
 /**
  * The scripts' replies read as their headers say they answer (lib/stores/redis-scripts.ts,
- * `replies`): a reply of another shape fails as StoreUnavailableError naming the script.
+ * `replies`): a reply of another shape fails as StoreUnavailableError naming the script; so does lua/batch.lua's (lib/stores/redis-batch.ts).
  */
 import { expect } from 'chai';
 import { StoreUnavailableError } from '../lib/errors.js';
+import { encodeBatch } from '../lib/stores/redis-batch.js';
 import { replies } from '../lib/stores/redis-scripts.js';
 
 describe('script replies', () => {
@@ -26,6 +27,7 @@ describe('script replies', () => {
       [() => replies.epochLost(null), /lua\/epoch\.lua: null/],
       [() => replies.aliveStamp([], true), /lua\/alive\.lua/],
       [() => replies.reap(undefined), /lua\/reap\.lua: undefined/],
+      [() => encodeBatch([]).deliver([1, 7, 'x']), /lua\/batch\.lua: \[1,7,"x"\]/],
     ];
     for (const [read, message] of cases) expect(read).to.throw(StoreUnavailableError, message);
   });

@@ -8,7 +8,7 @@ import type { EvictionWatch } from './redis-evictions.js';
 import type { Checks } from '../journal.js';
 import { rideOf, type Reaper, type Stamps } from './redis-liveness.js';
 import { MAX_RECOVERIES, type Recovery } from './redis-recovery.js';
-import { CODES, scripts } from './redis-scripts.js';
+import { CODES, scripts, unexpected } from './redis-scripts.js';
 import type { Wakes } from './redis-wakes.js';
 import { bulkLength, textLength, writeBulkHeader, writeBytes, writeCrlf, writeText, type ScriptKeys } from './resp.js';
 
@@ -466,12 +466,11 @@ function writeName(out: Buffer, at: number, userLength: number, head: Uint8Array
  * and with its READ the stamps }`, checked against what the batch asked for.
  */
 function readReply(reply: unknown, decisionCount: number, checkCount: number, pauseCount: number, alive?: Alive): Reply {
-  if (!Array.isArray(reply) || (reply[0] !== CODES.batch.done && reply[0] !== CODES.batch.doneUnderChangedEpoch))
-    throw new TypeError(`Unexpected reply from lua/batch.lua: ${JSON.stringify(reply)}`);
+  if (!Array.isArray(reply) || (reply[0] !== CODES.batch.done && reply[0] !== CODES.batch.doneUnderChangedEpoch)) return unexpected('batch', reply);
   let at = 1;
   const next = (): number => {
     const value: unknown = reply[at++];
-    if (typeof value !== 'number') throw new TypeError(`Unexpected reply from lua/batch.lua at ${at - 1}: ${JSON.stringify(value)}`);
+    if (typeof value !== 'number') return unexpected('batch', reply);
     return value;
   };
   const now = next();
@@ -492,7 +491,7 @@ function readReply(reply: unknown, decisionCount: number, checkCount: number, pa
   const pauses = Array.from({ length: pauseCount }, next);
   const stampAt = alive ? next() : undefined;
   const stamps = alive?.read ? reply.slice(at, (at = reply.length)) : undefined;
-  if (at !== reply.length) throw new TypeError(`Unexpected reply from lua/batch.lua: ${reply.length} values where ${at} were expected`);
+  if (at !== reply.length) unexpected('batch', reply);
   return { decisions, checks, pauses, stampAt, stamps, epochInPlace: reply[0] === CODES.batch.done };
 }
 

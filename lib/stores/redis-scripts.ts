@@ -106,7 +106,8 @@ export const replies = {
   aliveRead: (reply: unknown): unknown[] => list('alive', reply, 1),
 };
 
-function unexpected(script: string, reply: unknown): never {
+/** A script's reply of another shape than its header says, as the store failure it is. */
+export function unexpected(script: string, reply: unknown): never {
   const text = JSON.stringify(reply) ?? String(reply);
   throw new StoreUnavailableError(
     `Unexpected reply from lua/${script}.lua: ${text.length > 100 ? `${text.slice(0, 97)}...` : text} (a script of another version under the same name, or a proxy that rewrote the reply?)`,
