@@ -119,7 +119,9 @@ export function sleep(ms: number, signals: ReadonlyArray<AbortSignal | undefined
           finish();
           resolve();
         },
-        Math.min(left, MAX_TIMER_MS),
+        // Whole ms: a timer of a fractional delay fires early most of the time (libuv counts whole
+        // ms from the start of the loop's turn), and each early one costs a wakeup more.
+        Math.min(Math.ceil(left), MAX_TIMER_MS),
       );
     let timer = arm(ms);
     for (const signal of active) signal.addEventListener('abort', onAbort, { once: true });

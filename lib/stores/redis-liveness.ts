@@ -22,9 +22,10 @@ import { replies, scripts } from './redis-scripts.js';
 export const STAMP_EVERY_MS = 300;
 /**
  * A stamp or a read of stamps rides a batch once this share of its period has passed since the
- * previous one: a process whose batches go a few times a period sends none of its own.
+ * previous one: a process whose batches go at least twice a period sends none of its own, and its
+ * timer, moved a period past each ride, does not fire.
  */
-const RIDE_AFTER = 0.2;
+const RIDE_AFTER = 0.5;
 /**
  * A stamp older than this (ms, store clock) is stale: its process's slots booked to start later than
  * the stamp + STALE_MS never started. The owner tolerates gaps up to STALE_MS - STAMP_MARGIN_MS
@@ -151,6 +152,9 @@ export class Stamps {
     if (state === undefined || state.timer === undefined || this.#closed) return undefined;
     if (performance.now() - state.sentAt < RIDE_AFTER * STAMP_EVERY_MS || this.#deps.storeNow() > state.aheadUntil + STALE_MS) return undefined;
     const before = this.#sent(state);
+    // The next stamp of its own is due a period after this one: its timer waits until then.
+    clearTimeout(state.timer);
+    this.#schedule(namespace, state, STAMP_EVERY_MS);
     return { args: [state.sent, state.hold, KEEP_MS, state.count % SWEEP_EVERY === 0 ? 1 : 0], ticket: { state, before } };
   }
 
@@ -336,6 +340,9 @@ export class Reaper {
     const now = performance.now();
     if (now - watch.readAt < RIDE_AFTER * WATCH_EVERY_MS) return false;
     watch.readAt = now;
+    // The next read of its own is due a period after this one: its timer waits until then.
+    clearTimeout(watch.timer);
+    this.#schedule(namespace, watch, WATCH_EVERY_MS);
     return true;
   }
 
