@@ -313,6 +313,10 @@ describe('throttleProcessor (BullMQ)', function () {
     expect(bad({ key: () => 'a', maxStartedAttempts: 0 })).to.throw(ThrottleConfigError, /maxStartedAttempts/);
     expect(bad({ key: () => 'a', wait: 5 })).to.throw(ThrottleConfigError, /Unknown throttleProcessor option 'wait'/);
     expect(() => throttleProcessor(throttle, 'fn' as never, { key: () => 'a' })).to.throw(ThrottleConfigError);
+    expect(() => throttleProcessor({ mode: 'wait' } as never, fn, { key: () => 'a' })).to.throw(
+      ThrottleConfigError,
+      /Expected a Throttle made by vendor-throttle, got {"mode":"wait"}/,
+    );
     const throwing = new Throttle({ rules: ['1/s'], mode: 'throw' });
     expect(() => throttleProcessor(throwing, fn, { key: () => 'a' })).to.throw(ThrottleConfigError, /'wait' mode/);
     await Promise.all([throttle.close(), throwing.close()]);

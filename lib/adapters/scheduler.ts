@@ -1,3 +1,5 @@
+import { ThrottleConfigError } from '../errors.js';
+import { describe } from '../rules.js';
 import type { KeyInput, KeysInput } from '../keys.js';
 import type { ScheduleOptions, ThrottleEvents } from '../options.js';
 
@@ -37,6 +39,6 @@ export function registerInternals(throttle: object, internals: ThrottleInternals
 /** The internals of a throttle made by this library. */
 export function internalsOf(throttle: object): ThrottleInternals {
   const internals = registered.get(throttle);
-  if (internals === undefined) throw new TypeError('Expected a Throttle made by vendor-throttle');
+  if (internals === undefined) throw new ThrottleConfigError(`Expected a Throttle made by vendor-throttle, got ${describe(throttle)}`);
   return internals;
 }
