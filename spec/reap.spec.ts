@@ -168,6 +168,25 @@ describe('RedisStore: slots of a dead process', () => {
     expect(stamps.mayStart(NAME, [6], 1000 + STALE_MS)).to.equal(true);
     await stamps.close();
   });
+
+  it("a stamp answered with an earlier time than the last (another Redis's clock, after a failover) is a gap: the slots the stamps before it covered do not start", async () => {
+    // Confirmed at 10,000, then at 9,000: a Redis whose clock runs a second behind, where no stamp
+    // of this process was written before it.
+    const times = [10_000, 9_000];
+    let seq = 5;
+    const stamps = new Stamps({ tag: '.me', seq: () => seq, storeNow: () => 9_000, aliveKey: () => 'alive', run: async () => times.shift() ?? -1 });
+    stamps.holds(NAME, 50_000, MAX_HOLD);
+    await new Promise((resolve) => setTimeout(resolve, STAMP_EVERY_MS / 2));
+    expect(stamps.mayStart(NAME, [5], 10_000 + STALE_MS - 100)).to.equal(true);
+    seq = 6;
+    await new Promise((resolve) => setTimeout(resolve, STAMP_EVERY_MS * 1.5));
+    // Slot 5 was covered only by the stamp on the other clock: a reaper here may have given it back.
+    expect(stamps.mayStart(NAME, [5], 9_000 + 100)).to.equal(false);
+    // Slot 6 was first covered by the stamp at 9,000, judged on this clock.
+    expect(stamps.mayStart(NAME, [6], 9_000 + STALE_MS - 100)).to.equal(true);
+    expect(stamps.mayStart(NAME, [6], 9_000 + STALE_MS + 50)).to.equal(false);
+    await stamps.close();
+  });
 });
 
 describe('RedisStore: failures of the liveness stamps and of the reaper are said (storeWarning)', () => {

@@ -257,12 +257,13 @@ export class Stamps {
     this.#failing = false;
     if (at < 0) return;
     // A gap since the last confirmed stamp (or stamps sent and none confirmed): a reaper may have
-    // given back any slot the earlier stamps covered. Stamps riding batches may be answered out of
-    // their order: a later one answered first makes the gap of an earlier one look shorter, and its
-    // own look longer, never the other way.
-    const gap = state.confirmed === undefined ? before > 0 : at - state.confirmed > STALE_MS - STAMP_MARGIN_MS;
+    // given back any slot the earlier stamps covered. Stamps are answered in the order they were
+    // sent (one connection), so a time earlier than the last one's comes from another clock: a
+    // Redis failed over to (a reaper there saw none of the stamps before), or a clock stepped
+    // back. It counts as a gap, and the stamps are judged on that clock from now on.
+    const gap = state.confirmed === undefined ? before > 0 : at < state.confirmed || at - state.confirmed > STALE_MS - STAMP_MARGIN_MS;
     if (gap) state.from = Math.max(state.from, before + 1);
-    state.confirmed = Math.max(state.confirmed ?? 0, at);
+    state.confirmed = at;
   }
 }
 
