@@ -49,22 +49,28 @@ function follow(client: Redis, server: RedisServer): void {
   client.disconnect(true);
 }
 
+/** A primary and its replica, in sync, with a connection to each. */
+async function replicated(): Promise<{ primary: RedisServer; replica: RedisServer; admin: Redis; adminReplica: Redis }> {
+  const primary = await startRedis();
+  const replica = await startRedis();
+  const [admin, adminReplica] = [new Redis(primary.url), new Redis(replica.url)];
+  // The first sync starts at once, not after Redis's 5 s wait for more replicas.
+  await admin.config('SET', 'repl-diskless-sync-delay', '0');
+  await adminReplica.replicaof('127.0.0.1', String(primary.port));
+  // Synced before the throttle starts: a master changes its replication id when its first
+  // replica attaches, which the epoch would take for a failover (held once, needlessly).
+  await admin.set('synced', '1');
+  expect(await admin.wait(1, 5_000), 'the replica follows').to.equal(1);
+  return { primary, replica, admin, adminReplica };
+}
+
 describe('a standalone Redis replaced by a replica that missed writes (a failover)', function () {
   this.timeout(20_000);
 
   it('is found by the epoch, by processes that hold calls there and those that do not, and nothing goes over the limit', async () => {
-    const primary = await startRedis();
-    const replica = await startRedis();
+    const { primary, replica, admin, adminReplica } = await replicated();
     const clients = [new Redis(primary.url), new Redis(primary.url), new Redis(replica.url)];
-    const [admin, adminReplica] = [new Redis(primary.url), new Redis(replica.url)];
     try {
-      // The first sync starts at once, not after Redis's 5 s wait for more replicas.
-      await admin.config('SET', 'repl-diskless-sync-delay', '0');
-      await adminReplica.replicaof('127.0.0.1', String(primary.port));
-      // Synced before the throttle starts: a master changes its replication id when its first
-      // replica attaches, which the epoch would take for a failover (held once, needlessly).
-      await admin.set('synced', '1');
-      expect(await admin.wait(1, 5_000), 'the replica follows').to.equal(1);
       const prefix = uniquePrefix();
       const [a, b] = [redisStore(clients[0]!, { prefix, recovery: RECOVERY }), redisStore(clients[1]!, { prefix, recovery: RECOVERY })];
       await book(a, 'u', 3);
@@ -108,15 +114,9 @@ describe('a standalone Redis replaced by a replica that missed writes (a failove
   });
 
   it('is found by the heartbeat of a process that decides nothing, alone with its calls on the promoted replica', async () => {
-    const primary = await startRedis();
-    const replica = await startRedis();
+    const { primary, replica, admin, adminReplica } = await replicated();
     const client = new Redis(primary.url);
-    const [admin, adminReplica] = [new Redis(primary.url), new Redis(replica.url)];
     try {
-      await admin.config('SET', 'repl-diskless-sync-delay', '0');
-      await adminReplica.replicaof('127.0.0.1', String(primary.port));
-      await admin.set('synced', '1');
-      expect(await admin.wait(1, 5_000), 'the replica follows').to.equal(1);
       const prefix = uniquePrefix();
       const a = redisStore(client, { prefix, recovery: RECOVERY });
       await book(a, 'u', 3);
@@ -127,7 +127,8 @@ describe('a standalone Redis replaced by a replica that missed writes (a failove
       // The promoted replica holds the namespace's epoch as it was (the same value, written by the
       // former master) and u's first 3 calls. No other process decides there: the epoch stays.
       follow(client, replica);
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      // Within a few heartbeats (100 ms each) and the put-back.
+      for (const until = Date.now() + 3_000; a.recoveries === 0 && Date.now() < until;) await new Promise((resolve) => setTimeout(resolve, 50));
       expect(a.recoveries, 'the namespace put back').to.equal(1);
       const { log } = keyNames(prefix, NAMESPACE, 'u');
       expect(await adminReplica.zcard(log)).to.equal(5);
