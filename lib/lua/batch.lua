@@ -14,7 +14,10 @@
   ARGV[4]  GRACE    ms a key is held once found to have lost data (includes/check.lua)
   ARGV[5]  FIELDS   everything else, as one MessagePack array of numbers, A below (unpacked in C:
                     far cheaper than hundreds of arguments, or a text to split; packNumbers in
-                    lib/stores/redis-batch.ts):
+                    lib/stores/redis-batch.ts). A member's NUMBER (FIRST), a witness's SCORE and a
+                    completion's RELEASE_AT come as text, their digits, when whole and >= 0 (else
+                    as numbers): the script hands them to Redis as they come, where a Lua number
+                    would be formatted (%.17g) on every use:
   ARGV[6]  KEPT     '1': the last two keys are the index of kept keys and the mark (a standalone Redis)
   ARGV[7]  SOFT     '1': a batch of checks alone; an epoch that changed does not stop it (each key
                     then compares the Redis that took its bookings, meta `r`, as without EPOCH)
@@ -225,7 +228,7 @@ while i <= last do
           redis.call('ZREM', log, member)
           vt_not_made(1)
           -- The witness put back (a slot of this process's) may have made the key anew: it lives as the slot counts.
-          vt_keep(log, wscore + set.retain - now, now)
+          vt_keep(log, tonumber(wscore) + set.retain - now, now)
           vt_hold(log, KEYS[2 * k], now, env.grace)
           vt_lost(k)
           checks[witness_checks[k]] = VT_CHECK_LOST
@@ -259,11 +262,11 @@ while i <= last do
     local log = KEYS[2 * k - 1]
     local release = A[i + 4]
     local latest = 0
-    if release < 0 then
+    if release == -1 then
       redis.call('ZREM', log, A[i + 3] .. tag)
     else
       redis.call('ZADD', log, 'XX', 'LT', release, A[i + 3] .. tag)
-      latest = release
+      latest = tonumber(release)
     end
     if (marked_read and env.marked or vt_marked()) >= latest then
       local value = redis.call('HGET', KEYS[2 * k], 'w')

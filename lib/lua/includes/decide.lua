@@ -339,7 +339,7 @@ local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size,
           out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = VT_STATUS_NOT_MADE, 0, 0, 0, 0
         end
         -- The witness put back (a slot of this process's) may have made the key anew: it lives as the slot counts.
-        vt_keep(log, wscore + set.retain - now, now)
+        vt_keep(log, tonumber(wscore) + set.retain - now, now)
         return true
       end
       -- Gone into the buckets by a fold: not a loss, and no longer this process's to keep there.
@@ -376,7 +376,7 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
       if w ~= nil then
         deadline = tonumber(a[w + 3])
         -- One that no longer counts proves nothing.
-        if now < tonumber(a[w + 2]) then wnumber, wscore = a[w], tonumber(a[w + 1]) end
+        if now < tonumber(a[w + 2]) then wnumber, wscore = a[w], a[w + 1] end
       end
       return calls_at + 2 * count, vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size, out, wnumber, wscore, deadline)
     end
