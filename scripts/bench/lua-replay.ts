@@ -104,7 +104,10 @@ async function capture(): Promise<void> {
   try {
     const idleCpuPerSecond = await idleCpu(control, 1000);
     const ctx = { pool, control, redisPort: proxyPort, idleCpuPerSecond, sequence: 0 };
-    const cost = scenarios(false).find((s) => s.id === 'cost')!;
+    const scenario = scenarios(false).find((s) => s.id === 'cost')!;
+    // --measure-ms: a longer run than compare.ts's 3 s, for the steady state (logs that fold).
+    const measureMs = Number(flag('measure-ms', '0'));
+    const cost = measureMs > 0 && scenario.shape.kind === 'closed' ? { ...scenario, shape: { ...scenario.shape, measureMs } } : scenario;
     const outcome = await runOne(ctx, cost, 'vendor-throttle');
     process.stderr.write(`captured run: ${outcome.calls} calls, ${outcome.redisCpuUsPerCall?.toFixed(2)} µs Redis CPU per call (through the proxy)\n`);
     const replid = /master_replid:(\w+)/.exec(await control.info('replication'))![1]!;
