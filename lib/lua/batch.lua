@@ -98,6 +98,7 @@ for n = 1, A[1] do
   local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { unpack(VT_META_FIELDS) }, groups = {}, limits = {}, windows = {}, buckets = {} }
   local by_prefix = {}
   local longest = 1
+  local exact_least = math.huge
   for r = 0, rule_count - 1 do
     local limit = tonumber(A[i + 3 + 3 * r])
     local window = tonumber(A[i + 4 + 3 * r])
@@ -111,14 +112,16 @@ for n = 1, A[1] do
       local prefix = 'b:' .. tonumber(A[i + 4 + 3 * r]) .. ':' .. tonumber(A[i + 5 + 3 * r]) .. ':'
       local group = by_prefix[prefix]
       if group == nil then
-        group = { rules = {} }
+        group = { rules = {}, least = math.huge }
         by_prefix[prefix] = group
         set.groups[#set.groups + 1] = group
         set.meta_fields[#set.meta_fields + 1] = prefix .. 'n'
       end
       group.rules[#group.rules + 1] = r
+      group.least = math.min(group.least, limit)
     else
       set.most_exact = math.max(set.most_exact, limit)
+      exact_least = math.min(exact_least, limit)
     end
   end
   -- A key that may fold reads its meta `f` with its state (a fold never lowers it).
@@ -133,7 +136,16 @@ for n = 1, A[1] do
   -- vt_decide_now): below every limit, and below the size that folds a bucketed set.
   set.room = math.huge
   for r = 0, rule_count - 1 do set.room = math.min(set.room, set.limits[r]) end
-  if set.bucketed then set.room = math.min(set.room, 2 * set.most_exact + 33) end
+  if set.bucketed then
+    set.room = math.min(set.room, 2 * set.most_exact + 33)
+    -- While buckets may count (the mark's `b` ahead), the same decision reads the key's counts in
+    -- its buckets (their `n` fields, with no other field of meta) and starts the call now when the
+    -- log is below every exact limit and the fold's size, and each bucketed rule has room for it
+    -- with its buckets (size + n < its least limit: no fold due, no bucket read, vt_fold_due).
+    set.room_exact = math.min(exact_least, 2 * set.most_exact + 33)
+    set.n_fields = {}
+    for g = 1, #set.groups do set.n_fields[g] = set.meta_fields[#VT_META_FIELDS + g] end
+  end
   sets[n] = set
   i = i + 3 + 3 * rule_count
 end
@@ -197,6 +209,7 @@ local function vt_clock()
     set.score_arg = set.score
     if set.score == math.floor(set.score) then set.score_arg = string.format('%d', set.score) end
     set.flat = open and (env.bucketed < cut or not set.bucketed)
+    set.flat_buckets = open and not set.flat
   end
 end
 while i <= last do
@@ -205,14 +218,24 @@ while i <= last do
   -- Completions and leaves come first in a batch and need no clock: TIME only when another operation needs it.
   if now == nil and op ~= VT_OP_COMPLETE and op ~= VT_OP_LEAVE and op ~= VT_OP_PAUSED then vt_clock() end
   local set = op == VT_OP_DECIDE and sets[A[i + 2]]
-  if set and set.flat and A[i + 3] == 1 and A[i + 5] == 1 and not lost[k] then
+  if set and (set.flat or set.flat_buckets) and A[i + 3] == 1 and A[i + 5] == 1 and not lost[k] then
     -- The usual decision, inline: one call of one slot (COST 1, COUNT 1), booked now if the log has
     -- room (vt_decide_now, whose count == 1 case this is), else decided by vt_decide on the size read.
     local log = KEYS[2 * k - 1]
     local size = redis.call('ZCARD', log)
     local w = witnesses[k]
     witnesses[k] = nil
-    if size < set.room then
+    local room = size < set.room
+    if set.flat_buckets then
+      room = size < set.room_exact
+      if room then
+        local counts = redis.call('HMGET', KEYS[2 * k], unpack(set.n_fields))
+        for g, group in ipairs(set.groups) do
+          if size + tonumber(counts[g] or 0) >= group.least then room = false end
+        end
+      end
+    end
+    if room then
       local member = A[i + 7] .. tag
       local added
       local confirmed = false
