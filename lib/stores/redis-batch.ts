@@ -553,23 +553,42 @@ export function packNumbers(
   return out;
 }
 
-/** Decimal digits of a whole number >= 0. */
+/** Decimal digits of a whole number from 0 to 2^31 - 1. */
+function smallDigits(value: number): number {
+  if (value < 10_000) return value < 10 ? 1 : value < 100 ? 2 : value < 1000 ? 3 : 4;
+  if (value < 100_000_000) return value < 100_000 ? 5 : value < 1_000_000 ? 6 : value < 10_000_000 ? 7 : 8;
+  return value < 1_000_000_000 ? 9 : 10;
+}
+
+/** Decimal digits of a whole number >= 0 below 2^53 (a time in ms has 13). */
 function digits(value: number): number {
-  let count = 1;
-  for (let rest = value; rest >= 10; rest = Math.floor(rest / 10)) count++;
-  return count;
+  return value < 2 ** 31 ? smallDigits(value) : smallDigits(Math.floor(value / 1e8)) + 8;
+}
+
+/** Writes VALUE (0 to 2^31 - 1) as COUNT decimal digits ending before END, zeros in front. */
+function writeSmallDigits(out: Buffer, end: number, value: number, count: number): void {
+  let rest = value;
+  for (let p = end - 1; p >= end - count; p--) {
+    const next = (rest / 10) | 0;
+    out[p] = 48 + rest - 10 * next;
+    rest = next;
+  }
 }
 
 /** A whole number >= 0 below 2^53 as a MessagePack fixstr of its decimal digits (16 at most). */
 function writeDigits(out: Buffer, at: number, value: number): number {
   const count = digits(value);
   out[at] = 0xa0 | count;
-  let rest = value;
-  for (let p = at + count; p > at; p--) {
-    out[p] = 48 + (rest % 10);
-    rest = Math.floor(rest / 10);
+  const end = at + 1 + count;
+  if (value < 2 ** 31) {
+    writeSmallDigits(out, end, value, count);
+  } else {
+    // Integer arithmetic on two halves: the eight low digits, then the rest.
+    const high = Math.floor(value / 1e8);
+    writeSmallDigits(out, end, value - high * 1e8, 8);
+    writeSmallDigits(out, end - 8, high, count - 8);
   }
-  return at + 1 + count;
+  return end;
 }
 
 function byteLength(value: number): number {
