@@ -14,7 +14,10 @@
   ARGV[4]  GRACE    ms a key is held once found to have lost data (includes/check.lua)
   ARGV[5]  FIELDS   everything else, as one MessagePack array of numbers, A below (unpacked in C:
                     far cheaper than hundreds of arguments, or a text to split; packNumbers in
-                    lib/stores/redis-batch.ts):
+                    lib/stores/redis-batch.ts). A member's NUMBER (FIRST), a witness's SCORE and a
+                    completion's RELEASE_AT come as text, their digits, when whole and >= 0 (else
+                    as numbers): the script hands them to Redis as they come, where a Lua number
+                    would be formatted (%.17g) on every use:
   ARGV[6]  KEPT     '1': the last two keys are the index of kept keys and the mark (a standalone Redis)
   ARGV[7]  SOFT     '1': a batch of checks alone; an epoch that changed does not stop it (each key
                     then compares the Redis that took its bookings, meta `r`, as without EPOCH)
@@ -95,6 +98,7 @@ for n = 1, A[1] do
   local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { unpack(VT_META_FIELDS) }, groups = {}, limits = {}, windows = {}, buckets = {} }
   local by_prefix = {}
   local longest = 1
+  local exact_least = math.huge
   for r = 0, rule_count - 1 do
     local limit = tonumber(A[i + 3 + 3 * r])
     local window = tonumber(A[i + 4 + 3 * r])
@@ -108,14 +112,16 @@ for n = 1, A[1] do
       local prefix = 'b:' .. tonumber(A[i + 4 + 3 * r]) .. ':' .. tonumber(A[i + 5 + 3 * r]) .. ':'
       local group = by_prefix[prefix]
       if group == nil then
-        group = { rules = {} }
+        group = { rules = {}, least = math.huge }
         by_prefix[prefix] = group
         set.groups[#set.groups + 1] = group
         set.meta_fields[#set.meta_fields + 1] = prefix .. 'n'
       end
       group.rules[#group.rules + 1] = r
+      group.least = math.min(group.least, limit)
     else
       set.most_exact = math.max(set.most_exact, limit)
+      exact_least = math.min(exact_least, limit)
     end
   end
   -- A key that may fold reads its meta `f` with its state (a fold never lowers it).
@@ -130,7 +136,16 @@ for n = 1, A[1] do
   -- vt_decide_now): below every limit, and below the size that folds a bucketed set.
   set.room = math.huge
   for r = 0, rule_count - 1 do set.room = math.min(set.room, set.limits[r]) end
-  if set.bucketed then set.room = math.min(set.room, 2 * set.most_exact + 33) end
+  if set.bucketed then
+    set.room = math.min(set.room, 2 * set.most_exact + 33)
+    -- While buckets may count (the mark's `b` ahead), the same decision reads the key's counts in
+    -- its buckets (their `n` fields, with no other field of meta) and starts the call now when the
+    -- log is below every exact limit and the fold's size, and each bucketed rule has room for it
+    -- with its buckets (size + n < its least limit: no fold due, no bucket read, vt_fold_due).
+    set.room_exact = math.min(exact_least, 2 * set.most_exact + 33)
+    set.n_fields = {}
+    for g = 1, #set.groups do set.n_fields[g] = set.meta_fields[#VT_META_FIELDS + g] end
+  end
   sets[n] = set
   i = i + 3 + 3 * rule_count
 end
@@ -176,17 +191,112 @@ local function vt_not_made(calls)
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = VT_STATUS_NOT_MADE, 0, 0, 0, 0
   end
 end
-while i <= last do
-  local op = tonumber(A[i])
-  local k = tonumber(A[i + 1])
-  -- Completions and leaves come first in a batch and need no clock: TIME only when another operation needs it.
-  if now == nil and op ~= VT_OP_COMPLETE and op ~= VT_OP_LEAVE and op ~= VT_OP_PAUSED then
-    now = vt_now()
-    out[2] = math.ceil(now)
-    if per_key_replid then env.replid = vt_replid() end
-    vt_marked()
+-- The clock, read once for the batch, and what it fixes for every decision of each rule set: its
+-- score for a call that starts now (as a whole number, passed to ZADD as text: Redis would format a
+-- Lua number with %.17g for every call), and whether its calls of one slot may take the flat
+-- decision (decide.lua, vt_decide_now): nothing to read in meta (the mark behind, no bucket that
+-- counts, no Redis to compare) and the epoch ready.
+local function vt_clock()
+  now = vt_now()
+  local now_ms = math.ceil(now)
+  out[2] = now_ms
+  if per_key_replid then env.replid = vt_replid() end
+  vt_marked()
+  local cut = math.floor(now)
+  local open = ready <= now_ms and env.marked < cut and env.replid == ''
+  for _, set in ipairs(sets) do
+    set.score = now_ms + set.max_hold
+    set.score_arg = set.score
+    if set.score == math.floor(set.score) then set.score_arg = string.format('%d', set.score) end
+    set.flat = open and (env.bucketed < cut or not set.bucketed)
+    set.flat_buckets = open and not set.flat
   end
-  if op == VT_OP_DECIDE then
+end
+while i <= last do
+  local op = A[i]
+  local k = A[i + 1]
+  -- Completions and leaves come first in a batch and need no clock: TIME only when another operation needs it.
+  if now == nil and op ~= VT_OP_COMPLETE and op ~= VT_OP_LEAVE and op ~= VT_OP_PAUSED then vt_clock() end
+  local set = op == VT_OP_DECIDE and sets[A[i + 2]]
+  if set and (set.flat or set.flat_buckets) and A[i + 3] == 1 and A[i + 5] == 1 and not lost[k] then
+    -- The usual decision, inline: one call of one slot (COST 1, COUNT 1), booked now if the log has
+    -- room (vt_decide_now, whose count == 1 case this is), else decided by vt_decide on the size read.
+    local log = KEYS[2 * k - 1]
+    local size = redis.call('ZCARD', log)
+    local w = witnesses[k]
+    witnesses[k] = nil
+    local room = size < set.room
+    if set.flat_buckets then
+      room = size < set.room_exact
+      if room then
+        local counts = redis.call('HMGET', KEYS[2 * k], unpack(set.n_fields))
+        for g, group in ipairs(set.groups) do
+          if size + tonumber(counts[g] or 0) >= group.least then room = false end
+        end
+      end
+    end
+    if room then
+      local member = A[i + 7] .. tag
+      local added
+      local confirmed = false
+      local deadline = 0
+      if w ~= nil then deadline = A[w + 3] end
+      -- A witness that no longer counts proves nothing.
+      if w ~= nil and now < A[w + 2] then
+        local wscore = A[w + 1]
+        added = redis.call('ZADD', log, 'NX', set.score_arg, member, wscore, A[w] .. tag)
+        if added <= 1 then
+          confirmed = true
+        elseif vt_witness_lost(KEYS[2 * k], wscore) then
+          redis.call('ZREM', log, member)
+          vt_not_made(1)
+          -- The witness put back (a slot of this process's) may have made the key anew: it lives as the slot counts.
+          vt_keep(log, tonumber(wscore) + set.retain - now, now)
+          vt_hold(log, KEYS[2 * k], now, env.grace)
+          vt_lost(k)
+          checks[witness_checks[k]] = VT_CHECK_LOST
+          added = nil
+        else
+          -- Gone into the buckets by a fold: not a loss, and no longer this process's to keep there.
+          redis.call('ZREM', log, A[w] .. tag)
+        end
+      else
+        added = redis.call('ZADD', log, set.score_arg, member)
+      end
+      if added ~= nil then
+        out[#out + 1] = VT_STATUS_BOOKED_NOW
+        -- The log's life (vt_log_life), set only where it may have to: it does nothing otherwise.
+        if size == 0 or VT_KEPT ~= nil or not confirmed or set.score + set.retain > deadline then
+          vt_log_life(log, set.score, set.retain, size == 0, confirmed, deadline, now)
+        end
+      end
+      i = i + 8
+    else
+      local found_lost
+      i, found_lost = vt_decide(log, KEYS[2 * k], now, ready, tag, channel, set, A, i + 3, out, env, w, size)
+      if found_lost then
+        vt_hold(log, KEYS[2 * k], now, env.grace)
+        vt_lost(k)
+        checks[witness_checks[k]] = VT_CHECK_LOST
+      end
+    end
+  elseif op == VT_OP_COMPLETE and A[i + 2] == 1 then
+    -- The usual completion, inline: one call of the key (vt_complete, whose count == 1 case this is).
+    local log = KEYS[2 * k - 1]
+    local release = A[i + 4]
+    local latest = 0
+    if release == -1 then
+      redis.call('ZREM', log, A[i + 3] .. tag)
+    else
+      redis.call('ZADD', log, 'XX', 'LT', release, A[i + 3] .. tag)
+      latest = tonumber(release)
+    end
+    if (marked_read and env.marked or vt_marked()) >= latest then
+      local value = redis.call('HGET', KEYS[2 * k], 'w')
+      if value then vt_waiters_wake(vt_waiters_parse(value), channel, vt_user_key(log), latest) end
+    end
+    i = i + 5
+  elseif op == VT_OP_DECIDE then
     if lost[k] then
       local count = tonumber(A[i + 5])
       vt_not_made(count)
@@ -194,7 +304,7 @@ while i <= last do
     else
       local found_lost
       local witness = witnesses[k]
-      i, found_lost = vt_decide(KEYS[2 * k - 1], KEYS[2 * k], now, ready, tag, channel, sets[tonumber(A[i + 2])], A, i + 3, out, env, witness)
+      i, found_lost = vt_decide(KEYS[2 * k - 1], KEYS[2 * k], now, ready, tag, channel, set, A, i + 3, out, env, witness)
       witnesses[k] = nil
       if found_lost then
         vt_hold(KEYS[2 * k - 1], KEYS[2 * k], now, env.grace)
@@ -248,7 +358,8 @@ while i <= last do
     return redis.error_reply('vtBatch: unknown operation ' .. tostring(A[i]))
   end
 end
-for _, status in ipairs(checks) do out[#out + 1] = status end
+local n = #out
+for c = 1, #checks do out[n + c] = checks[c] end
 for _, pause in ipairs(pauses) do out[#out + 1] = pause end
 if alive_key ~= nil then
   local at, n, keep_ms = now or vt_now(), tonumber(ARGV[8]), tonumber(ARGV[10])

@@ -24,7 +24,7 @@
 ]]
 -- Whether a witness found gone, scored SCORE, is a loss: not when a fold moved it into the buckets.
 local function vt_witness_lost(meta, score)
-  return tonumber(redis.call('HGET', meta, 'f') or 0) < score
+  return tonumber(redis.call('HGET', meta, 'f') or 0) < tonumber(score)
 end
 
 -- Whether WITNESS { number, score, until_ms } is gone from LOG while it counts: a loss.

@@ -6,7 +6,8 @@
   them (includes/waiters.lua).
 
   A[I ..]  N   (1 or more) followed by N pairs: NUMBER (the member is NUMBER followed by TAG),
-               RELEASE_AT (ms, store clock; -1 = remove)
+               RELEASE_AT (ms, store clock; -1 = remove): both as text (their digits) or numbers
+               (lua/batch.lua, FIELDS), passed to ZADD as they come
   MARKED   the namespace's mark (includes/log.lua): no process waits on the key past it, so the
            waiting list is read only when a completion is not later than the mark
 
@@ -18,11 +19,11 @@ local function vt_complete(log, meta, tag, channel, a, i, marked)
     -- The usual completion: one call of the key, as below without its tables.
     local release = a[i + 2]
     local latest = 0
-    if release < 0 then
+    if release == -1 then
       redis.call('ZREM', log, a[i + 1] .. tag)
     else
       redis.call('ZADD', log, 'XX', 'LT', release, a[i + 1] .. tag)
-      latest = release
+      latest = tonumber(release)
     end
     if marked >= latest then
       local value = redis.call('HGET', meta, 'w')
@@ -37,7 +38,7 @@ local function vt_complete(log, meta, tag, channel, a, i, marked)
   for e = 0, count - 1 do
     local member = a[i + 1 + 2 * e] .. tag
     local release = a[i + 2 + 2 * e]
-    if release < 0 then
+    if release == -1 then
       redis.call('ZREM', log, member)
     else
       scored[#scored + 1] = release

@@ -305,22 +305,22 @@ end
 -- COUNT <= set.room: no binding score, no fold due). Each call starts now: booked at once, in one
 -- ZADD that also carries the witness (ZADD NX: 2 more added than booked when it was gone). The same
 -- answers, bookings and lifetime as the general path below gives in that case, without its tables.
+-- SET's score and score_arg: the batch's booking score for a call that starts now (lua/batch.lua).
 -- Returns whether the key was found to have lost its data.
 local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size, out, wnumber, wscore, deadline)
-  local now_ms = math.ceil(now)
-  local score = now_ms + set.max_hold
+  local score = set.score
   local added
   if count == 1 then
     -- One call (the usual decision): no table for the ZADD's arguments.
     if wnumber ~= nil then
-      added = redis.call('ZADD', log, 'NX', score, a[calls_at + 1] .. tag, wscore, wnumber .. tag)
+      added = redis.call('ZADD', log, 'NX', set.score_arg, a[calls_at + 1] .. tag, wscore, wnumber .. tag)
     else
-      added = redis.call('ZADD', log, score, a[calls_at + 1] .. tag)
+      added = redis.call('ZADD', log, set.score_arg, a[calls_at + 1] .. tag)
     end
   else
     local args = { 'NX' }
     for c = 0, count - 1 do
-      args[2 * c + 2] = score
+      args[2 * c + 2] = set.score_arg
       args[2 * c + 3] = a[calls_at + 2 * c + 1] .. tag
     end
     if wnumber ~= nil then
@@ -339,7 +339,7 @@ local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size,
           out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = VT_STATUS_NOT_MADE, 0, 0, 0, 0
         end
         -- The witness put back (a slot of this process's) may have made the key anew: it lives as the slot counts.
-        vt_keep(log, wscore + set.retain - now, now)
+        vt_keep(log, tonumber(wscore) + set.retain - now, now)
         return true
       end
       -- Gone into the buckets by a fold: not a loss, and no longer this process's to keep there.
@@ -355,9 +355,11 @@ local function vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size,
 end
 
 -- decide: COUNT calls of one key (see the header). W: where in A this process's newest slot on the
--- key (its witness: NUMBER, SCORE, KEY_UNTIL, DEADLINE, lua/batch.lua) lies, or nil. Returns the index in A after its arguments, and whether the key was found to have lost
+-- key (its witness: NUMBER, SCORE, KEY_UNTIL, DEADLINE, lua/batch.lua) lies, or nil. SIZE: the
+-- log's size, when the caller read it and found no room for the flat decision (lua/batch.lua's own
+-- flat decision of one call), or nil. Returns the index in A after its arguments, and whether the key was found to have lost
 -- its data (its calls from the one that found it on are answered VT_STATUS_NOT_MADE).
-local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, env, w)
+local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, env, w, size)
   local now_ms = math.ceil(now)
   -- What no longer counts at CUT no longer counts at now (NOW_MS, rounded up, may lie just past a
   -- slot's end that a call starting at the reading itself must still see).
@@ -366,15 +368,15 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
   local stay = a[i + 1] == 1
   local count = tonumber(a[i + 2])
   local calls_at = i + 3
-  local size_read = nil
-  if cost == 1 and ready <= now_ms and env.marked < cut and env.replid == '' and (env.bucketed < cut or not set.bucketed) then
+  local size_read = size
+  if size == nil and cost == 1 and ready <= now_ms and env.marked < cut and env.replid == '' and (env.bucketed < cut or not set.bucketed) then
     local size = redis.call('ZCARD', log)
     if size + count <= set.room then
       local wnumber, wscore, deadline = nil, nil, 0
       if w ~= nil then
         deadline = tonumber(a[w + 3])
         -- One that no longer counts proves nothing.
-        if now < tonumber(a[w + 2]) then wnumber, wscore = a[w], tonumber(a[w + 1]) end
+        if now < tonumber(a[w + 2]) then wnumber, wscore = a[w], a[w + 1] end
       end
       return calls_at + 2 * count, vt_decide_now(log, meta, now, tag, set, a, calls_at, count, size, out, wnumber, wscore, deadline)
     end
