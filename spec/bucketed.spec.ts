@@ -7,7 +7,8 @@ import { expect } from 'chai';
 import { MemoryStore, Throttle, ThrottleConfigError, type Rule } from '../lib/index.js';
 import { startVendor } from '../scripts/sim-vendor.js';
 import { delegatingStore } from './support/delegating-store.js';
-import { redisServer, uniquePrefix } from './support/hooks.js';
+import { keyNames } from '../lib/keys.js';
+import { redisClient, redisServer, redisStore, uniquePrefix } from './support/hooks.js';
 import { spawnWorkers, type WorkerConfig } from './support/worker.js';
 
 describe('bucketed log', function () {
@@ -38,6 +39,33 @@ describe('bucketed log', function () {
     } finally {
       await vendor.close();
     }
+  });
+
+  it('RedisStore: a decision sees the calls an earlier decision of the same batch folded into buckets', async () => {
+    // 50/min in 50 buckets: a log past 32 entries folds its calls that only the bucketed rule still
+    // counts. Two decisions on one key in one batch (another cost: two operations): the first folds.
+    const redis = redisClient();
+    const prefix = uniquePrefix();
+    const store = redisStore(redisClient(), { prefix });
+    const rules: Rule[] = [{ limit: 50, windowMs: 60_000, bucketMs: 1_200 }];
+    const request = (key: string, cost: number) => ({ namespace: 'acme', key, rules, cost, maxDelayMs: 60_000, maxHoldMs: 10_000, retainMs: 60_000 });
+    // The namespace's epoch and mark, made by a first decision elsewhere.
+    await store.reserve(request('warm', 1));
+    // 41 calls of other processes completed over the last 50 s, and 9 in flight: 50 count now.
+    const [seconds, micros] = await redis.time();
+    const now = Number(seconds) * 1_000 + Number(micros) / 1_000;
+    const { log } = keyNames(prefix, 'acme', 'u');
+    const slots: Array<string | number> = [];
+    for (let i = 0; i < 41; i++) slots.push(Math.floor(now - 50_000 + i * 1_000), `${i + 1}.other`);
+    for (let i = 0; i < 9; i++) slots.push(Math.floor(now + 10_000), `${i + 42}.other`);
+    await redis.zadd(log, ...slots);
+    await redis.pexpire(log, 120_000);
+    const [both, one] = await Promise.all([store.reserve(request('u', 2)), store.reserve(request('u', 1))]);
+    // Room comes as the oldest calls leave the window, 10 s from now: nothing starts before.
+    expect(both.status).to.equal('booked');
+    expect(both.waitMs).to.be.above(9_000);
+    expect(one.status).to.equal('booked');
+    expect(one.waitMs, 'the second decision counts the folded calls').to.be.above(9_000);
   });
 
   it('is chosen for limits above bucketAbove (default 48), with windowMs / buckets wide buckets', async () => {

@@ -196,27 +196,40 @@ end
 -- Lua number with %.17g for every call), and whether its calls of one slot may take the flat
 -- decision (decide.lua, vt_decide_now): nothing to read in meta (the mark behind, no bucket that
 -- counts, no Redis to compare) and the epoch ready.
+-- The mark as the batch's operations so far left it: read once, and raised since (VT_MARK_RAISED).
+local raises_seen = 0
+local function vt_open()
+  raises_seen = VT_MARK_RAISED.count
+  env.marked = math.max(env.marked, VT_MARK_RAISED.m)
+  env.bucketed = math.max(env.bucketed, VT_MARK_RAISED.b)
+  local cut = math.floor(now)
+  local open = ready <= math.ceil(now) and env.marked < cut and env.replid == ''
+  for _, set in ipairs(sets) do
+    set.flat = open and (env.bucketed < cut or not set.bucketed)
+    set.flat_buckets = open and not set.flat
+  end
+end
 local function vt_clock()
   now = vt_now()
   local now_ms = math.ceil(now)
   out[2] = now_ms
   if per_key_replid then env.replid = vt_replid() end
   vt_marked()
-  local cut = math.floor(now)
-  local open = ready <= now_ms and env.marked < cut and env.replid == ''
   for _, set in ipairs(sets) do
     set.score = now_ms + set.max_hold
     set.score_arg = set.score
     if set.score == math.floor(set.score) then set.score_arg = string.format('%d', set.score) end
-    set.flat = open and (env.bucketed < cut or not set.bucketed)
-    set.flat_buckets = open and not set.flat
   end
+  vt_open()
 end
 while i <= last do
   local op = A[i]
   local k = A[i + 1]
   -- Completions and leaves come first in a batch and need no clock: TIME only when another operation needs it.
   if now == nil and op ~= VT_OP_COMPLETE and op ~= VT_OP_LEAVE and op ~= VT_OP_PAUSED then vt_clock() end
+  -- An earlier operation raised the mark (folded a key's calls into buckets, set a wait or a hold):
+  -- the decisions from here on see it.
+  if VT_MARK_RAISED.count ~= raises_seen and now ~= nil then vt_open() end
   local set = op == VT_OP_DECIDE and sets[A[i + 2]]
   if set and (set.flat or set.flat_buckets) and A[i + 3] == 1 and A[i + 5] == 1 and not lost[k] then
     -- The usual decision, inline: one call of one slot (COST 1, COUNT 1), booked now if the log has

@@ -54,12 +54,20 @@ local function vt_namespace(index, mark)
   VT_MARK = mark
 end
 
+-- What this script raised the mark's fields to, and how many times: a batch reads the mark once,
+-- and the decisions after an operation that raised it (a fold, a wait, a hold) must see it raised.
+local VT_MARK_RAISED = { m = -math.huge, b = -math.huge, count = 0 }
+
 -- Raises the namespace's mark FIELD ('m' by default, or 'b') to UNTIL_MS (store clock ms), never
 -- lowering it. A field missing (read as "anything may be set": lua/batch.lua) is made with it.
 local function vt_mark(until_ms, field)
   if VT_MARK == nil then return end
   field = field or 'm'
   until_ms = math.ceil(until_ms)
+  if until_ms > VT_MARK_RAISED[field] then
+    VT_MARK_RAISED[field] = until_ms
+    VT_MARK_RAISED.count = VT_MARK_RAISED.count + 1
+  end
   if tonumber(redis.call('HGET', VT_MARK, field) or 0) < until_ms then redis.call('HSET', VT_MARK, field, string.format('%d', until_ms)) end
 end
 
