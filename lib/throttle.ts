@@ -372,7 +372,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   async #book(call: Call, failedReads = 0): Promise<Grant> {
     this.#aborted(call)?.throwIfAborted();
     this.#refusals.check(call.line, call.cost, call.deadline - performance.now());
-    const grant = await this.#lines.enter(call, this.#hooks(call));
+    const grant = await this.#lines.enter(call, this.#hooks);
     const { result } = grant;
     if (result.waitMs > 0) {
       this.#notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: reasonOf(call, result), ...alsoOf(call) });
@@ -451,18 +451,16 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     return end > grant.result.startAt ? end : undefined;
   }
 
-  #hooks(call: Call): WaiterHooks {
-    return {
-      reason: (answer) => reasonOf(call, answer),
-      limited: (answer, waitMs) => limitedError(call, answer, waitMs),
-      windowOf: (answer) => (answer.ruleIndex >= 0 ? ruleAt(call, answer.ruleIndex).rule.windowMs : 1),
-      refused: (answer, at) => {
-        if (at.store === this.store) this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, reasonOf(call, answer), bindingKey(call, answer));
-      },
-      release: (answer, at) => this.#slots.release(call, grantOf(answer, at)),
-      failure: () => this.#storeClient.failure,
-    };
-  }
+  /** What the lines ask of the throttle about a call: its errors, its rules, its refusals and slots (one object, made once). */
+  readonly #hooks: WaiterHooks = {
+    limited: (call, answer, waitMs) => limitedError(call, answer, waitMs),
+    windowOf: (call, answer) => (answer.ruleIndex >= 0 ? ruleAt(call, answer.ruleIndex).rule.windowMs : 1),
+    refused: (call, answer, at) => {
+      if (at.store === this.store) this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, reasonOf(call, answer), bindingKey(call, answer));
+    },
+    release: (call, answer, at) => this.#slots.release(call, grantOf(answer, at)),
+    failure: () => this.#storeClient.failure,
+  };
 
   #run<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>): Promise<Awaited<T>> {
     const startedAt = performance.now();

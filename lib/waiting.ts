@@ -1,7 +1,7 @@
 import { keysOf } from './calls.js';
 import { grantOf, type Grant, type Slots } from './completions.js';
 import type { Booking, Call, Decided, StoreClient } from './store-client.js';
-import { QueueFullError, RateLimitedError, type WaitReason } from './errors.js';
+import { QueueFullError, RateLimitedError } from './errors.js';
 import { MAX_TIMER_MS } from './time.js';
 import type { ReserveResult } from './store.js';
 
@@ -49,6 +49,9 @@ export type Decide<C> = (call: C) => Promise<{ readonly result: ReserveResult; r
 
 /** Calls asked about in one go, at most. */
 const MAX_ASK = 64;
+
+/** No keys to leave (most calls: shared, not made per call). */
+const NO_KEYS: readonly string[] = [];
 
 /** The line of one key. */
 export class KeyLine<C> {
@@ -216,16 +219,14 @@ export class KeyLine<C> {
 
 /** What a call waiting in line needs from its throttle. */
 export interface WaiterHooks {
-  /** Why a slot is not free: the rule the store named, a vendor pause, or the calls booked before. */
-  reason(result: ReserveResult): WaitReason;
   /** The `RateLimitedError` for a call the store refused, or that ran out of time after `result`. */
-  limited(result: ReserveResult, retryAfterMs: number): RateLimitedError;
-  /** The window of the rule the store named (1 when none). */
-  windowOf(result: ReserveResult): number;
+  limited(call: Call, result: ReserveResult, retryAfterMs: number): RateLimitedError;
+  /** The window of the rule the store named for the call (1 when none). */
+  windowOf(call: Call, result: ReserveResult): number;
   /** The store refused the call: remember it for the calls after it. */
-  refused(result: ReserveResult, booking: Booking): void;
+  refused(call: Call, result: ReserveResult, booking: Booking): void;
   /** A slot was booked for a call that had already left the line: give it back. */
-  release(result: ReserveResult, booking: Booking): void;
+  release(call: Call, result: ReserveResult, booking: Booking): void;
   /** The store's failure, while it has not answered since (onStoreError 'wait'). */
   failure(): Error | undefined;
 }
@@ -266,7 +267,7 @@ export function waitInLine(
       settle: (outcome: Outcome) => {
         if (done) {
           // Left the line (aborted, out of time) while its slot was being booked: give it back.
-          if ('result' in outcome && outcome.result.status === 'booked') hooks.release(outcome.result, outcome.extra as Booking);
+          if ('result' in outcome && outcome.result.status === 'booked') hooks.release(call, outcome.result, outcome.extra as Booking);
           return;
         }
         finish();
@@ -275,8 +276,8 @@ export function waitInLine(
         const booking = outcome.extra as Booking;
         last = { result, at: performance.now() };
         if (result.status === 'booked') return resolve({ result, booking });
-        hooks.refused(result, booking);
-        reject(hooks.limited(result, result.waitMs));
+        hooks.refused(call, result, booking);
+        reject(hooks.limited(call, result, result.waitMs));
       },
       deferred: (result) => {
         last = { result, at: performance.now() };
@@ -292,10 +293,10 @@ export function waitInLine(
           if (failure && !last) return reject(failure);
           // No slot before the store's answer, nor (a call it waits for may still be in flight)
           // before one window of the rule it named.
-          const window = last ? hooks.windowOf(last.result) : 1;
+          const window = last ? hooks.windowOf(call, last.result) : 1;
           const leftMs = last ? Math.max(last.result.waitMs - (performance.now() - last.at), last.result.status === 'deferred' ? window : 1) : 0;
           const retryAfterMs = Math.max(1, Math.ceil(leftMs));
-          reject(last ? hooks.limited(last.result, retryAfterMs) : new RateLimitedError(call.key, 'booked', retryAfterMs));
+          reject(last ? hooks.limited(call, last.result, retryAfterMs) : new RateLimitedError(call.key, 'booked', retryAfterMs));
         },
         Math.max(0, call.deadline - performance.now()),
       );
@@ -366,7 +367,7 @@ export class Lines {
       const aborted = this.#aborted(call);
       if (aborted || result.status !== 'deferred') {
         // Listed in its keys' waiting processes, but gone: leave those no line here holds.
-        const leave = line?.size ? [] : this.leaving(call);
+        const leave = line?.size ? NO_KEYS : this.leaving(call);
         this.#doneAlone(call);
         line?.resume();
         void this.#client.leave(leave);
@@ -376,8 +377,8 @@ export class Lines {
           this.#slots.release(call, grant);
         }
         if (aborted) throw aborted.reason;
-        hooks.refused(result, extra);
-        throw hooks.limited(result, result.waitMs);
+        hooks.refused(call, result, extra);
+        throw hooks.limited(call, result, result.waitMs);
       }
       first = true;
     }
@@ -386,7 +387,7 @@ export class Lines {
         (queued) => this.ask(queued),
         () => {
           // Its calls went away: leave the waiting lists it may be on, so that the next process is woken.
-          const leave = this.#closing.aborted ? [] : this.leaving(call);
+          const leave = this.#closing.aborted ? NO_KEYS : this.leaving(call);
           this.delete(call, created);
           void this.#client.leave(leave);
         },
@@ -442,7 +443,7 @@ export class Lines {
   #late(call: Call, { result, extra, stay }: Decided): void {
     this.answered(call, result, stay);
     if (result.status === 'booked') this.#slots.release(call, grantOf(result, extra));
-    void this.#client.leave(this.get(call.line)?.size ? [] : this.leaving(call));
+    void this.#client.leave(this.get(call.line)?.size ? NO_KEYS : this.leaving(call));
   }
 
   get(line: string): KeyLine<Call> | undefined {
@@ -533,8 +534,8 @@ export class Lines {
    * its call asked alone) goes: those it may be listed on that no other line of it holds. They
    * count as left.
    */
-  leaving(call: Call): string[] {
-    if (call.also.length === 0 && !this.#listed.has(call.encoded)) return [];
+  leaving(call: Call): readonly string[] {
+    if (call.also.length === 0 && !this.#listed.has(call.encoded)) return NO_KEYS;
     return keysOf(call).filter((key) => {
       if (!this.#listed.has(key)) return false;
       if (key !== call.line && (this.#lines.has(key) || this.#alone.has(key))) return false;
