@@ -12,6 +12,7 @@ import { encodeKey, keyNames } from '../lib/keys.js';
 import { parseRule } from '../lib/rules.js';
 import { Reaper, STALE_MS, STAMP_EVERY_MS, Stamps } from '../lib/stores/redis-liveness.js';
 import type { ReserveRequest, StoreNotice } from '../lib/store.js';
+import { useFakeClock } from './support/fake-clock.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 
 const MAX_HOLD = 10_000;
@@ -186,6 +187,63 @@ describe('RedisStore: slots of a dead process', () => {
     expect(stamps.mayStart(NAME, [6], 9_000 + STALE_MS - 100)).to.equal(true);
     expect(stamps.mayStart(NAME, [6], 9_000 + STALE_MS + 50)).to.equal(false);
     await stamps.close();
+  });
+});
+
+describe('liveness timers: a batch that rides while their own work is under way', () => {
+  const fake = useFakeClock();
+  const later = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+  it('the reaper leaves no timer after close(), so reads nothing more', async () => {
+    let reads = 0;
+    const reaper = new Reaper({
+      tag: '.me',
+      cluster: false,
+      aliveKey: () => 'alive',
+      names: () => ({ log: 'log', meta: 'meta' }),
+      channel: () => 'free',
+      freed: () => undefined,
+      // A read of the stamps answered 300 ms later: none stale.
+      run: async (_name, _keys, args) => {
+        if (args[0] !== 'read') return 0;
+        reads += 1;
+        await later(300);
+        return [0];
+      },
+    });
+    reaper.waits(NAME, 'k', 10_000);
+    await fake.clock.tickAsync(0);
+    expect(reads).to.equal(1);
+    // A batch rides 260 ms into its own read (past half a period since it began).
+    await fake.clock.tickAsync(260);
+    expect(reaper.rides(NAME)).to.equal(true);
+    await fake.clock.tickAsync(100);
+    reaper.close();
+    expect(fake.clock.countTimers()).to.equal(0);
+    await fake.clock.tickAsync(2_000);
+    expect(reads).to.equal(1);
+  });
+
+  it('stamps leave no timer after close(): a ride while a stamp of their own is under way starts no second one', async () => {
+    const stamps = new Stamps({
+      tag: '.me',
+      seq: () => 1,
+      storeNow: () => 1_000,
+      aliveKey: () => 'alive',
+      // A stamp answered 200 ms later; the drop at close at once.
+      run: async (_name, _keys, args) => {
+        if (args[0] === 'stamp') await later(200);
+        return 1_000;
+      },
+    });
+    stamps.holds(NAME, 60_000, MAX_HOLD);
+    await fake.clock.tickAsync(0);
+    // A batch rides 170 ms into the stamp of its own (past half a period since it was sent).
+    await fake.clock.tickAsync(170);
+    expect(stamps.ride(NAME)).to.not.equal(undefined);
+    await fake.clock.tickAsync(30);
+    await stamps.close();
+    expect(fake.clock.countTimers()).to.equal(0);
   });
 });
 

@@ -9,7 +9,7 @@ import { replies } from '../lib/stores/redis-scripts.js';
 
 describe('script replies', () => {
   it('reads each reply of the expected shape', () => {
-    expect(replies.inspect([1, 2, 3, 0, 1, 4, 5])).to.deep.equal([1, 2, 3, 0, 1, 4, 5]);
+    expect(replies.inspect([1, 2, 3, 0, 1, 4, 5], 1)).to.deep.equal([1, 2, 3, 0, 1, 4, 5]);
     expect(replies.pause(1_700)).to.equal(1_700);
     expect(replies.epochFirst(['a@b:12', 1])).to.deep.equal({ value: 'a@b:12', provisional: true });
     expect(replies.epochExtend(null)).to.equal(null);
@@ -20,8 +20,10 @@ describe('script replies', () => {
   it('fails a reply of another shape with StoreUnavailableError naming the script', () => {
     const cases: Array<[() => unknown, RegExp]> = [
       [() => replies.pause('OK'), /lua\/pause\.lua: "OK"/],
-      [() => replies.inspect([1, '2']), /lua\/inspect\.lua/],
-      [() => replies.inspect(7), /lua\/inspect\.lua: 7/],
+      [() => replies.inspect([1, 2, 3, 0, 1, '4', 5], 1), /lua\/inspect\.lua/],
+      [() => replies.inspect([1, 2, 3, 0, 1], 1), /lua\/inspect\.lua: \[1,2,3,0,1\]/],
+      [() => replies.inspect(7, 1), /lua\/inspect\.lua: 7/],
+      [() => replies.pause(10n), /lua\/pause\.lua: \[object BigInt\]/],
       [() => replies.epochFirst(['a@b:12']), /lua\/epoch\.lua/],
       [() => replies.epochFirst(['a@b:12', 2]), /lua\/epoch\.lua/],
       [() => replies.epochLost(null), /lua\/epoch\.lua: null/],

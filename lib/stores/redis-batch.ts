@@ -800,11 +800,12 @@ export class BatchQueue {
       if (ride?.ticket) stamps?.answered(ride.ticket, stampAt);
       if (read) reaper.read(namespace, read);
       if (!recovery) return;
-      if (soft === '1' && !epochInPlace) {
-        // The heartbeat's checks found the epoch changed, or written by another Redis (a failover
-        // that kept its value, which a read of the value alone cannot tell): the namespace is put
-        // back as after any loss, whether or not a process decides there.
-        await recovery.recover(namespace);
+      // The heartbeat's checks found the epoch changed, or written by another Redis (a failover
+      // that kept its value, which a read of the value alone cannot tell): the namespace is put
+      // back as after any loss, whether or not a process decides there. Not a loss after all (its
+      // grace only extended by a process putting back its calls): the keys the checks found lost
+      // or held are put back one by one, as below.
+      if (soft === '1' && !epochInPlace && (await recovery.recover(namespace))) {
         for (const key of lost) wakes.wake(names.wakes(namespace), encodeKey(key));
         return;
       }

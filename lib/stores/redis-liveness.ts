@@ -56,7 +56,10 @@ interface NamespaceStamps {
   aheadUntil: number;
   /** The largest maxHoldMs of the namespace's slots (the reaper derives a slot's start from its score with it). */
   hold: number;
+  /** The stamps' timer, while they go on (set from the first hold until the stamp is dropped). */
   timer: NodeJS.Timeout | undefined;
+  /** `timer` has not fired yet: a ride may move it (once fired, its stamp is under way and arms the next itself). */
+  armed: boolean;
   /** A stamp of this process is in the hash (not yet dropped). */
   written: boolean;
   count: number;
@@ -117,7 +120,7 @@ export class Stamps {
     if (this.#closed) return;
     let state = this.#namespaces.get(namespace);
     if (!state) {
-      state = { sent: 0, from: 0, confirmed: undefined, aheadUntil: 0, hold: 0, timer: undefined, written: false, count: 0, sentAt: -Infinity };
+      state = { sent: 0, from: 0, confirmed: undefined, aheadUntil: 0, hold: 0, timer: undefined, armed: false, written: false, count: 0, sentAt: -Infinity };
       this.#namespaces.set(namespace, state);
     }
     state.aheadUntil = Math.max(state.aheadUntil, until);
@@ -152,9 +155,12 @@ export class Stamps {
     if (state === undefined || state.timer === undefined || this.#closed) return undefined;
     if (performance.now() - state.sentAt < RIDE_AFTER * STAMP_EVERY_MS || this.#deps.storeNow() > state.aheadUntil + STALE_MS) return undefined;
     const before = this.#sent(state);
-    // The next stamp of its own is due a period after this one: its timer waits until then.
-    clearTimeout(state.timer);
-    this.#schedule(namespace, state, STAMP_EVERY_MS);
+    // The next stamp of its own is due a period after this one: its timer waits until then (a
+    // timer that fired already has its stamp under way, which arms the next one itself).
+    if (state.armed) {
+      clearTimeout(state.timer);
+      this.#schedule(namespace, state, STAMP_EVERY_MS);
+    }
     return { args: [state.sent, state.hold, KEEP_MS, state.count % SWEEP_EVERY === 0 ? 1 : 0], ticket: { state, before } };
   }
 
@@ -178,7 +184,11 @@ export class Stamps {
   }
 
   #schedule(namespace: string, state: NamespaceStamps, afterMs: number): void {
-    state.timer = setTimeout(() => void this.#stamp(namespace, state), afterMs);
+    state.armed = true;
+    state.timer = setTimeout(() => {
+      state.armed = false;
+      void this.#stamp(namespace, state);
+    }, afterMs);
     state.timer.unref();
   }
 
@@ -291,6 +301,8 @@ export interface ReaperDeps {
 interface Watch {
   readonly keys: Map<string, Contested>;
   timer: NodeJS.Timeout | undefined;
+  /** `timer` has not fired yet: a ride may move it (once fired, its read is under way and arms the next itself). */
+  armed: boolean;
   /** `performance.now()` when the stamps were last read for this watch (on their own, or riding a batch). */
   readAt: number;
 }
@@ -321,7 +333,7 @@ export class Reaper {
   waits(namespace: string, key: string, forMs: number): void {
     if (this.#closed) return;
     let watch = this.#namespaces.get(namespace);
-    if (!watch) this.#namespaces.set(namespace, (watch = { keys: new Map(), timer: undefined, readAt: -Infinity }));
+    if (!watch) this.#namespaces.set(namespace, (watch = { keys: new Map(), timer: undefined, armed: false, readAt: -Infinity }));
     const until = Date.now() + Math.min(forMs, 60_000);
     const contested = watch.keys.get(key);
     if (contested) contested.until = Math.max(contested.until, until);
@@ -341,9 +353,12 @@ export class Reaper {
     const now = performance.now();
     if (now - watch.readAt < RIDE_AFTER * WATCH_EVERY_MS) return false;
     watch.readAt = now;
-    // The next read of its own is due a period after this one: its timer waits until then.
-    clearTimeout(watch.timer);
-    this.#schedule(namespace, watch, WATCH_EVERY_MS);
+    // The next read of its own is due a period after this one: its timer waits until then (a timer
+    // that fired already has its read under way, which arms the next one itself).
+    if (watch.armed) {
+      clearTimeout(watch.timer);
+      this.#schedule(namespace, watch, WATCH_EVERY_MS);
+    }
     return true;
   }
 
@@ -360,7 +375,10 @@ export class Reaper {
   }
 
   #schedule(namespace: string, watch: Watch, afterMs: number): void {
+    watch.armed = true;
     watch.timer = setTimeout(() => {
+      watch.armed = false;
+      if (this.#closed) return;
       // Read riding a batch meanwhile: the next read is due a period after it.
       const read = watch.readAt + WATCH_EVERY_MS - performance.now() > 1 ? Promise.resolve() : this.#watch(namespace, watch);
       void read.finally(() => {
@@ -377,6 +395,7 @@ export class Reaper {
   }
 
   async #watch(namespace: string, watch: Watch): Promise<void> {
+    if (this.#closed) return;
     watch.readAt = performance.now();
     try {
       const reply = replies.aliveRead(await this.#deps.run(scripts.alive.name, [this.#deps.aliveKey(namespace)], ['read', KEEP_MS]));

@@ -76,8 +76,8 @@ export const scripts = {
  * reader (lib/stores/redis-batch.ts).
  */
 export const replies = {
-  /** inspect.lua: NOW, NEXT_FREE_IN, PAUSED_FOR, BOOKED_AHEAD, STORED, then per rule USED, RESET_IN. */
-  inspect: (reply: unknown): number[] => numbers('inspect', reply),
+  /** inspect.lua: NOW, NEXT_FREE_IN, PAUSED_FOR, BOOKED_AHEAD, STORED, then per rule of `rules` USED, RESET_IN. */
+  inspect: (reply: unknown, rules: number): number[] => numbers('inspect', reply, 5 + 2 * rules),
   /** pause.lua: the end of the pause in force (store clock ms). */
   pause: (reply: unknown): number => number('pause', reply),
   /** line.lua: ms from now until the place, or -1. */
@@ -108,7 +108,13 @@ export const replies = {
 
 /** A script's reply of another shape than its header says, as the store failure it is. */
 export function unexpected(script: string, reply: unknown): never {
-  const text = JSON.stringify(reply) ?? String(reply);
+  let text: string;
+  try {
+    text = JSON.stringify(reply) ?? String(reply);
+  } catch {
+    // A value JSON cannot render (a BigInt, a cycle): named by its tag, and the failure still said.
+    text = Object.prototype.toString.call(reply);
+  }
   throw new StoreUnavailableError(
     `Unexpected reply from lua/${script}.lua: ${text.length > 100 ? `${text.slice(0, 97)}...` : text} (a script of another version under the same name, or a proxy that rewrote the reply?)`,
   );
@@ -118,8 +124,8 @@ function number(script: string, reply: unknown): number {
   return typeof reply === 'number' ? reply : unexpected(script, reply);
 }
 
-function numbers(script: string, reply: unknown): number[] {
-  const values = list(script, reply, 0);
+function numbers(script: string, reply: unknown, least: number): number[] {
+  const values = list(script, reply, least);
   return values.map((value) => number(script, value));
 }
 

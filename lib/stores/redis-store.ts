@@ -326,7 +326,7 @@ export class RedisStore implements Store {
     const { log, meta } = this.#names.of(namespace, key);
     const args = ruleArgs(rules);
     if (maxHoldMs !== undefined) args.push(maxHoldMs);
-    const reply = replies.inspect(await this.#driver.run(scripts.inspect.name, [log, meta], args));
+    const reply = replies.inspect(await this.#driver.run(scripts.inspect.name, [log, meta], args), rules.length);
     const bookedAhead = reply[3]!;
     return {
       now: reply[0]!,
