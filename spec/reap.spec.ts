@@ -214,7 +214,7 @@ describe('liveness timers: a batch that rides while their own work is under way'
     reaper.waits(NAME, 'k', 10_000);
     await fake.clock.tickAsync(0);
     expect(reads).to.equal(1);
-    // A batch rides 260 ms into its own read (past half a period since it began).
+    // A batch rides 260 ms into its own read (past a fifth of a period since it began).
     await fake.clock.tickAsync(260);
     expect(reaper.rides(NAME)).to.equal(true);
     await fake.clock.tickAsync(100);
@@ -238,7 +238,7 @@ describe('liveness timers: a batch that rides while their own work is under way'
     });
     stamps.holds(NAME, 60_000, MAX_HOLD);
     await fake.clock.tickAsync(0);
-    // A batch rides 170 ms into the stamp of its own (past half a period since it was sent).
+    // A batch rides 170 ms into the stamp of its own (past a fifth of a period since it was sent).
     await fake.clock.tickAsync(170);
     expect(stamps.ride(NAME)).to.not.equal(undefined);
     await fake.clock.tickAsync(30);
