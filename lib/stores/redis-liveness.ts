@@ -23,9 +23,11 @@ export const STAMP_EVERY_MS = 300;
 /**
  * A stamp or a read of stamps rides a batch once this share of its period has passed since the
  * previous one: a process whose batches go a few times a period sends none of its own, and its
- * timer, moved a period past each ride, does not fire. Not much more: at half a period, a process
- * killed while its calls slept until their slots left them counting to their bounds now and then
- * (the survivor of spec/dead-process.spec.ts took 2–6× the ideal in 2 runs of 3; 1.04–1.07× at a fifth).
+ * timer, moved a period past each ride, does not fire. Kept short: a slot asked for after the
+ * latest stamp is in none, so if its process dies before the next stamp it counts to its bound; a
+ * batch that books carries a stamp covering its own slots unless one went within this share. (At
+ * half a period, a process killed 0.3 s after its last batches booked left those slots counting:
+ * the survivor of spec/dead-process.spec.ts took 2–6× the ideal in 2 runs of 3.)
  */
 const RIDE_AFTER = 0.2;
 /**
