@@ -63,8 +63,9 @@ describe('data lost under the processes: one key (eviction, a Cluster shard), or
     const other = await c!.reserve(request('u1', 0));
     expect(other.status).to.equal('refused');
     expect((await c!.inspect(NAMESPACE, 'u1', RULES)).nextFreeInMs).to.be.within(400, 800);
-    // b finds the loss by its heartbeat, deciding nothing.
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // b finds the loss by its heartbeat, deciding nothing, while the key is still held.
+    const heldUntil = performance.now() + (await c!.inspect(NAMESPACE, 'u1', RULES)).nextFreeInMs;
+    while (b!.keysRestored === 0 && performance.now() < heldUntil) await new Promise((resolve) => setTimeout(resolve, 20));
     expect(b!.keysRestored).to.equal(1);
     expect(await admin.zcard(u1.log)).to.equal(5);
     // Only the lost key was put back: u2 was never touched again.
