@@ -293,6 +293,22 @@ while i <= last do
         checks[witness_checks[k]] = VT_CHECK_LOST
       end
     end
+  elseif op == VT_OP_COMPLETE and A[i + 2] == 1 then
+    -- The usual completion, inline: one call of the key (vt_complete, whose count == 1 case this is).
+    local log = KEYS[2 * k - 1]
+    local release = A[i + 4]
+    local latest = 0
+    if release == -1 then
+      redis.call('ZREM', log, A[i + 3] .. tag)
+    else
+      redis.call('ZADD', log, 'XX', 'LT', release, A[i + 3] .. tag)
+      latest = tonumber(release)
+    end
+    if (marked_read and env.marked or vt_marked()) >= latest then
+      local value = redis.call('HGET', KEYS[2 * k], 'w')
+      if value then vt_waiters_wake(vt_waiters_parse(value), channel, vt_user_key(log), latest) end
+    end
+    i = i + 5
   elseif op == VT_OP_DECIDE then
     if lost[k] then
       local count = tonumber(A[i + 5])
