@@ -294,7 +294,7 @@ while i <= last do
       end
     end
   elseif op == VT_OP_COMPLETE and A[i + 2] == 1 then
-    -- The usual completion, inline: one call of the key (vt_complete, whose count == 1 case this is).
+    -- The usual completion, inline: one call of the key (vt_complete writes those of several).
     local log = KEYS[2 * k - 1]
     local release = A[i + 4]
     local latest = 0
