@@ -21,7 +21,9 @@
   ARGV[6]  KEPT     '1': the last two keys are the index of kept keys and the mark (a standalone Redis)
   ARGV[7]  SOFT     '1': a batch of checks alone; an epoch that changed does not stop it (each key
                     then compares the Redis that took its bookings, meta `r`, as without EPOCH)
-  ARGV[8]… ALIVE    optional, a standalone Redis: N, HOLD, KEEP_MS, SWEEP, READ; the last key is then
+  ARGV[8]  EVICTED  optional, '1': `evicted_keys` of INFO stats is read for the eviction watch
+                    (lib/stores/redis-evictions.ts), the recovery heartbeat's reading riding the batch
+  ARGV[9]… ALIVE    optional, a standalone Redis: N, HOLD, KEEP_MS, SWEEP, READ; the last key is then
                     the namespace's liveness stamps (alive.lua), after the index and the mark. N >= 0:
                     this process's stamp rides the batch, written as alive.lua 'stamp' writes it (N,
                     HOLD, KEEP_MS, SWEEP '1'); READ '1': the stamps are read, as alive.lua 'read' does
@@ -53,8 +55,9 @@
   done), else { VT_BATCH_DONE (VT_BATCH_DONE_UNDER_CHANGED_EPOCH: a SOFT batch whose epoch was not
   the one sent), NOW_MS, then per decided call in order its five values, or the one
   VT_STATUS_BOOKED_NOW (includes/decide.lua), then one per check (includes/check.lua), then one per
-  PAUSED, then with ALIVE the stamp's time (-1: none written), then with READ '1' alive.lua 'read''s
-  reply }: NOW_MS is the store clock (0 when no decision or check was asked for).
+  PAUSED, then with EVICTED '1' the count (-1 where INFO is denied), then with ALIVE the stamp's time
+  (-1: none written), then with READ '1' alive.lua 'read''s reply }: NOW_MS is the store clock (0 when
+  no decision or check was asked for).
 ]]
 --- @include "log"
 --- @include "buckets"
@@ -70,7 +73,7 @@ local epoch_key = nil
 local last_key = #KEYS
 -- ALIVE: the stamps' key is the last one; the stamp and the read are done once the batch is.
 local alive_key = nil
-if ARGV[8] ~= nil then
+if ARGV[9] ~= nil then
   alive_key = KEYS[last_key]
   last_key = last_key - 1
 end
@@ -374,10 +377,14 @@ end
 local n = #out
 for c = 1, #checks do out[n + c] = checks[c] end
 for _, pause in ipairs(pauses) do out[#out + 1] = pause end
+if ARGV[8] == '1' then
+  local info = redis.pcall('INFO', 'stats')
+  out[#out + 1] = type(info) == 'string' and tonumber(string.match(info, 'evicted_keys:(%d+)')) or -1
+end
 if alive_key ~= nil then
-  local at, n, keep_ms = now or vt_now(), tonumber(ARGV[8]), tonumber(ARGV[10])
-  out[#out + 1] = n >= 0 and vt_stamp(alive_key, tag, n, tonumber(ARGV[9]), keep_ms, ARGV[11] == '1', at) or -1
-  if ARGV[12] == '1' then vt_alive_read(alive_key, keep_ms, at, out) end
+  local at, n, keep_ms = now or vt_now(), tonumber(ARGV[9]), tonumber(ARGV[11])
+  out[#out + 1] = n >= 0 and vt_stamp(alive_key, tag, n, tonumber(ARGV[10]), keep_ms, ARGV[12] == '1', at) or -1
+  if ARGV[13] == '1' then vt_alive_read(alive_key, keep_ms, at, out) end
 end
 if VT_KEPT ~= nil then
   local at = now or vt_now()

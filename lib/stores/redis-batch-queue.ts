@@ -5,7 +5,7 @@ import { batchKeys, encodeBatch, groupByKey, type DecideOp, type Op } from './re
 import type { ClientDriver } from './redis-client.js';
 import type { EvictionWatch } from './redis-evictions.js';
 import { rideOf, type Reaper, type Stamps } from './redis-liveness.js';
-import { MAX_RECOVERIES, type Recovery } from './redis-recovery.js';
+import { MAX_RECOVERIES, type Heartbeat, type Recovery } from './redis-recovery.js';
 import { CODES, scripts } from './redis-scripts.js';
 import type { Wakes } from './redis-wakes.js';
 
@@ -25,6 +25,8 @@ export interface BatchQueueDeps {
   readonly cluster: boolean;
   /** Puts back this process's calls after a loss (none with `recovery: false`). */
   readonly recovery: Recovery | undefined;
+  /** Its beats ride the batches when due (`Heartbeat.ride`). */
+  readonly heartbeat: Heartbeat | undefined;
   /** This process's liveness stamps, and the reader of others' (a stamp or a read rides a batch when due). */
   readonly stamps: Stamps | undefined;
   readonly reaper: Reaper;
@@ -74,8 +76,13 @@ export class BatchQueue {
   }
 
   #flush(): void {
+    // A beat that is due rides this flush: its checks join the operations (queued without
+    // scheduling another flush), and its reading of evictions goes with the first batch.
+    this.#flushScheduled = 'now';
+    this.#deps.heartbeat?.ride();
     this.#flushScheduled = 'none';
     this.#flushAt = Infinity;
+    let reading = this.#deps.heartbeat?.takeReading();
     const ops = this.#queue;
     this.#queue = [];
     const { cluster } = this.#deps;
@@ -101,19 +108,26 @@ export class BatchQueue {
       let size = 0;
       for (const keyOps of byKey.values()) {
         if (size > 0 && size + keyOps.length > MAX_BATCH) {
-          void this.#send(batch);
+          void this.#send(batch, reading);
+          reading = undefined;
           batch = [];
           size = 0;
         }
         batch.push(keyOps);
         size += keyOps.length;
       }
-      if (size > 0) void this.#send(batch);
+      if (size > 0) void this.#send(batch, reading);
+      reading = undefined;
     }
+    reading?.(undefined);
   }
 
-  /** Sends one batch (`groups`: the operations of each of its keys, see `encodeBatch`). */
-  async #send(groups: Op[][]): Promise<void> {
+  /**
+   * Sends one batch (`groups`: the operations of each of its keys, see `encodeBatch`); with
+   * `reading`, the batch reads Redis's evictions for the heartbeat and hands it the count (undefined
+   * when it did not).
+   */
+  async #send(groups: Op[][], reading?: (evictedKeys: number | undefined) => void): Promise<void> {
     const { driver, names, cluster, recovery, stamps, reaper, evictions, wakes, clock } = this.#deps;
     const namespace = groups[0]![0]!.namespace;
     // Pauses read alone (a call booked ahead came due with nothing else to send): an HGET each costs
@@ -121,6 +135,7 @@ export class BatchQueue {
     // put-back restores calls, never a pause (one lost with the data stays lost), so the read gives
     // the same answer before and after it, and the call's slot, journaled, is put back either way.
     if (groups.every((ops) => ops.every((op) => op.type === 'paused'))) {
+      reading?.(undefined);
       for (const ops of groups) {
         for (const op of ops) {
           if (op.type !== 'paused') continue;
@@ -150,12 +165,22 @@ export class BatchQueue {
       // a Cluster the stamps live in another slot). Taken just before the batch goes: stamps are
       // sent in the order they are written.
       const ride = cluster ? undefined : rideOf(stamps, reaper, namespace);
-      const { users, fields, deliver, booked } = encodeBatch(groups, recovery?.checks(namespace), ride);
+      const evicted = reading !== undefined && !cluster;
+      const { users, fields, deliver, booked } = encodeBatch(groups, recovery?.checks(namespace), ride, evicted);
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
       const checked = cluster ? '' : epoch;
       const extra = names.kept(namespace);
       if (checked !== '') extra.unshift(recovery!.epochKey(namespace));
-      const args: Array<string | number | Buffer> = [checked, names.tag, names.channel(namespace), recovery?.graceMs ?? 0, fields, cluster ? '0' : '1', soft];
+      const args: Array<string | number | Buffer> = [
+        checked,
+        names.tag,
+        names.channel(namespace),
+        recovery?.graceMs ?? 0,
+        fields,
+        cluster ? '0' : '1',
+        soft,
+        evicted ? '1' : '0',
+      ];
       if (ride) {
         extra.push(names.alive(namespace));
         args.push(...ride.args);
@@ -169,6 +194,8 @@ export class BatchQueue {
       // NOW_MS: the store's reading (0 where the batch read no clock).
       if (Array.isArray(reply) && typeof reply[1] === 'number' && reply[1] > 0) clock.sample(sentAt, performance.now(), reply[1]);
       if (Array.isArray(reply) && reply[0] === CODES.batch.epochChanged && recovery) {
+        reading?.(undefined);
+        reading = undefined;
         // Sent before a recovery of this process finished, or the epoch's grace was only extended
         // (same id): sent again, not counted as a loss.
         const lost = generation === recovery.generation && (await recovery.recover(namespace));
@@ -181,7 +208,9 @@ export class BatchQueue {
         if (retry.length > 0) await this.#send(groupByKey(retry));
         return;
       }
-      const { again, lost, held, stampAt, stamps: read, epochInPlace } = deliver(reply);
+      const { again, lost, held, evictedKeys, stampAt, stamps: read, epochInPlace } = deliver(reply);
+      reading?.(evictedKeys);
+      reading = undefined;
       // The epoch this process knows was in place when the batch ran (a batch of checks alone goes
       // on past a changed one, and says so): the heartbeat need not read it this beat.
       if (checked !== '' && epochInPlace) recovery?.epochChecked(namespace, checked, sentAt);
@@ -215,6 +244,7 @@ export class BatchQueue {
       }
       if (retry.length > 0) await this.#send(groupByKey(retry));
     } catch (error) {
+      reading?.(undefined);
       const failure = outOfMemory(error) ?? error;
       for (const ops of groups) for (const op of ops) op.reject(failure);
     }

@@ -77,6 +77,8 @@ export interface Checked {
   readonly lost: string[];
   /** Keys found held (another process found a loss, or a failover): it puts its calls back too, without holding. */
   readonly held: string[];
+  /** With EVICTED: `evicted_keys` of INFO stats, -1 where INFO is denied to the script. */
+  readonly evictedKeys?: number;
   /** With ALIVE (`Alive`): the time of the stamp the batch wrote, -1 when none. */
   readonly stampAt?: number;
   /** With ALIVE's READ: the namespace's stamps as lua/alive.lua 'read' answers them. */
@@ -96,6 +98,7 @@ interface Reply {
   readonly decisions: ReadonlyArray<Decision | undefined>;
   readonly checks: readonly number[];
   readonly pauses: readonly number[];
+  readonly evictedKeys?: number;
   readonly stampAt?: number;
   readonly stamps?: unknown[];
   /** DONE (not DONE_UNDER_CHANGED_EPOCH). */
@@ -144,7 +147,7 @@ const setOfOp: number[] = [];
  * several keys, one each. `groups`: the operations of each key, in the order asked, one group per
  * key (`groupByKey`). `deliver` hands each caller its part of the flat reply.
  */
-export function encodeBatch(groups: ReadonlyArray<readonly Op[]>, checks?: Checks, alive?: Alive): EncodedBatch {
+export function encodeBatch(groups: ReadonlyArray<readonly Op[]>, checks?: Checks, alive?: Alive, evicted = false): EncodedBatch {
   const users: string[] = [];
   const sets: RuleSet[] = [];
   const setArgs: number[] = [];
@@ -305,12 +308,12 @@ export function encodeBatch(groups: ReadonlyArray<readonly Op[]>, checks?: Check
     }
   }
   const packed = packNumbers(sets.length, setArgs, fields, length, textAt, texts);
-  const read = (reply: unknown): Reply => readReply(reply, decided.length, checked.length, paused.length, alive);
+  const read = (reply: unknown): Reply => readReply(reply, decided.length, checked.length, paused.length, evicted, alive);
   return {
     users,
     fields: packed,
     deliver: (raw) => {
-      const { decisions, checks: found, pauses, stampAt, stamps, epochInPlace } = read(raw);
+      const { decisions, checks: found, pauses, evictedKeys, stampAt, stamps, epochInPlace } = read(raw);
       const again: DecideOp[] = [];
       // Keys held (a decision not booked for a hold, rule index VT_RULE_RECOVERING): this process
       // puts back its calls there too, if it holds any (a key checked).
@@ -338,7 +341,7 @@ export function encodeBatch(groups: ReadonlyArray<readonly Op[]>, checks?: Check
         else if (found[i] === CHECK.held || held?.has(key) === true) heldKeys.push(key);
       }
       for (let i = 0; i < paused.length; i++) paused[i]!.resolve(pauses[i]!);
-      return { again, lost, held: heldKeys, stampAt, stamps, epochInPlace };
+      return { again, lost, held: heldKeys, evictedKeys, stampAt, stamps, epochInPlace };
     },
     booked: (raw) => {
       // A batch that found the epoch changed did nothing.
@@ -475,10 +478,11 @@ function writeName(out: Buffer, at: number, userLength: number, head: Uint8Array
 
 /**
  * The one reader of lua/batch.lua's reply: `{ DONE, NOW_MS, per decision its answer (VT_STATUS_BOOKED_NOW
- * alone, or five values), per check its finding, per pause read its end, with ALIVE the stamp's time
- * and with its READ the stamps }`, checked against what the batch asked for.
+ * alone, or five values), per check its finding, per pause read its end, with EVICTED the count of
+ * evicted keys, with ALIVE the stamp's time and with its READ the stamps }`, checked against what the
+ * batch asked for.
  */
-function readReply(reply: unknown, decisionCount: number, checkCount: number, pauseCount: number, alive?: Alive): Reply {
+function readReply(reply: unknown, decisionCount: number, checkCount: number, pauseCount: number, evicted: boolean, alive?: Alive): Reply {
   if (!Array.isArray(reply) || (reply[0] !== CODES.batch.done && reply[0] !== CODES.batch.doneUnderChangedEpoch)) return unexpected('batch', reply);
   let at = 1;
   const next = (): number => {
@@ -502,10 +506,11 @@ function readReply(reply: unknown, decisionCount: number, checkCount: number, pa
   }
   const checks = Array.from({ length: checkCount }, next);
   const pauses = Array.from({ length: pauseCount }, next);
+  const evictedKeys = evicted ? next() : undefined;
   const stampAt = alive ? next() : undefined;
   const stamps = alive?.read ? reply.slice(at, (at = reply.length)) : undefined;
   if (at !== reply.length) unexpected('batch', reply);
-  return { decisions, checks, pauses, stampAt, stamps, epochInPlace: reply[0] === CODES.batch.done };
+  return { decisions, checks, pauses, evictedKeys, stampAt, stamps, epochInPlace: reply[0] === CODES.batch.done };
 }
 
 /** MAX_DELAY as lua/includes/decide.lua reads it: whole ms, or -1 for any. */

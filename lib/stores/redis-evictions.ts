@@ -75,12 +75,13 @@ export class EvictionWatch {
   failure: StoreUnavailableError | undefined;
 
   /**
-   * Reads `evicted_keys` and acts on what changed; one check at a time. Never rejects: a check that
-   * fails (Redis unreachable, a script refused) says so (`evictionCheckFailed`) once, until a check
-   * succeeds, and the next check tries again.
+   * Reads `evicted_keys` (or takes `evictedKeys`, read by a batch the heartbeat's reading rode) and
+   * acts on what changed; one check at a time. Never rejects: a check that fails (Redis unreachable,
+   * a script refused) says so (`evictionCheckFailed`) once, until a check succeeds, and the next
+   * check tries again.
    */
-  check(): Promise<void> {
-    this.#checking ??= this.#check()
+  check(evictedKeys?: number): Promise<void> {
+    this.#checking ??= this.#check(evictedKeys)
       .then(
         () => void (this.#failing = false),
         (error: unknown) => this.#failed(error),
@@ -89,10 +90,11 @@ export class EvictionWatch {
     return this.#checking;
   }
 
-  async #check(): Promise<void> {
+  async #check(evictedKeys: number | undefined): Promise<void> {
     let count: number;
     try {
-      count = Number(/evicted_keys:(\d+)/.exec(await this.#deps.info('stats'))?.[1] ?? NaN);
+      // -1: INFO denied to the batch's script; read on its own, it says why.
+      count = evictedKeys !== undefined && evictedKeys >= 0 ? evictedKeys : Number(/evicted_keys:(\d+)/.exec(await this.#deps.info('stats'))?.[1] ?? NaN);
     } catch (error) {
       // Denied to this user (an ACL, a renamed command): said once, and not a failure of the check.
       if (!/NOPERM|no permissions|unknown command/i.test(error instanceof Error ? error.message : String(error))) throw error;

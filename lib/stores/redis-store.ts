@@ -151,6 +151,7 @@ export class RedisStore implements Store {
             for (const key of keys) this.#batches.push({ type: 'check', namespace, key, resolve: checked, reject, tries: 0 });
           }),
         evictions: this.#evictions,
+        rides: !cluster,
         notify,
       });
     }
@@ -159,6 +160,7 @@ export class RedisStore implements Store {
       names,
       cluster,
       recovery: this.#recovery,
+      heartbeat: this.#heartbeat,
       stamps: this.#stamps,
       reaper,
       evictions: this.#evictions,
