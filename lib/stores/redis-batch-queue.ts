@@ -4,7 +4,7 @@ import type { StoreClock } from '../time.js';
 import { batchKeys, encodeBatch, groupByKey, type DecideOp, type Op } from './redis-batch.js';
 import type { ClientDriver } from './redis-client.js';
 import type { EvictionWatch } from './redis-evictions.js';
-import { rideOf, type Reaper, type Stamps } from './redis-liveness.js';
+import { rideOf, type Reaper, type Ride, type Stamps } from './redis-liveness.js';
 import { MAX_RECOVERIES, type Heartbeat, type Recovery } from './redis-recovery.js';
 import { CODES, scripts } from './redis-scripts.js';
 import type { Wakes } from './redis-wakes.js';
@@ -144,6 +144,9 @@ export class BatchQueue {
       }
       return;
     }
+    // A batch that may book carries a stamp covering its slots (`Stamps.ride`).
+    const books = groups.some((ops) => ops.some((op) => op.type === 'decide'));
+    let ride: Ride | undefined;
     try {
       let epoch = '';
       let soft = '0';
@@ -152,7 +155,7 @@ export class BatchQueue {
         await recovery.recovered(namespace);
         // Completions alone need no epoch check: on a store that lost its data they change
         // nothing (ZADD XX), and the next decision finds the loss.
-        if (groups.some((ops) => ops.some((op) => op.type === 'decide'))) epoch = await recovery.epochOf(namespace);
+        if (books) epoch = await recovery.epochOf(namespace);
         else if (groups.some((ops) => ops.some((op) => op.type === 'check'))) {
           // The heartbeat's checks, under the epoch this process knows: a key then need not compare
           // the Redis that took its bookings (meta `r`, INFO); a changed one does not stop them.
@@ -164,7 +167,7 @@ export class BatchQueue {
       // A liveness stamp or a read of the stamps, when due, rides the batch (a standalone Redis: on
       // a Cluster the stamps live in another slot). Taken just before the batch goes: stamps are
       // sent in the order they are written.
-      const ride = cluster ? undefined : rideOf(stamps, reaper, namespace);
+      ride = cluster ? undefined : rideOf(stamps, reaper, namespace, books);
       const evicted = reading !== undefined && !cluster;
       const { users, fields, deliver, booked } = encodeBatch(groups, recovery?.checks(namespace), ride, evicted);
       // A Cluster script cannot reach the epoch key (another slot): the heartbeat checks it there.
@@ -245,6 +248,7 @@ export class BatchQueue {
       if (retry.length > 0) await this.#send(groupByKey(retry));
     } catch (error) {
       reading?.(undefined);
+      if (ride?.ticket) stamps?.answered(ride.ticket, undefined, error);
       const failure = outOfMemory(error) ?? error;
       for (const ops of groups) for (const op of ops) op.reject(failure);
     }

@@ -19,32 +19,35 @@ import { replies, scripts } from './redis-scripts.js';
  * that it is no gap. A stamp rides a batch of the namespace going out at least RIDE_AFTER of this
  * after the previous one; one of its own (a client command) goes only when no batch took it.
  */
-export const STAMP_EVERY_MS = 300;
+export const STAMP_EVERY_MS = 550;
 /**
  * A stamp or a read of stamps rides a batch once this share of its period has passed since the
  * previous one: a process whose batches go a few times a period sends none of its own, and its
- * timer, moved a period past each ride, does not fire. Kept short: a slot asked for after the
- * latest stamp is in none, so if its process dies before the next stamp it counts to its bound; a
- * batch that books carries a stamp covering its own slots unless one went within this share. (At
- * half a period, a process killed 0.3 s after its last batches booked left those slots counting:
- * the survivor of spec/dead-process.spec.ts took 2–6× the ideal in 2 runs of 3.)
+ * timer, moved a period past each ride, does not fire. A batch that may book carries a stamp
+ * whenever stamps go on, covering the slots it books: a slot asked for after the latest stamp is
+ * in none, and counts to its bound if its process dies before the next one. (When a booking batch
+ * carried one only past half a period, a process killed 0.3 s after its last bookings left those
+ * slots counting: the survivor of spec/dead-process.spec.ts took 2–6× the ideal in 2 runs of 3.)
  */
 const RIDE_AFTER = 0.2;
 /**
  * A stamp older than this (ms, store clock) is stale: its process's slots booked to start later than
  * the stamp + STALE_MS never started. The owner tolerates gaps up to STALE_MS - STAMP_MARGIN_MS
- * between its confirmed stamps (its event loop or its link to Redis stalling for about 0.4 s):
+ * between its confirmed stamps (its event loop or its link to Redis stalling for about 0.8 s):
  * past that it books its slots again rather than start them.
  */
-export const STALE_MS = 500;
+export const STALE_MS = 800;
 /** Rounding of the store times compared (the stamp is written in whole ms, starts rounded up). */
 const STAMP_MARGIN_MS = 20;
 /** Stamps not renewed for this long are dropped (their processes are long dead): the hash stays bounded. */
 const KEEP_MS = 3_600_000;
 /** Every this many stamps, the writer also drops stamps older than KEEP_MS. */
 const SWEEP_EVERY = 100;
-/** How often a process with keys whose decisions wait reads the namespace's stamps (ms). */
-const WATCH_EVERY_MS = 500;
+/**
+ * How often a process with keys whose decisions wait reads the namespace's stamps (ms): as often as
+ * it stamps, so that a stamp of its own carries the read.
+ */
+const WATCH_EVERY_MS = STAMP_EVERY_MS;
 
 type Run = (name: string, keys: readonly string[], args: ReadonlyArray<string | number>) => Promise<unknown>;
 
@@ -151,13 +154,14 @@ export class Stamps {
 
   /**
    * A stamp for a batch of the namespace about to go out, if one is due: stamps go on (their timer
-   * runs) and the previous one went at least RIDE_AFTER of STAMP_EVERY_MS ago. Its args are ALIVE's
+   * runs), and the batch `books` or the previous stamp went at least RIDE_AFTER of STAMP_EVERY_MS
+   * ago. Its args are ALIVE's
    * N, HOLD, KEEP_MS and SWEEP; the batch's answer goes to `answered`.
    */
-  ride(namespace: string): { readonly args: number[]; readonly ticket: StampTicket } | undefined {
+  ride(namespace: string, books: boolean): { readonly args: number[]; readonly ticket: StampTicket } | undefined {
     const state = this.#namespaces.get(namespace);
     if (state === undefined || state.timer === undefined || this.#closed) return undefined;
-    if (performance.now() - state.sentAt < RIDE_AFTER * STAMP_EVERY_MS || this.#deps.storeNow() > state.aheadUntil + STALE_MS) return undefined;
+    if ((!books && performance.now() - state.sentAt < RIDE_AFTER * STAMP_EVERY_MS) || this.#deps.storeNow() > state.aheadUntil + STALE_MS) return undefined;
     const before = this.#sent(state);
     // The next stamp of its own is due a period after this one: its timer waits until then (a
     // timer that fired already has its stamp under way, which arms the next one itself).
@@ -168,9 +172,10 @@ export class Stamps {
     return { args: [state.sent, state.hold, KEEP_MS, state.count % SWEEP_EVERY === 0 ? 1 : 0], ticket: { state, before } };
   }
 
-  /** A stamp that rode a batch was written at `at` (-1: not written; undefined: the batch failed). */
-  answered(ticket: StampTicket, at: number | undefined): void {
+  /** A stamp that rode a batch was written at `at` (-1: not written), or the batch failed with `error`. */
+  answered(ticket: StampTicket, at: number | undefined, error?: unknown): void {
     if (at !== undefined) this.#confirm(ticket.state, ticket.before, at);
+    else if (error !== undefined) this.#failed(error);
   }
 
   /** Stops stamping and removes this process's stamps. */
@@ -251,8 +256,8 @@ export class Stamps {
   }
 
   /**
-   * A stamp of its own failed (Redis unreachable, the script or the key denied): said once
-   * (`stampFailed`), until a stamp is answered. Its slots booked ahead start only if the stamps
+   * A stamp failed, of its own or riding a batch (Redis unreachable, the script or the key denied):
+   * said once (`stampFailed`), until a stamp is answered. Its slots booked ahead start only if the stamps
    * were unbroken (`mayStart`); past a gap they are booked again.
    */
   #failed(error: unknown): void {
@@ -282,8 +287,8 @@ export class Stamps {
 }
 
 /** What a batch of `namespace` about to go out carries of the liveness stamps (lua/batch.lua's ALIVE): a stamp due, a read due, or nothing. */
-export function rideOf(stamps: Stamps | undefined, reaper: Reaper, namespace: string): Ride | undefined {
-  const stamp = stamps?.ride(namespace);
+export function rideOf(stamps: Stamps | undefined, reaper: Reaper, namespace: string, books: boolean): Ride | undefined {
+  const stamp = stamps?.ride(namespace, books);
   const read = reaper.rides(namespace);
   if (stamp === undefined && !read) return undefined;
   return { args: [...(stamp?.args ?? [-1, 0, KEEP_MS, 0]), read ? 1 : 0], read, ticket: stamp?.ticket };

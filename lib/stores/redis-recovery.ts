@@ -18,6 +18,13 @@ export const MAX_RECOVERIES = 3;
 /** Restores in flight at once while a journal is put back (ioredis pipelines them on one connection). */
 const RESTORE_CONCURRENCY = 128;
 
+/**
+ * A beat rides a batch of the store going out once this share of a beat has passed since its timer
+ * was set (at start, or after the previous beat): it takes the place of a timer that would fire
+ * soon. Not much earlier: each beat looks through the journal's keys for those no decision checked.
+ */
+const BEAT_RIDE_AFTER = 0.8;
+
 /** How often a lookup asks again while its epoch is provisional (some connection not claimed yet). */
 const CLAIM_POLL_MS = 10;
 
@@ -428,9 +435,10 @@ export class Recovery {
     const storeNow = this.storeNow();
     const into = blankWitness();
     const now = Date.now();
-    // Due: a key no check reached within a beat, and every key the previous beat checked (a beat
-    // later by its timer, though the clocks' whole milliseconds may count one less).
-    const before = Math.max(now - this.#heartbeatMs, (this.#beatAt.get(namespace) ?? -Infinity) + 1);
+    // Due: a key no check reached since the previous beat looked, or within the share of a beat
+    // after which a beat may ride a batch (`Heartbeat.ride`): so every key the previous beat checked
+    // is due at the next, however soon that one rides and however the clocks' whole milliseconds fall.
+    const before = Math.max(now - BEAT_RIDE_AFTER * this.#heartbeatMs, (this.#beatAt.get(namespace) ?? -Infinity) + 1);
     this.#beatAt.set(namespace, now);
     return this.journal.unchecked(namespace, before).filter((key) => this.journal.witness(namespace, key, storeNow, now, into) !== undefined);
   }
@@ -464,13 +472,6 @@ export class Recovery {
     else if (value !== known) await this.recover(namespace);
   }
 }
-
-/**
- * A beat rides a batch of the store going out once this share of a beat has passed since its timer
- * was set (at start, or after the previous beat): it takes the place of a timer that would fire
- * soon. Not much earlier: each beat looks through the journal's keys for those no decision checked.
- */
-const BEAT_RIDE_AFTER = 0.8;
 
 /** What the heartbeat drives: the checks of keys it sends in the store's batches, and the eviction watch. */
 export interface HeartbeatDeps {
