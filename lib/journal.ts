@@ -256,6 +256,12 @@ export class Journal {
     return [...this.#namespaces.keys()];
   }
 
+  /** One key of the namespace, if it has any. */
+  anyKey(namespace: string): string | undefined {
+    for (const key of this.#namespaces.get(namespace)?.keys() ?? []) return key;
+    return undefined;
+  }
+
   /** The namespace's keys (or those of `only`) with the slots that still count at `storeNow`. */
   entriesOf(namespace: string, storeNow: number, only?: readonly string[]): Array<{ key: string; retainMs: number; entries: JournalEntry[] }> {
     this.prune(storeNow);

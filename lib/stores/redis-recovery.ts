@@ -572,6 +572,16 @@ export class Heartbeat {
       const keys = recovery.unchecked(namespace);
       if (keys.length > 0) checks.set(namespace, check(namespace, keys));
     }
+    // Nothing due and no batch to ride: one key is checked all the same, so that the reading of
+    // evictions, the epoch and a liveness stamp or read that is due go in one batch, not one each.
+    if (checks.size === 0 && !riding && evictions && this.#deps.rides) {
+      for (const namespace of recovery.journal.namespaces()) {
+        const key = recovery.journal.anyKey(namespace);
+        if (key === undefined) continue;
+        checks.set(namespace, check(namespace, [key]));
+        break;
+      }
+    }
     // Evictions are read by the next batch (the checks', or the one this beat rides), else on their own.
     let reading: Promise<number | undefined> | undefined;
     if (evictions && this.#deps.rides && (checks.size > 0 || riding)) {
