@@ -77,9 +77,10 @@ export class BatchQueue {
 
   #flush(): void {
     // A beat that is due rides this flush: its checks join the operations (queued without
-    // scheduling another flush), and its reading of evictions goes with the first batch.
+    // scheduling another flush), and its reading of evictions goes with the first batch. Not a
+    // flush of pause reads alone, which go as an HGET each (`#send`).
     this.#flushScheduled = 'now';
-    this.#deps.heartbeat?.ride();
+    if (this.#queue.some((op) => op.type !== 'paused')) this.#deps.heartbeat?.ride();
     this.#flushScheduled = 'none';
     this.#flushAt = Infinity;
     let reading = this.#deps.heartbeat?.takeReading();
