@@ -1,5 +1,5 @@
 /**
- * The recovery heartbeat's round trips (lib/stores/redis-recovery.ts, `Heartbeat`): its reading of
+ * The recovery heartbeat's round trips (lib/stores/redis-heartbeat.ts): its reading of
  * Redis's evictions (`INFO stats`) goes inside a batch, the one its checks go in or one it rides,
  * instead of as a command of its own; a process whose batches go several times a beat sends no
  * beat of its own. Counted with MONITOR on a Redis of the test's own.

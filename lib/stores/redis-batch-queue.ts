@@ -5,7 +5,8 @@ import { batchKeys, encodeBatch, groupByKey, type DecideOp, type Op } from './re
 import type { ClientDriver } from './redis-client.js';
 import type { EvictionWatch } from './redis-evictions.js';
 import { rideOf, type Reaper, type Ride, type Stamps } from './redis-liveness.js';
-import { MAX_RECOVERIES, type Heartbeat, type Recovery } from './redis-recovery.js';
+import type { Heartbeat } from './redis-heartbeat.js';
+import { MAX_RECOVERIES, type Recovery } from './redis-recovery.js';
 import { CODES, scripts } from './redis-scripts.js';
 import type { Wakes } from './redis-wakes.js';
 

@@ -1,9 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { StoreUnavailableError } from '../errors.js';
 import type { KeyNames } from '../keys.js';
-import type { StoreNotice } from '../store.js';
 import { MAX_TIMER_MS } from '../time.js';
-import type { EvictionWatch } from './redis-evictions.js';
 import { blankWitness, type Checks, type Journal } from '../journal.js';
 import { replies, scripts } from './redis-scripts.js';
 
@@ -17,13 +15,6 @@ export const MAX_RECOVERIES = 3;
 
 /** Restores in flight at once while a journal is put back (ioredis pipelines them on one connection). */
 const RESTORE_CONCURRENCY = 128;
-
-/**
- * A beat rides a batch of the store going out once this share of a beat has passed since its timer
- * was set (at start, or after the previous beat): it takes the place of a timer that would fire
- * soon. Not much earlier: each beat looks through the journal's keys for those no decision checked.
- */
-const BEAT_RIDE_AFTER = 0.8;
 
 /** How often a lookup asks again while its epoch is provisional (some connection not claimed yet). */
 const CLAIM_POLL_MS = 10;
@@ -426,19 +417,19 @@ export class Recovery {
   }
 
   /**
-   * The namespace's keys no decision checked within a beat, that this process holds calls on: the
-   * heartbeat checks them (`Heartbeat`), so that a key that lost data, or that
-   * another process holds, is found within about two beats (the next beat starts a beat after this
-   * one ends) even when this process decides nothing there.
+   * The namespace's keys no decision checked lately, that this process holds calls on: the
+   * heartbeat checks them (lib/stores/redis-heartbeat.ts), so that a key that lost data, or that
+   * another process holds, is found within about two beats (the next beat starts at most a beat
+   * after this one ends) even when this process decides nothing there.
    */
-  unchecked(namespace: string): string[] {
+  unchecked(namespace: string, dueAfterMs: number): string[] {
     const storeNow = this.storeNow();
     const into = blankWitness();
     const now = Date.now();
-    // Due: a key no check reached since the previous beat looked, or within the share of a beat
-    // after which a beat may ride a batch (`Heartbeat.ride`): so every key the previous beat checked
-    // is due at the next, however soon that one rides and however the clocks' whole milliseconds fall.
-    const before = Math.max(now - BEAT_RIDE_AFTER * this.#heartbeatMs, (this.#beatAt.get(namespace) ?? -Infinity) + 1);
+    // Due: a key no check reached since the previous beat looked, or within `dueAfterMs` (the
+    // heartbeat's, lib/stores/redis-heartbeat.ts: no longer than the soonest a beat comes after the
+    // previous one, so every key the previous beat checked is due at the next).
+    const before = Math.max(now - dueAfterMs, (this.#beatAt.get(namespace) ?? -Infinity) + 1);
     this.#beatAt.set(namespace, now);
     return this.journal.unchecked(namespace, before).filter((key) => this.journal.witness(namespace, key, storeNow, now, into) !== undefined);
   }
@@ -470,156 +461,6 @@ export class Recovery {
     const value = await this.#client.get(this.epochKey(namespace));
     if (known === undefined) await this.#epochOf(namespace);
     else if (value !== known) await this.recover(namespace);
-  }
-}
-
-/** What the heartbeat drives: the checks of keys it sends in the store's batches, and the eviction watch. */
-export interface HeartbeatDeps {
-  readonly recovery: Recovery;
-  /** Checks the namespace's `keys` against the journal in the next batch (lua/includes/check.lua). */
-  check(namespace: string, keys: readonly string[]): Promise<void>;
-  readonly evictions: EvictionWatch | undefined;
-  /** The store's batches carry beats (`ride`) and their readings of evictions (`takeReading`): a standalone Redis. */
-  readonly rides: boolean;
-  notify(notice: StoreNotice): void;
-}
-
-/**
- * The recovery heartbeat: while the journal holds calls, every `heartbeatMs`, checks (in the next
- * batch) the keys of each namespace that no decision checked within a beat, and the namespace's
- * epoch; and watches Redis's evictions (`INFO stats`, read by the batch of its checks). A beat
- * rides a batch going out when one is due (`ride`), else goes at its timer. A beat that fails
- * (Redis unreachable, a command refused) says so once (`heartbeatFailed`), until a beat succeeds;
- * the next beat, or the next decision, tries again.
- */
-export class Heartbeat {
-  readonly #deps: HeartbeatDeps;
-  /** The next beat, while the journal holds calls. */
-  #timer: NodeJS.Timeout | undefined;
-  /** `#timer` has not fired yet: a ride may take its place. */
-  #armed = false;
-  /** `performance.now()` when `#timer` was set. */
-  #armedAt = 0;
-  /** The reading of evictions the latest beat asked a batch for, until one takes it (`takeReading`). */
-  #reading: ((evictedKeys: number | undefined) => void) | undefined;
-  #closed = false;
-  /** A beat failed and none has succeeded since: said once an episode. */
-  #failing = false;
-
-  constructor(deps: HeartbeatDeps) {
-    this.#deps = deps;
-  }
-
-  /** Beats from a beat from now on, while the journal holds calls (or evictions are under way). */
-  start(): void {
-    if (this.#timer !== undefined || this.#closed) return;
-    this.#armed = true;
-    this.#armedAt = performance.now();
-    this.#timer = setTimeout(() => {
-      this.#armed = false;
-      this.#beat(false);
-    }, this.#deps.recovery.heartbeatMs);
-    this.#timer.unref();
-  }
-
-  /**
-   * A batch of the store is about to go: a beat due soon (its timer set at least BEAT_RIDE_AFTER of
-   * a beat ago) begins now instead. Its checks join the operations queued (the caller takes them
-   * after this), and its reading of evictions is there for the batch to take.
-   */
-  ride(): void {
-    if (!this.#deps.rides || !this.#armed || this.#closed) return;
-    if (performance.now() - this.#armedAt < BEAT_RIDE_AFTER * this.#deps.recovery.heartbeatMs) return;
-    clearTimeout(this.#timer);
-    this.#armed = false;
-    this.#beat(true);
-  }
-
-  /**
-   * The reading of evictions the beat under way asked for, taken by one batch (lua/batch.lua's
-   * EVICTED): it hands over `evicted_keys` (-1: INFO denied to the script), or undefined when it
-   * failed. Undefined when no reading is asked for.
-   */
-  takeReading(): ((evictedKeys: number | undefined) => void) | undefined {
-    const reading = this.#reading;
-    this.#reading = undefined;
-    return reading;
-  }
-
-  close(): void {
-    this.#closed = true;
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
-    this.#armed = false;
-    this.takeReading()?.(undefined);
-  }
-
-  /** One beat, then the next one a beat after it ends (while the journal holds calls, or evictions go on). */
-  #beat(riding: boolean): void {
-    const { recovery, evictions } = this.#deps;
-    this.#timer = undefined;
-    void this.#checks(riding).finally(() => {
-      if (recovery.journal.prune(recovery.storeNow()) > 0 || evictions?.active) this.start();
-    });
-  }
-
-  async #checks(riding: boolean): Promise<void> {
-    const { recovery, evictions, check, notify } = this.#deps;
-    const startedAt = performance.now();
-    // Queued at once, before any await: a beat that rides a batch has its checks in it.
-    const checks = new Map<string, Promise<void>>();
-    for (const namespace of recovery.journal.namespaces()) {
-      const keys = recovery.unchecked(namespace);
-      if (keys.length > 0) checks.set(namespace, check(namespace, keys));
-    }
-    // Nothing due and no batch to ride: one key is checked all the same, so that the reading of
-    // evictions, the epoch and a liveness stamp or read that is due go in one batch, not one each.
-    if (checks.size === 0 && !riding && evictions && this.#deps.rides) {
-      for (const namespace of recovery.journal.namespaces()) {
-        const key = recovery.journal.anyKey(namespace);
-        if (key === undefined) continue;
-        checks.set(namespace, check(namespace, [key]));
-        break;
-      }
-    }
-    // Evictions are read by the next batch (the checks', or the one this beat rides), else on their own.
-    let reading: Promise<number | undefined> | undefined;
-    if (evictions && this.#deps.rides && (checks.size > 0 || riding)) {
-      this.takeReading()?.(undefined);
-      reading = new Promise((resolve) => (this.#reading = resolve));
-    }
-    let failure: unknown;
-    const failed = new Set<string>();
-    await Promise.all(
-      [...checks].map(([namespace, checked]) =>
-        checked.catch((error: unknown) => {
-          failure ??= error;
-          failed.add(namespace);
-        }),
-      ),
-    );
-    await evictions?.check(await reading);
-    for (const namespace of recovery.journal.namespaces()) {
-      // Where its checks failed, so would a read of the epoch, most likely: the next beat tries both.
-      if (failed.has(namespace)) continue;
-      try {
-        await recovery.checkEpoch(namespace, startedAt);
-      } catch (error) {
-        failure ??= error;
-      }
-    }
-    if (failure === undefined) {
-      this.#failing = false;
-      return;
-    }
-    if (this.#failing || this.#closed) return;
-    this.#failing = true;
-    const why = failure instanceof Error ? failure.message : String(failure);
-    notify({
-      kind: 'heartbeatFailed',
-      error: failure,
-      message: `The recovery heartbeat cannot check Redis for lost data (${why}): until a beat succeeds (one every heartbeatMs), a loss on keys no decision asks about goes unnoticed, and the calls booked there are not put back. Said once until then`,
-    });
   }
 }
 
