@@ -23,6 +23,8 @@ export interface ClosedLoad {
   readonly concurrency: number;
   readonly warmMs: number;
   readonly measureMs: number;
+  /** Each call makes one HTTP request here (the `user` query parameter names its key). */
+  readonly vendorUrl?: string;
 }
 
 export interface RunSpec {

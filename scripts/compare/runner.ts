@@ -141,7 +141,7 @@ export async function runOne(ctx: RunContext, scenario: Scenario, contenderId: C
   await control.flushall();
   // A FLUSHALL on purpose, no process running: RESETSTAT clears the count of it, which lib/lua/epoch.lua reads as a sign of a loss.
   await control.config('RESETSTAT');
-  const vendor = burst ? await startCompareVendor({ latencyMs: scenario.vendorLatencyMs, tail: scenario.vendorTail }) : undefined;
+  const vendor = burst || scenario.shape.http ? await startCompareVendor({ latencyMs: scenario.vendorLatencyMs, tail: scenario.vendorTail }) : undefined;
   const broadcast = (command: Parameters<WorkerPool['send']>[1]): void => {
     for (const index of active) pool.send(index, command);
   };
@@ -164,7 +164,14 @@ export async function runOne(ctx: RunContext, scenario: Scenario, contenderId: C
               sendDelayMs: scenario.sendDelayMs,
               noHttp: scenario.noHttp,
             }
-          : { kind: 'closed', users: users.length, concurrency: shape.concurrency, warmMs: shape.warmMs, measureMs: shape.measureMs };
+          : {
+              kind: 'closed',
+              users: users.length,
+              concurrency: shape.concurrency,
+              warmMs: shape.warmMs,
+              measureMs: shape.measureMs,
+              vendorUrl: shape.http ? vendor!.url : undefined,
+            };
       const clockSkewMs = scenario.clockSkewMs === undefined ? undefined : index % 2 === 0 ? scenario.clockSkewMs : -scenario.clockSkewMs;
       const run: RunSpec = { runId, contender: contenderId, rules: scenario.rules, workers, index, redisUrl, clockSkewMs, load };
       pool.send(index, { type: 'prepare', run });

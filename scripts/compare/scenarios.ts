@@ -25,7 +25,8 @@ export type ScenarioId =
   | 'send-delay'
   | 'two-rules'
   | 'skew'
-  | 'hot-key-no-http';
+  | 'hot-key-no-http'
+  | 'steady-http';
 
 export const SCENARIO_IDS: readonly ScenarioId[] = [
   'hot-key',
@@ -43,6 +44,7 @@ export const SCENARIO_IDS: readonly ScenarioId[] = [
   'two-rules',
   'skew',
   'hot-key-no-http',
+  'steady-http',
 ];
 
 export interface BurstShape {
@@ -61,6 +63,8 @@ export interface ClosedShape {
   readonly concurrency: number;
   readonly warmMs: number;
   readonly measureMs: number;
+  /** Each call makes one HTTP request to the simulated vendor (default: no-op calls). */
+  readonly http?: boolean;
 }
 
 export interface Scenario {
@@ -258,6 +262,16 @@ export function scenarios(quick: boolean): Scenario[] {
       noHttp: true,
       contenders: ['vendor-throttle', 'rlf'],
       floor: 0.97,
+    },
+    {
+      id: 'steady-http',
+      number: 16,
+      title: 'Cost of a call with HTTP: 1,000 keys, 2 processes, never limited',
+      rules: [{ limit: 1000, windowMs: 1000 }],
+      shape: { kind: 'closed', users: 1000, concurrency: 64, warmMs: quick ? 300 : 1000, measureMs: quick ? 1000 : 3000, http: true },
+      vendorLatencyMs: { min: 1, max: 3 },
+      processes: 2,
+      contenders: ['vendor-throttle', 'rlf'],
     },
   ];
 }

@@ -113,6 +113,9 @@ export function costTable(scenarios: readonly Scenario[], outcomes: readonly Run
   const burstIds = bursts.map((s) => s.id);
   const vtCost = cost && find(outcomes, cost.id, VT);
   const rlfCost = cost && find(outcomes, cost.id, RLF);
+  const steady = scenarios.find((s) => s.id === 'steady-http');
+  const vtSteady = steady && find(outcomes, steady.id, VT);
+  const rlfSteady = steady && find(outcomes, steady.id, RLF);
   const rows: string[][] = [];
   const add = (label: string, rlf: number | undefined, vt: number | undefined, digits = 1): void => {
     rows.push([label, short(rlf, digits), short(vt, digits), ratio(vt, rlf)]);
@@ -135,6 +138,13 @@ export function costTable(scenarios: readonly Scenario[], outcomes: readonly Run
       pooled(outcomes, burstIds, VT, (o) => o.innerCommandsPerCall),
     );
   }
+  if (cost) add(`worker CPU µs per decision, no HTTP (scenario ${cost.number})`, rlfCost?.workerCpuUsPerCall, vtCost?.workerCpuUsPerCall, 0);
+  if (steady) {
+    const shape = `${num(steady.shape.users)} keys, ${steady.processes ?? 'all'} processes, never limited (scenario ${steady.number})`;
+    add(`calls/s with HTTP, ${shape}`, rlfSteady?.decisionsPerSec, vtSteady?.decisionsPerSec, 0);
+    add(`worker CPU µs per call with HTTP, ${shape}`, rlfSteady?.workerCpuUsPerCall, vtSteady?.workerCpuUsPerCall, 0);
+    add(`Redis CPU µs per call with HTTP (scenario ${steady.number})`, rlfSteady?.redisCpuUsPerCall, vtSteady?.redisCpuUsPerCall);
+  }
   if (cost) add(`Redis CPU µs per decision (scenario ${cost.number})`, rlfCost?.redisCpuUsPerCall, vtCost?.redisCpuUsPerCall);
   if (waiting.length > 0) {
     add(
@@ -143,7 +153,7 @@ export function costTable(scenarios: readonly Scenario[], outcomes: readonly Run
       pooled(outcomes, burstIds, VT, (o) => o.redisCpuUsPerCall),
     );
     add(
-      'worker CPU µs per HTTP call, pooled over the HTTP scenarios',
+      'worker CPU µs per HTTP call, pooled over the HTTP bursts (calls wait; each process runs its code cold)',
       pooled(outcomes, burstIds, RLF, (o) => o.workerCpuUsPerCall),
       pooled(outcomes, burstIds, VT, (o) => o.workerCpuUsPerCall),
       0,

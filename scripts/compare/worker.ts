@@ -264,6 +264,9 @@ async function runClosed(limiter: Limiter, load: ClosedLoad, spec: RunSpec, clie
           try {
             await limiter.schedule(user, async () => {
               if (record) latencies.push(clock() - asked);
+              if (load.vendorUrl === undefined) return;
+              const status = await get(urlOf(user));
+              if (status !== 200) throw new Error(`vendor answered ${status}`);
             });
             ops++;
           } catch (error) {
@@ -276,6 +279,17 @@ async function runClosed(limiter: Limiter, load: ClosedLoad, spec: RunSpec, clie
     );
     return ops;
   };
+  const urls = new Map<string, string>();
+  const urlOf = (user: string): string => {
+    let url = urls.get(user);
+    if (url === undefined) {
+      const parsed = new URL(load.vendorUrl!);
+      parsed.searchParams.set('user', user);
+      urls.set(user, (url = parsed.href));
+    }
+    return url;
+  };
+  if (load.vendorUrl !== undefined) await get(new URL('/healthz', load.vendorUrl).href);
   send({ type: 'ready' });
   await expect('go');
   // Warm up until every user has been seen once: limiters that set up per user (Bottleneck's
