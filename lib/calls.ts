@@ -1,5 +1,5 @@
 import { checkCount, checkDelay, checkKnown } from './validate.js';
-import { PAUSED, RECOVERING } from './slot-plan.js';
+import { LEARNED, PAUSED, RECOVERING } from './slot-plan.js';
 import type { Call, CallKey } from './store-client.js';
 import { RateLimitedError, ThrottleConfigError, type WaitReason } from './errors.js';
 import { encodeKey, normalizeKey, type KeyInput, type KeysInput } from './keys.js';
@@ -188,7 +188,7 @@ export function ruleAt(call: Call, index: number): { readonly key: string; reado
 /** Why the store put the call's start where it did: a rule, a pause, a hold after a loss, or calls booked before it. */
 export function reasonOf(call: Call, result: ReserveResult): WaitReason {
   if (result.ruleIndex >= 0) return ruleAt(call, result.ruleIndex).rule;
-  return result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex === RECOVERING ? 'recovering' : 'booked';
+  return result.ruleIndex === PAUSED ? 'paused' : result.ruleIndex === RECOVERING ? 'recovering' : result.ruleIndex === LEARNED ? 'learned' : 'booked';
 }
 
 /** The user key whose rule the store named (the call's first key when none did). */

@@ -32,12 +32,13 @@ export class ThrottleConfigError extends ThrottleError {
  * What set a call's start: a rule that is full, a vendor's pause, the store putting back data it
  * lost, or calls booked before it.
  */
-export type WaitReason = Rule | 'paused' | 'recovering' | 'booked';
+export type WaitReason = Rule | 'paused' | 'recovering' | 'booked' | 'learned';
 
 function describeReason(reason: WaitReason): string {
   if (reason === 'paused') return 'a vendor pause';
   if (reason === 'recovering') return 'the store putting back calls after it lost data (a Redis restarted empty, flushed, or evicting)';
   if (reason === 'booked') return 'calls booked before it';
+  if (reason === 'learned') return 'a limit learned from the vendor (Throttle.learn)';
   return `rule ${formatRule(reason)}`;
 }
 
@@ -55,7 +56,8 @@ export class RateLimitedError extends ThrottleError {
    * Why: `'rule'` (a rule is full), `'paused'` (the vendor asked to pause this key), `'recovering'`
    * (the store lost data, a restart without persistence, `FLUSHALL` or an eviction, and no call
    * starts until every process has put back the calls it made), or `'booked'` (calls booked earlier
-   * for the key come first: first asked, first served).
+   * for the key come first: first asked, first served), or `'learned'` (a limit the key learned from
+   * its vendor, of a window no configured rule has: `Throttle.learn`).
    */
   readonly reason: 'rule' | Exclude<WaitReason, Rule>;
   /** Milliseconds until the call could start. */

@@ -12,8 +12,25 @@ export type {
   WrapOptions,
 } from './adapters/options.js';
 export type { AxiosRequestThrottleOptions } from './adapters/axios-types.js';
-export { headerValue, parseHttpDate, parseRateLimitHeaders, parseRateLimitReset, parseRetryAfter, readVendorSignal } from './vendor-signals.js';
-export type { HeaderSource, ProblemReporter, RateLimitHeaderOptions, VendorResponseInfo, VendorSignal } from './vendor-signals.js';
+export {
+  headerValue,
+  parseHttpDate,
+  parseRateLimitHeaders,
+  parseRateLimitReset,
+  parseRetryAfter,
+  readPublishedLimits,
+  readVendorSignal,
+} from './vendor-signals.js';
+export type {
+  HeaderSource,
+  ProblemReporter,
+  PublishedLimits,
+  PublishedPolicy,
+  RateLimitHeaderOptions,
+  VendorResponseInfo,
+  VendorSignal,
+} from './vendor-signals.js';
+export type { LearnEntry, LearnedLimit, LearnSource } from './learning.js';
 export type {
   KeyUsage,
   LimitOptions,
@@ -49,7 +66,7 @@ export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
 export { RedisStore } from './stores/redis-store.js';
 export type { RedisClientLike, RedisStoreOptions } from './stores/redis-options.js';
-export type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, RuleUsage, Settlement, Store, StoreNotice } from './store.js';
+export type { InspectResult, LearnResult, ReserveRequest, ReserveResult, RestoredSlot, RuleUsage, Settlement, Store, StoreNotice } from './store.js';
 export type { Pace } from './slot-plan.js';
 export {
   CallTimeoutError,

@@ -8,6 +8,8 @@ import type { KeyUsage, LimitOptions, LimitResult, ThrottleEvents } from './opti
 import { describe, MAX_WINDOW_MS } from './rules.js';
 import { grantOf, type Slots } from './completions.js';
 import { withRemaining, type Store } from './store.js';
+import { lessonsOf } from './learning.js';
+import { readPublishedLimits, type HeaderSource } from './vendor-signals.js';
 import type { Lines } from './waiting.js';
 
 /** What the operations on one key need of their throttle. */
@@ -16,6 +18,8 @@ export interface KeyOpsContext {
   readonly store: Store;
   readonly callDefaults: CallDefaults;
   readonly maxHoldMs: number;
+  /** How long a learned limit holds unless said again. */
+  readonly learnedForMs: number;
   readonly closing: AbortSignal;
   /** The throttle's lines: `limit()` asks the store through them, as a call does. */
   readonly lines: Lines;
@@ -29,12 +33,17 @@ export interface KeyOpsContext {
   readonly events: LifeEvents;
 }
 
+/** Keys whose last lesson this process remembers (see `KeyOps.learn`): the oldest go past it. */
+const TAUGHT_KEYS = 10_000;
+
 /** The names `limit()` takes. */
 const LIMIT_OPTIONS = ['cost'] as const satisfies ReadonlyArray<keyof LimitOptions>;
 
 /** The throttle's operations on one key besides `schedule()`: `inspect`, `pause`, `reset`, `limit`, `lineUp` and `shortestWindow`. */
 export class KeyOps {
   readonly #c: KeyOpsContext;
+  /** Per encoded key, the last lesson this process sent to the store and when: the same lesson is not sent again within a quarter of its life. */
+  readonly #taught = new Map<string, { readonly lesson: string; readonly at: number }>();
 
   constructor(context: KeyOpsContext) {
     this.#c = context;
@@ -48,8 +57,43 @@ export class KeyOps {
     } catch (error) {
       throw storeError(error);
     }
-    const { bookedAhead = 0, nextFreeInMs, pausedForMs, stored = true } = usage;
-    return { key: call.key, rules: withRemaining(usage), bookedAhead, nextFreeInMs, pausedForMs, stored, waitingHere: this.#c.waitingHere(call.encoded) };
+    const { bookedAhead = 0, nextFreeInMs, pausedForMs, stored = true, learned = [] } = usage;
+    return {
+      key: call.key,
+      rules: withRemaining(usage),
+      bookedAhead,
+      nextFreeInMs,
+      pausedForMs,
+      stored,
+      learned,
+      waitingHere: this.#c.waitingHere(call.encoded),
+    };
+  }
+
+  async learn(key: KeyInput, response: { readonly status: number; readonly headers: HeaderSource }): Promise<void> {
+    const call = await prepareCall(this.#c.callDefaults, oneKey('learn', key), {});
+    if (response === null || typeof response !== 'object' || response.headers === null || typeof response.headers !== 'object') {
+      throw new ThrottleConfigError(`Expected learn() response to be an object with headers, got ${describe(response)}`);
+    }
+    const { store, learnedForMs } = this.#c;
+    if (store.learn === undefined) return;
+    const report = (message: string): void => this.#c.notify('debug', { message: `learn(): ${message}`, key: call.key });
+    const lessons = lessonsOf(readPublishedLimits(response.headers, Date.now(), report), call.rules, call.retainMs, learnedForMs, report);
+    if (lessons.length === 0) return;
+    const lesson = lessons.map((entry) => `${entry.source}:${entry.windowMs}:${entry.limit}`).join(',');
+    const now = performance.now();
+    const last = this.#taught.get(call.encoded);
+    if (last !== undefined && last.lesson === lesson && now - last.at < learnedForMs / 4) return;
+    let result;
+    try {
+      result = await store.learn(this.#c.name, call.encoded, lessons, this.#c.maxHoldMs);
+    } catch (error) {
+      throw storeError(error);
+    }
+    this.#taught.delete(call.encoded);
+    this.#taught.set(call.encoded, { lesson, at: now });
+    if (this.#taught.size > TAUGHT_KEYS) this.#taught.delete(this.#taught.keys().next().value!);
+    if (result.changed) this.#c.notify('learned', { key: call.key, learned: result.learned });
   }
 
   async pause(key: KeyInput, ms: number, source: string): Promise<void> {

@@ -2,6 +2,7 @@ import { ThrottleConfigError, type QueueFullError, type RateLimitedError, type S
 import { checkNamespace } from './keys.js';
 import { compileRules, type RuleSource } from './rule-source.js';
 import { describe, MAX_WINDOW_MS, type RuleInput } from './rules.js';
+import type { LearnedLimit } from './learning.js';
 import type { RuleUsage, Store, StoreNotice } from './store.js';
 import { checkCount, checkDelay, checkKnown, checkWhole } from './validate.js';
 
@@ -96,6 +97,15 @@ export interface ThrottleOptions {
    * @default 1 / 4
    */
   readonly localShare?: number;
+  /**
+   * How long a limit a key learned from its vendor (`learn()`) holds, in ms, unless the vendor says
+   * it again: long enough that a key quiet for a while does not forget it and burst at the
+   * configured rate again, short enough that a vendor that stopped saying it (a plan upgraded) gets
+   * the configured rate back within a quarter hour. A vendor that publishes its limit says it on
+   * every response.
+   * @default 900_000 (15 minutes)
+   */
+  readonly learnedForMs?: number;
 }
 
 export interface ScheduleOptions {
@@ -126,6 +136,7 @@ export const THROTTLE_OPTIONS = [
   'buckets',
   'onStoreError',
   'localShare',
+  'learnedForMs',
 ] as const satisfies ReadonlyArray<keyof ThrottleOptions>;
 
 /** Options of `limit(key, options)`. */
@@ -168,6 +179,11 @@ export interface KeyUsage {
   readonly pausedForMs: number;
   /** False when the store holds nothing for the key: a new key, one idle past its windows, or another throttle `name`. */
   readonly stored: boolean;
+  /**
+   * Limits the key learned from its vendor (`learn()`), in force now: each with its source and when
+   * it lapses. `rules` shows each rule with the tighter limit, then the learned limits of other windows.
+   */
+  readonly learned: readonly LearnedLimit[];
   /** Calls of this process waiting for this key: sleeping for their slot, or queued behind the head. */
   readonly waitingHere: number;
 }
@@ -190,6 +206,8 @@ export interface ThrottleEvents {
   debug: [event: { readonly message: string; readonly key?: string; readonly error?: unknown }];
   /** A key was paused for every process sharing the store (`throttle.pause()`, or a vendor's 429). */
   paused: [event: { readonly key: string; readonly ms: number; readonly source: string }];
+  /** A limit the key learned from its vendor changed (learned, lowered, raised back or forgotten), in every process's decisions: the limits now in force. */
+  learned: [event: { readonly key: string; readonly learned: readonly LearnedLimit[] }];
   /**
    * A call was accepted by `schedule()` (its arguments are valid) and waits for its slot. `also`: the
    * call's other keys, for a call of several (`key` is its first); the same in every event of a call.
@@ -258,6 +276,7 @@ export interface ThrottleSettings {
   readonly maxQueued: number;
   readonly onStoreError: StoreErrorPolicy;
   readonly localShare: number;
+  readonly learnedForMs: number;
 }
 
 const POLICIES: readonly StoreErrorPolicy[] = ['fail', 'wait', 'local'];
@@ -313,6 +332,7 @@ export function throttleSettings(options: ThrottleOptions): ThrottleSettings {
     maxQueued,
     onStoreError,
     localShare,
+    learnedForMs: checkWhole('learnedForMs', options.learnedForMs ?? 900_000, 1_000, MAX_WINDOW_MS),
   };
 }
 

@@ -40,6 +40,9 @@ export const PAUSED = -2;
  */
 export const RECOVERING = -3;
 
+/** `ruleIndex` of a slot set by a limit the key learned from its vendor, of a window no configured rule has (lib/learning.ts). */
+export const LEARNED = -4;
+
 /** Completed calls folded into one bucket of a bucketed rule: they count as if they ended at `end`. */
 export interface Bucket {
   readonly end: number;
@@ -119,6 +122,8 @@ export interface LogView {
   /** The i-th smallest score, 0 ≤ i < size. */
   readonly scoreAt: (index: number) => number;
   readonly rules: readonly Rule[];
+  /** How many of `rules` are the configured ones (the rest: learned limits of other windows, lib/learning.ts). @default rules.length */
+  readonly configured?: number;
   /** No start before this (a vendor pause on the key), store clock; 0 = none. */
   readonly pausedUntil?: number;
   /** The live buckets of a bucketed rule (see `Rule.bucketMs`). */
@@ -164,9 +169,11 @@ export function planSlots(logs: readonly LogView[], cost: number, now: number, m
   const pending: Array<readonly [score: number, windowMs: number, rule: number, log: number]> = [];
   let offset = 0;
   for (let l = 0; l < logs.length; l++) {
-    const { size, scoreAt, rules, bucketsOf } = logs[l]!;
+    const { size, scoreAt, rules, bucketsOf, configured = rules.length } = logs[l]!;
     for (let r = 0; r < rules.length; r++) {
-      const rule = rules[r]!;
+      // A call of `cost` never waits for more room than a rule has (a learned limit below it).
+      const rule = rules[r]!.limit >= cost ? rules[r]! : { ...rules[r]!, limit: cost };
+      const index = r < configured ? offset + r : LEARNED;
       let score: number | undefined;
       let freeAt: number | undefined;
       if (rule.bucketMs) {
@@ -181,13 +188,13 @@ export function planSlots(logs: readonly LogView[], cost: number, now: number, m
           freeAt = score + rule.windowMs;
         }
       }
-      if (score !== undefined && score > nowMs) pending.push([score, rule.windowMs, offset + r, l]);
+      if (score !== undefined && score > nowMs) pending.push([score, rule.windowMs, index, l]);
       else if (freeAt !== undefined && freeAt > startAt) {
         startAt = freeAt;
-        ruleIndex = offset + r;
+        ruleIndex = index;
       }
     }
-    offset += rules.length;
+    offset += configured;
   }
   let bound: number | undefined;
   let earliest = startAt;

@@ -1,3 +1,4 @@
+import type { LearnEntry, LearnedLimit } from './learning.js';
 import type { Rule } from './rules.js';
 import type { Pace } from './slot-plan.js';
 
@@ -157,6 +158,21 @@ export interface InspectResult {
   readonly pausedForMs: number;
   /** False: the store holds nothing at all for the key (a new key, idle past its windows, or another namespace). */
   readonly stored?: boolean;
+  /**
+   * The limits the key learned from its vendor (lib/learning.ts), in force now. `rules` then shows
+   * each rule with the tighter limit, followed by the learned limits of other windows.
+   */
+  readonly learned?: readonly LearnedLimit[];
+}
+
+/** What `Store.learn` did. */
+export interface LearnResult {
+  /** A limit in force changed (learned anew, lowered, raised or forgotten). */
+  readonly changed: boolean;
+  /** The limits the key learned, in force now. */
+  readonly learned: readonly LearnedLimit[];
+  /** Slots booked ahead were taken out, and the key paused until this (store clock, ms) so that their calls book again; 0 when not. */
+  readonly pausedUntil: number;
 }
 
 /** Each rule's usage with `remaining`: calls that could start now, `limit − used − bookedAhead` (at least 0). */
@@ -227,6 +243,16 @@ export interface Store {
    * end (store clock).
    */
   pause(namespace: string, key: string, ms: number, maxHoldMs?: number): Promise<number>;
+  /**
+   * Optional: limits the key learned from its vendor, for every process (lib/learning.ts): each entry
+   * replaces what was learned for its window (limit 0 forgets it, if `source` taught it). Decisions
+   * count the key under the tighter of each rule and what was learned for its window, and under a
+   * learned limit of another window within the history kept, counting the calls already in the log.
+   * With `maxHoldMs`, when a limit goes down, slots booked ahead (under the old limit) leave the log
+   * and the key pauses until the last of them would have started, as `pause` does: their calls
+   * learn of it when their start comes and book again under the new limit.
+   */
+  learn?(namespace: string, key: string, entries: readonly LearnEntry[], maxHoldMs: number): Promise<LearnResult>;
   /**
    * Optional: a place in the key's line of calls that wait outside the throttle for a later window
    * (BullMQ jobs delayed until their slot), shared by every process. Each pace (one per rule:

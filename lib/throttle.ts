@@ -31,6 +31,7 @@ import { describe } from './rules.js';
 import { sleep, withTimeout } from './time.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { Store } from './store.js';
+import type { HeaderSource } from './vendor-signals.js';
 import { Lines, type WaiterHooks } from './waiting.js';
 
 /** Times a call that woke too late books again before it starts anyway (and says so in a `debug` event). */
@@ -120,6 +121,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       store: this.store,
       callDefaults: this.#callDefaults,
       maxHoldMs: this.#maxHoldMs,
+      learnedForMs: settings.learnedForMs,
       closing: this.#closing.signal,
       lines: this.#lines,
       slots: this.#slots,
@@ -270,6 +272,21 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    */
   pause(key: KeyInput, ms: number, source = 'pause()'): Promise<void> {
     return this.#keyOps.pause(key, ms, source);
+  }
+
+  /**
+   * Learns the vendor's limits for `key` from one of its responses (its `headers`; `status` as
+   * answered), for every process sharing the store: `RateLimit-Policy` (`"burst";q=100;w=60`) and
+   * `X-RateLimit-Limit`. A learned limit only lowers: from the next decision of any process, the key
+   * counts under the tighter of each configured rule and what was learned for its window (the calls
+   * already in the window count: no burst), and under a learned limit of another window as one more
+   * rule. It holds `learnedForMs` unless said again; a vendor that says the configured limit again
+   * brings it back. A value that cannot apply (malformed, 0, absurd, a window longer than
+   * `retainMs`) is ignored and said in a `debug` event. A change emits `learned`. The adapters call
+   * it on every answer (`learn: false` turns that off). Resolves once the store has it.
+   */
+  learn(key: KeyInput, response: { readonly status: number; readonly headers: HeaderSource }): Promise<void> {
+    return this.#keyOps.learn(key, response);
   }
 
   /**

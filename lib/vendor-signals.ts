@@ -377,3 +377,76 @@ export function headerValue(headers: HeaderSource, name: string): string | undef
 function quote(text: string): string {
   return JSON.stringify(text.length > 100 ? `${text.slice(0, 97)}...` : text);
 }
+
+/** A rule a vendor publishes in `RateLimit-Policy`: `quota` requests per `windowMs`. */
+export interface PublishedPolicy {
+  readonly name: string;
+  readonly quota: number;
+  readonly windowMs: number;
+}
+
+/** What a response says of the vendor's limits themselves (see `readPublishedLimits`). */
+export interface PublishedLimits {
+  /** `RateLimit-Policy`'s policies of requests with a quota and a window. */
+  readonly policies: readonly PublishedPolicy[];
+  /** `X-RateLimit-Limit` (or `RateLimit-Limit`): a limit with no window; the lowest when repeated. */
+  readonly limit: number | undefined;
+  /** `X-RateLimit-Reset` (or `RateLimit-Reset`) with that limit, ms from now. */
+  readonly limitResetMs: number | undefined;
+}
+
+/** The largest quota or limit taken from a vendor: above it a value is absurd, and ignored. */
+export const MAX_PUBLISHED_LIMIT = 1_000_000_000;
+
+/**
+ * Reads the limits a vendor publishes: `RateLimit-Policy` (`"burst";q=100;w=60`: 100 requests per
+ * 60 s) and `X-RateLimit-Limit`. A policy of another unit than requests (`qu`), or without `q` or
+ * `w`, or with a value of 0 or an absurd one, is left out and `report`ed; `pk` (the vendor's name
+ * for the partition the response counted in) is not needed: the caller names the key.
+ */
+export function readPublishedLimits(headers: HeaderSource, now: number = Date.now(), report?: ProblemReporter): PublishedLimits {
+  const policies: PublishedPolicy[] = [];
+  const text = headerValue(headers, 'ratelimit-policy');
+  for (const member of text === undefined ? [] : splitOutsideQuotes(text, ',')) {
+    const [head = '', ...rest] = splitOutsideQuotes(member, ';');
+    const name = parseBareItem(head);
+    const params = parseParams(rest);
+    const unit = params.get('qu');
+    const quota = nonNegative(params.get('q'), 'RateLimit-Policy q', report);
+    const window = nonNegative(params.get('w'), 'RateLimit-Policy w', report);
+    const why =
+      name === undefined
+        ? 'malformed'
+        : unit !== undefined && parseBareItem(unit) !== 'requests'
+          ? `counted in ${unit}, not requests`
+          : quota === undefined || window === undefined
+            ? 'without both q and w'
+            : quota < 1 || !Number.isInteger(quota)
+              ? 'q is not a whole number from 1 up'
+              : quota > MAX_PUBLISHED_LIMIT
+                ? `q above ${MAX_PUBLISHED_LIMIT}`
+                : window * 1_000 < 1 || window * 1_000 > 366 * 86_400_000
+                  ? 'w is not between 1 ms and 366 days'
+                  : undefined;
+    if (why !== undefined) report?.(`ignored RateLimit-Policy member ${quote(member.trim())}: ${why}`);
+    else policies.push({ name: name!, quota: quota!, windowMs: Math.ceil(window! * 1_000) });
+  }
+  let limit: number | undefined;
+  let limitResetMs: number | undefined;
+  for (const prefix of ['X-RateLimit', 'RateLimit']) {
+    const limitText = headerValue(headers, `${prefix}-Limit`);
+    if (limitText === undefined) continue;
+    for (const part of limitText.split(',')) {
+      // `100;w=60` (a draft's form): the number before its parameters.
+      const value = nonNegative(part.split(';')[0], `${prefix}-Limit`, report);
+      if (value === undefined) continue;
+      if (value < 1 || !Number.isInteger(value) || value > MAX_PUBLISHED_LIMIT)
+        report?.(`ignored ${prefix}-Limit value ${quote(part.trim())}: not a whole number from 1 to ${MAX_PUBLISHED_LIMIT}`);
+      else limit = Math.min(limit ?? Infinity, value);
+    }
+    const resetText = headerValue(headers, `${prefix}-Reset`);
+    if (limit !== undefined && resetText !== undefined) limitResetMs = parseRateLimitReset(resetText.split(',')[0], now);
+    if (limit !== undefined) break;
+  }
+  return { policies, limit, limitResetMs };
+}

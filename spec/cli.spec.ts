@@ -223,6 +223,24 @@ describe('vendor-throttle command line', function () {
     expect(none.stdout).to.include('no keys with a log in').and.to.include('another --name');
   });
 
+  it('learns the limit a vendor publishes below --rule, paces every request by it, and inspect shows it', async () => {
+    const server = await useVendor(() => ({ status: 200, headers: { 'ratelimit-policy': '"default";q=2;w=1' } }));
+    const prefix = uniquePrefix();
+    writeFileSync(join(dir, 'requests.ndjson'), ndjson(server, rows(['c1'], 9)));
+    const redis = ['--redis', redisServer().url, '--prefix', prefix, '--name', 'acme'];
+    const run = await cli('run', '--rule', '5/s', ...redis, '-q', '--out', join(dir, 'results.ndjson'), join(dir, 'requests.ndjson'));
+    expect(run.code, run.stderr).to.equal(0);
+    // The first burst went at 5/s before any answer; the rest at the vendor's 2/s.
+    expect(server.arrivals).to.have.length(9);
+    expect(mostInWindow(server.times('c1', 0).slice(5), 1_000)).to.be.at.most(2);
+    const [text, json] = await Promise.all([cli('inspect', ...redis, '--rule', '5/s', 'c1'), cli('inspect', ...redis, '--rule', '5/s', '--json', 'c1')]);
+    expect(text.stdout).to.match(/learned from the vendor: 2\/s \(RateLimit-Policy\), lapses in/);
+    expect(text.stdout).to.match(/2\/s\s+\d\/2/);
+    const report = JSON.parse(json.stdout) as { learned: Array<{ limit: number; windowMs: number; source: string }> };
+    expect(report.learned).to.have.length(1);
+    expect(report.learned[0]).to.include({ limit: 2, windowMs: 1_000, source: 'policy' });
+  });
+
   it('--key twice with --rule KEY=RULE: every request counts under its user and an app-wide key, and inspect reads each', async () => {
     const server = await useVendor();
     const prefix = uniquePrefix();

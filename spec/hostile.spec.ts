@@ -113,6 +113,7 @@ const validOptions = fc.record(
     buckets: fc.integer({ min: 2, max: 60 }),
     onStoreError: fc.constantFrom('fail', 'wait', 'local'),
     localShare: fc.double({ min: 0.01, max: 1, noNaN: true }),
+    learnedForMs: fc.integer({ min: 1_000, max: 3_600_000 }),
   },
   { requiredKeys: ['rules'] },
 );
@@ -135,6 +136,7 @@ const hostileFields: { readonly [name in OptionName]: fc.Arbitrary<unknown> } = 
   buckets: fc.oneof(oddNumber, jsonish),
   onStoreError: fc.oneof(fc.constantFrom('FAIL', 'retry', ''), jsonish),
   localShare: fc.oneof(oddNumber, jsonish),
+  learnedForMs: fc.oneof(oddNumber, jsonish),
 };
 const hostileOptions = fc.record(hostileFields);
 

@@ -9,7 +9,35 @@ import { replies } from '../lib/stores/redis-scripts.js';
 
 describe('script replies', () => {
   it('reads each reply of the expected shape', () => {
-    expect(replies.inspect([1, 2, 3, 0, 1, 4, 5], 1)).to.deep.equal([1, 2, 3, 0, 1, 4, 5]);
+    expect(replies.inspect([1, 2, 3, 0, 1, 0, 4, 5, 10, 0], 1)).to.deep.equal({
+      now: 1,
+      nextFreeInMs: 2,
+      pausedForMs: 3,
+      bookedAhead: 0,
+      stored: true,
+      rules: [{ used: 4, resetInMs: 5, limit: 10 }],
+      learned: [],
+    });
+    expect(replies.inspect([1, 2, 3, 0, 1, 1, 4, 5, 6, 4, 5, 3, 2, 6, 1000, 900, 'p', 3, 5000, 800, 'x'], 1)).to.deep.equal({
+      now: 1,
+      nextFreeInMs: 2,
+      pausedForMs: 3,
+      bookedAhead: 0,
+      stored: true,
+      rules: [
+        { used: 4, resetInMs: 5, limit: 6 },
+        { used: 4, resetInMs: 5, limit: 3 },
+      ],
+      learned: [
+        { limit: 6, windowMs: 1000, lapsesInMs: 900, source: 'policy' },
+        { limit: 3, windowMs: 5000, lapsesInMs: 800, source: 'limit' },
+      ],
+    });
+    expect(replies.learn([1, 0, 6, 1000, 900, 'p'])).to.deep.equal({
+      changed: true,
+      pausedUntil: 0,
+      learned: [{ limit: 6, windowMs: 1000, lapsesInMs: 900, source: 'policy' }],
+    });
     expect(replies.pause(1_700)).to.equal(1_700);
     expect(replies.epochFirst(['a@b:12', 1])).to.deep.equal({ value: 'a@b:12', provisional: true });
     expect(replies.epochExtend(null)).to.equal(null);
@@ -20,8 +48,11 @@ describe('script replies', () => {
   it('fails a reply of another shape with StoreUnavailableError naming the script', () => {
     const cases: Array<[() => unknown, RegExp]> = [
       [() => replies.pause('OK'), /lua\/pause\.lua: "OK"/],
-      [() => replies.inspect([1, 2, 3, 0, 1, '4', 5], 1), /lua\/inspect\.lua/],
+      [() => replies.inspect([1, 2, 3, 0, 1, 0, '4', 5, 10, 0], 1), /lua\/inspect\.lua/],
       [() => replies.inspect([1, 2, 3, 0, 1], 1), /lua\/inspect\.lua: \[1,2,3,0,1\]/],
+      [() => replies.inspect([1, 2, 3, 0, 1, 0, 4, 5, 10, 1, 6], 1), /lua\/inspect\.lua/],
+      [() => replies.learn([1]), /lua\/learn\.lua: \[1\]/],
+      [() => replies.learn([1, 0, 6, 1000, 900]), /lua\/learn\.lua/],
       [() => replies.inspect(7, 1), /lua\/inspect\.lua: 7/],
       [() => replies.pause(10n), /lua\/pause\.lua: \[object BigInt\]/],
       [() => replies.epochFirst(['a@b:12']), /lua\/epoch\.lua/],

@@ -4,6 +4,7 @@ import { keyNames } from '../lib/keys.js';
 import type { Rule } from '../lib/rules.js';
 import type { ReserveRequest, ReserveResult, Store } from '../lib/store.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
+import { LEARNED } from '../lib/slot-plan.js';
 import { nodeRedisClient, redisClient, redisStore, uniquePrefix, type NodeRedisClient } from './support/hooks.js';
 import { maxInWindow } from '../scripts/sim-vendor.js';
 import { ReferenceModel, type ModelDecision, type ModelRequest } from './support/model.js';
@@ -685,6 +686,105 @@ for (const { name, before: connect, make } of subjects) {
       expect(later).to.deep.include({ status: 'booked', startAt: end, ruleIndex: -2 });
     });
 
+    it('counts a key under a limit it learned, for every process, with the calls already in the window', async () => {
+      const { store, peer } = make();
+      if (store.learn === undefined) throw new Error('Expected the store to learn limits');
+      const rules = [{ limit: 10, windowMs: 60_000 }];
+      for (let i = 0; i < 5; i++) expect((await store.reserve(request({ rules }))).status).to.equal('booked');
+      const learned = await store.learn('ns', 'k', [{ limit: 6, windowMs: 60_000, source: 'policy', lapseMs: 30_000 }], 0);
+      expect(learned.changed).to.equal(true);
+      expect(learned.pausedUntil).to.equal(0);
+      expect(learned.learned).to.have.length(1);
+      expect(learned.learned[0]).to.deep.include({ limit: 6, windowMs: 60_000, source: 'policy' });
+      expect(learned.learned[0]!.lapsesInMs).to.be.within(29_900, 30_000);
+      // Learning the same again changes nothing.
+      expect((await store.learn('ns', 'k', [{ limit: 6, windowMs: 60_000, source: 'policy', lapseMs: 30_000 }], 0)).changed).to.equal(false);
+      // The five calls made count: one more fits under 6, in this process and in another.
+      const other = peer?.() ?? store;
+      expect((await other.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('booked');
+      const refused = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      expect(refused).to.deep.include({ status: 'refused', ruleIndex: 0 });
+      expect(refused.waitMs).to.be.within(59_000, 60_000);
+      const usage = await store.inspect('ns', 'k', rules);
+      expect(usage.rules[0]).to.deep.include({ limit: 6, windowMs: 60_000, used: 6 });
+      expect(usage.learned?.map(({ limit, windowMs, source }) => ({ limit, windowMs, source }))).to.deep.equal([
+        { limit: 6, windowMs: 60_000, source: 'policy' },
+      ]);
+      // Another key, and the key of another namespace, learned nothing.
+      expect((await store.inspect('ns', 'other', rules)).learned).to.deep.equal([]);
+      // Forgotten by the source that taught it (the vendor says the configured limit again): 10 again.
+      await store.learn('ns', 'k', [{ limit: 0, windowMs: 60_000, source: 'limit', lapseMs: 30_000 }], 0);
+      expect((await store.inspect('ns', 'k', rules)).learned).to.have.length(1);
+      expect((await store.learn('ns', 'k', [{ limit: 0, windowMs: 60_000, source: 'policy', lapseMs: 30_000 }], 0)).changed).to.equal(true);
+      expect((await store.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('booked');
+      expect((await store.inspect('ns', 'k', rules)).rules[0]).to.deep.include({ limit: 10, used: 7 });
+    });
+
+    it('counts a learned limit of another window as a rule of its own, within the history kept, until it lapses or the key is reset', async () => {
+      const { store, advance } = make();
+      if (store.learn === undefined || store.reset === undefined) throw new Error('Expected the store to learn limits and reset keys');
+      const rules = [{ limit: 5, windowMs: 200 }];
+      // Within 2 s of history kept: 3 calls per 1 s binds; one of 10 s is beyond it, and does not count.
+      await store.learn(
+        'ns',
+        'k',
+        [
+          { limit: 3, windowMs: 1_000, source: 'policy', lapseMs: 60_000 },
+          { limit: 1, windowMs: 10_000, source: 'policy', lapseMs: 60_000 },
+        ],
+        0,
+      );
+      for (let i = 0; i < 3; i++) expect((await store.reserve(request({ rules, retainMs: 2_000 }))).status).to.equal('booked');
+      const fourth = await store.reserve(request({ rules, retainMs: 2_000, maxDelayMs: 0 }));
+      expect(fourth).to.deep.include({ status: 'refused', ruleIndex: LEARNED });
+      expect(fourth.waitMs).to.be.within(900, 1_000);
+      const usage = await store.inspect('ns', 'k', rules);
+      expect(usage.rules.map(({ limit, windowMs, used }) => ({ limit, windowMs, used }))).to.deep.equal([
+        { limit: 5, windowMs: 200, used: 3 },
+        { limit: 3, windowMs: 1_000, used: 3 },
+        { limit: 1, windowMs: 10_000, used: 3 },
+      ]);
+      // A learned limit below a call's cost holds it to its cost, never forever.
+      const wide = await store.reserve(request({ rules, retainMs: 2_000, cost: 4, key: 'wide' }));
+      expect(wide.status).to.equal('booked');
+      await store.reset('ns', 'k', 2_000, 0);
+      expect((await store.inspect('ns', 'k', rules)).learned).to.deep.equal([]);
+      // A lapse: learned for 300 ms, gone after.
+      await store.learn('ns', 'k', [{ limit: 1, windowMs: 200, source: 'limit', lapseMs: 300 }], 0);
+      expect((await store.reserve(request({ rules }))).status).to.equal('booked');
+      expect((await store.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('refused');
+      await advance(320);
+      expect((await store.inspect('ns', 'k', rules)).learned).to.deep.equal([]);
+      for (let i = 0; i < 5; i++) expect((await store.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('booked');
+    });
+
+    it('takes slots booked ahead under a limit learned lower out of the log, and pauses the key until the last of them would have started', async () => {
+      const { store } = make();
+      if (store.learn === undefined || store.pausedUntil === undefined) throw new Error('Expected the store to learn limits and answer pauses');
+      const rules = [{ limit: 4, windowMs: 1_000 }];
+      const hold = 50;
+      const booked: ReserveResult[] = [];
+      for (let i = 0; i < 8; i++) {
+        const result = await store.reserve(request({ rules, maxHoldMs: hold }));
+        booked.push(result);
+        if (i < 4) await store.settle('ns', 'k', [{ member: result.members[0]!, releaseAt: result.now }]);
+      }
+      expect(booked.map((r) => r.status)).to.deep.equal(Array(8).fill('booked'));
+      const ahead = booked.slice(4);
+      expect(ahead.every((r) => r.waitMs > 800)).to.equal(true);
+      const { pausedUntil, changed } = await store.learn('ns', 'k', [{ limit: 2, windowMs: 1_000, source: 'policy', lapseMs: 60_000 }], hold);
+      expect(changed).to.equal(true);
+      const last = Math.max(...ahead.map((r) => r.startAt));
+      expect(pausedUntil).to.equal(last + 1);
+      expect(await store.pausedUntil('ns', 'k', -Infinity)).to.equal(pausedUntil);
+      const usage = await store.inspect('ns', 'k', rules, hold);
+      expect(usage.bookedAhead).to.equal(0);
+      expect(usage.rules[0]).to.deep.include({ limit: 2, used: 4 });
+      // Raising it back changes nothing booked; nothing is paused for a raise.
+      const raised = await store.learn('ns', 'k', [{ limit: 3, windowMs: 1_000, source: 'policy', lapseMs: 60_000 }], hold);
+      expect(raised).to.deep.include({ changed: true, pausedUntil: 0 });
+    });
+
     it("gives places in a key's line, limit a window from the soonest start under every pace, and forgets the line on reset", async () => {
       const { store } = make();
       if (store.lineUp === undefined) throw new Error('Expected the store to keep lines');
@@ -762,6 +862,17 @@ for (const { name, before: connect, make } of subjects) {
         { weight: 1, arbitrary: fc.record({ kind: fc.constant('release' as const), pick: fc.nat() }) },
         { weight: 3, arbitrary: fc.record({ kind: fc.constant('wait' as const), ms: fc.integer({ min: 1, max: 12 }), half: fc.boolean() }) },
         { weight: 1, arbitrary: fc.record({ kind: fc.constant('pause' as const), key: fc.constantFrom('a', 'b'), ms: fc.integer({ min: 1, max: 20 }) }) },
+        // A limit learned from the vendor (0 forgets it); a window of 120 ms lies beyond the history kept.
+        {
+          weight: 1,
+          arbitrary: fc.record({
+            kind: fc.constant('learn' as const),
+            key: fc.constantFrom('a', 'b'),
+            windowMs: fc.constantFrom(15, 30, 40, 60, 120),
+            limit: fc.integer({ min: 0, max: 3 }),
+            source: fc.constantFrom('policy' as const, 'limit' as const),
+          }),
+        },
       );
       // Half the runs keep one rule set per key, so that the window check below applies to every key.
       const plan = fc.record({
@@ -773,7 +884,7 @@ for (const { name, before: connect, make } of subjects) {
         fc.asyncProperty(plan, async ({ ops, fixed }) => {
           const subject = make();
           const { store, namespace } = subject;
-          const model = new ReferenceModel();
+          const model = new ReferenceModel(retainMs);
           const booked: Array<{ key: string; members: readonly string[]; start: number; release: number; cost: number; open: boolean; ruleSet: number }> = [];
           const seenMembers = new Set<string>();
           for (const step of ops) {
@@ -782,6 +893,20 @@ for (const { name, before: connect, make } of subjects) {
             } else if (step.kind === 'pause') {
               const until = await store.pause(namespace, step.key, step.ms);
               expect(until, 'pause end').to.equal(model.pause(step.key, until));
+            } else if (step.kind === 'learn') {
+              // Slots booked ahead leave under a lowered limit where the model can tell which (a clock the test reads).
+              const hold = subject.clock ? maxHoldMs : 0;
+              const entries = [{ limit: step.limit, windowMs: step.windowMs, source: step.source, lapseMs: 60_000 }];
+              const learned = await store.learn!(namespace, step.key, entries, hold);
+              const expected = model.learn(step.key, subject.clock?.() ?? 0, entries, hold);
+              expect({ changed: learned.changed, pausedUntil: learned.pausedUntil }, 'learn').to.deep.equal({
+                changed: expected.changed,
+                pausedUntil: expected.pausedUntil,
+              });
+              // Those calls never start on their slots: they book again.
+              for (const call of booked.filter((b) => b.key === step.key && b.members.some((member) => expected.removed.includes(member)))) {
+                booked.splice(booked.indexOf(call), 1);
+              }
             } else if (step.kind === 'reserve') {
               const ruleSet = fixed ? fixed[step.key] : step.rules;
               const rules = ruleSets[ruleSet]!;

@@ -7,7 +7,7 @@ import type { CallOptions, PerCall } from './options.js';
 const PER_CALL = ['cost', 'maxDelayMs', 'priority'] as const;
 
 /** The vendor-signal options of the axios and fetch adapters (`VendorSignalOptions`). */
-export const VENDOR_SIGNAL_OPTIONS = ['retries', 'isThrottled', 'fallbackPauseMs', 'maxRetryAfterMs', 'maxPauseMs'] as const;
+export const VENDOR_SIGNAL_OPTIONS = ['retries', 'isThrottled', 'fallbackPauseMs', 'maxRetryAfterMs', 'maxPauseMs', 'learn'] as const;
 
 /**
  * Checks the adapter-level parts every adapter shares: an options object whose every name is one of

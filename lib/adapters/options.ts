@@ -39,6 +39,13 @@ export interface VendorSignalOptions<R> {
    * @default 86_400_000 (one day)
    */
   readonly maxPauseMs?: number;
+  /**
+   * Learn the vendor's limits from every answer (`RateLimit-Policy`, `X-RateLimit-Limit`:
+   * `throttle.learn()`), for every process sharing the store. It can only lower the pace below the
+   * configured rules, never raise it.
+   * @default true
+   */
+  readonly learn?: boolean;
 }
 
 /** Per-call options, each fixed or picked from the call's arguments. */

@@ -15,6 +15,7 @@ export interface VendorSettings<R> {
   readonly fallbackPauseMs: number;
   readonly maxRetryAfterMs: number;
   readonly maxPauseMs: number;
+  readonly learn: boolean;
 }
 
 /** Validates the vendor-signal options of an adapter (`what`: `'axios'`, `'fetch'`) and fills in the defaults. */
@@ -29,6 +30,7 @@ export function vendorSettings<R>(options: VendorSignalOptions<R>, what: string)
     fallbackPauseMs: checkMs(options.fallbackPauseMs ?? 1_000, `${what} option fallbackPauseMs`, false),
     maxRetryAfterMs: checkMs(options.maxRetryAfterMs ?? 60_000, `${what} option maxRetryAfterMs`, true),
     maxPauseMs: checkMs(options.maxPauseMs ?? 86_400_000, `${what} option maxPauseMs`, false),
+    learn: checkFlag(options.learn ?? true, `${what} option learn`),
   };
 }
 
@@ -36,6 +38,11 @@ export function checkRetries(value: unknown, what: string): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) {
     throw new ThrottleConfigError(`Expected ${what} to be a whole number from 0 up, got ${describe(value)}`);
   }
+  return value;
+}
+
+function checkFlag(value: unknown, what: string): boolean {
+  if (typeof value !== 'boolean') throw new ThrottleConfigError(`Expected ${what} to be true or false, got ${describe(value)}`);
   return value;
 }
 
@@ -114,6 +121,13 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
       }
     }
     const signal = readVendorSignal({ status: answer.status, headers: answer.headers, flagged, report: (problem) => debug(problem) });
+    if (settings.learn) {
+      try {
+        await throttle.learn(first as KeyInput, answer);
+      } catch (error) {
+        debug('could not learn the vendor limits in the store', error);
+      }
+    }
     let pauseMs = signal.pauseMs ?? (signal.refused ? settings.fallbackPauseMs * 2 ** attempt : undefined);
     if (pauseMs !== undefined && pauseMs > settings.maxPauseMs) {
       debug(`vendor pause of ${pauseMs} ms cut to maxPauseMs (${settings.maxPauseMs} ms)`);

@@ -2,6 +2,7 @@ import { ThrottleConfigError } from '../errors.js';
 import { describe } from '../rules.js';
 import type { KeyInput, KeysInput } from '../keys.js';
 import type { ScheduleOptions, ThrottleEvents } from '../options.js';
+import type { HeaderSource } from '../vendor-signals.js';
 
 /**
  * What the adapters use of a `Throttle`'s public API: scheduling a call, pausing a key. Declared
@@ -10,6 +11,7 @@ import type { ScheduleOptions, ThrottleEvents } from '../options.js';
 export interface Scheduler {
   schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
   pause(key: KeyInput, ms: number, source?: string): Promise<void>;
+  learn(key: KeyInput, response: { readonly status: number; readonly headers: HeaderSource }): Promise<void>;
 }
 
 /** A place in a key's shared line of delayed jobs (see `Store.lineUp`): how long the calls run, the places taken, and whether only behind places not due yet. */

@@ -7,6 +7,7 @@ import { EXIT, type ExitCode } from './errors.js';
 import { formatSeconds } from './progress.js';
 import { closeRedis, connectRedis, type RedisClient } from './redis.js';
 import type { RuleString } from '../rules.js';
+import type { LearnedLimit } from '../learning.js';
 
 /** What `inspect` reports for one key. Usage per rule and the next free slot need `--rule`. */
 export interface KeyReport {
@@ -28,6 +29,8 @@ export interface KeyReport {
   /** False when Redis holds nothing for the key (a new key, idle past its windows, or another --name or --prefix). */
   readonly stored: boolean;
   readonly pausedForMs: number;
+  /** Limits the key learned from its vendor, in force (with `--rule`). */
+  readonly learned?: readonly LearnedLimit[];
   /** Slots in the key's log: calls within the history kept (the longest window), booked ones included. */
   readonly logged: number;
   /** Calls booked in any process whose completion is not recorded yet: waiting for their slot or in flight. */
@@ -63,7 +66,7 @@ export async function inspect(options: InspectOptions): Promise<ExitCode> {
         try {
           const usage = await throttle.inspect(options.key);
           const counts = await countsOf(client, options, encodeKey(options.key));
-          const { rules: used, bookedAhead, nextFreeInMs, pausedForMs, stored } = usage;
+          const { rules: used, bookedAhead, nextFreeInMs, pausedForMs, stored, learned } = usage;
           report = {
             key: usage.key,
             decoded: true,
@@ -72,6 +75,7 @@ export async function inspect(options: InspectOptions): Promise<ExitCode> {
             nextFreeInMs,
             pausedForMs,
             stored,
+            learned,
             ...counts,
           };
         } finally {
@@ -139,11 +143,15 @@ async function keyReport(
   return {
     key,
     decoded,
-    rules: withRemaining(usage).map((rule) => ({ rule: formatRule(rule), ...rule })),
+    // The key's own rules, each at its limit in force (a learned limit of another window is not a column).
+    rules: withRemaining(usage)
+      .slice(0, rules.length)
+      .map((rule) => ({ rule: formatRule(rule), ...rule })),
     bookedAhead: usage.bookedAhead ?? 0,
     nextFreeInMs: usage.nextFreeInMs,
     pausedForMs: usage.pausedForMs,
     stored: usage.stored ?? true,
+    learned: usage.learned ?? [],
     ...counts,
   };
 }
@@ -211,6 +219,10 @@ function describeKey(report: KeyReport, options: InspectOptions): string {
     lines.push(`  slots logged: ${report.logged} (pass --rule to see usage per rule and the next free slot)`);
   }
   lines.push(`  paused: ${report.pausedForMs === 0 ? 'no' : `for ${duration(report.pausedForMs)}`}`);
+  for (const { limit, windowMs, source, lapsesInMs } of report.learned ?? []) {
+    const from = source === 'policy' ? 'RateLimit-Policy' : 'X-RateLimit-Limit';
+    lines.push(`  learned from the vendor: ${formatRule({ limit, windowMs })} (${from}), lapses in ${duration(lapsesInMs)} unless said again`);
+  }
   lines.push(`  booked, not completed (all processes): ${report.unfinished}`);
   return `${lines.join('\n')}\n`;
 }

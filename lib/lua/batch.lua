@@ -63,6 +63,7 @@
 --- @include "buckets"
 --- @include "waiters"
 --- @include "check"
+--- @include "learned"
 --- @include "decide"
 --- @include "complete"
 --- @include "alive"
@@ -98,7 +99,7 @@ local sets = {}
 local i = 2
 for n = 1, A[1] do
   local rule_count = tonumber(A[i + 2])
-  local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), rule_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { unpack(VT_META_FIELDS) }, groups = {}, limits = {}, windows = {}, buckets = {} }
+  local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), rule_count = rule_count, config_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { unpack(VT_META_FIELDS) }, groups = {}, limits = {}, windows = {}, buckets = {} }
   local by_prefix = {}
   local longest = 1
   local exact_least = math.huge

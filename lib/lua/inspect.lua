@@ -8,15 +8,18 @@
            up, plus 1 ms) was booked to start later (booked ahead), and is counted apart from the
            calls that started
 
-  Returns { now_ms, next_free_in_ms, paused_for_ms, booked_ahead, stored, used_1, reset_in_ms_1,
-  ..., used_R, reset_in_ms_R }. A call in flight is taken to end now (the earliest it can), so
-  next_free_in_ms is the soonest one more call could start (a vendor pause, or a hold after a loss,
-  included), and reset_in_ms when the oldest counted call stops counting at the soonest. used
-  leaves out the slots booked ahead (0 without MAX_HOLD); stored is 1 when the key has a log or
-  meta at all, 0 when Redis holds nothing for it.
+  Returns { now_ms, next_free_in_ms, paused_for_ms, booked_ahead, stored, X, then per rule (the R
+  given, then X learned rules of other windows): used, reset_in_ms, limit; then L learned entries
+  (includes/learned.lua): LIMIT, WINDOW, LAPSE_IN_MS, SOURCE each }. A rule's limit is the tighter
+  of its own and what the key learned for its window. A call in flight is taken to end now (the
+  earliest it can), so next_free_in_ms is the soonest one more call could start (a vendor pause,
+  or a hold after a loss, included), and reset_in_ms when the oldest counted call stops counting at
+  the soonest. used leaves out the slots booked ahead (0 without MAX_HOLD); stored is 1 when the key
+  has a log or meta at all, 0 when Redis holds nothing for it.
 ]]
 --- @include "log"
 --- @include "buckets"
+--- @include "learned"
 
 local log, meta = KEYS[1], KEYS[2]
 local rule_count = tonumber(ARGV[1])
@@ -26,7 +29,7 @@ local now_ms = math.ceil(now)
 local cut = math.floor(now)
 
 local size = redis.call('ZCARD', log)
-local paused_until, held_until = unpack(redis.call('HMGET', meta, 'pause', 'h'))
+local paused_until, held_until, learned_text = unpack(redis.call('HMGET', meta, 'pause', 'h', 'l'))
 local pause = tonumber(paused_until or 0)
 -- A key held after a loss (includes/check.lua) takes no call before its hold either.
 local start_at = math.max(now, pause, tonumber(held_until or 0))
@@ -35,11 +38,28 @@ local ahead = 0
 if max_hold then ahead = redis.call('ZCOUNT', log, '(' .. vt_booked_ahead_above(now, max_hold), '+inf') end
 local stored = 0
 if size > 0 or redis.call('EXISTS', meta) == 1 then stored = 1 end
-local result = { now_ms, 0, math.max(0, math.ceil(pause - now)), ahead, stored }
+local limits, windows, buckets_of = {}, {}, {}
 for r = 0, rule_count - 1 do
-  local limit = tonumber(ARGV[2 + 3 * r])
-  local window = tonumber(ARGV[3 + 3 * r])
-  local bucket = tonumber(ARGV[4 + 3 * r])
+  limits[r], windows[r], buckets_of[r] = tonumber(ARGV[2 + 3 * r]), tonumber(ARGV[3 + 3 * r]), tonumber(ARGV[4 + 3 * r])
+end
+local learned = vt_learned_parse(learned_text, now)
+local count = rule_count
+for _, entry in ipairs(learned) do
+  local found = false
+  for r = 0, rule_count - 1 do
+    if windows[r] == entry[2] then
+      found = true
+      limits[r] = math.min(limits[r], entry[1])
+    end
+  end
+  if not found then
+    limits[count], windows[count], buckets_of[count] = entry[1], entry[2], 0
+    count = count + 1
+  end
+end
+local result = { now_ms, 0, math.max(0, math.ceil(pause - now)), ahead, stored, count - rule_count }
+for r = 0, count - 1 do
+  local limit, window, bucket = limits[r], windows[r], buckets_of[r]
   local floor = '(' .. (cut - window)
   local used = redis.call('ZCOUNT', log, floor, '+inf')
   local oldest = math.huge
@@ -59,8 +79,16 @@ for r = 0, rule_count - 1 do
   end
   local reset = 0
   if oldest < math.huge then reset = math.ceil(math.min(oldest, now_ms) + window - now) end
-  result[6 + 2 * r] = used - ahead
-  result[7 + 2 * r] = reset
+  result[7 + 3 * r] = used - ahead
+  result[8 + 3 * r] = reset
+  result[9 + 3 * r] = limit
+end
+result[#result + 1] = #learned
+for _, entry in ipairs(learned) do
+  result[#result + 1] = entry[1]
+  result[#result + 1] = entry[2]
+  result[#result + 1] = entry[3] - now_ms
+  result[#result + 1] = entry[4]
 end
 if start_at > now then result[2] = math.ceil(start_at - now) end
 return result

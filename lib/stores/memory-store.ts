@@ -13,8 +13,9 @@ import {
   type LogView,
   type Pace,
 } from '../slot-plan.js';
+import { applyLearned, type LearnEntry, type LearnSource } from '../learning.js';
 import type { Rule } from '../rules.js';
-import type { InspectResult, KeyPart, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
+import type { InspectResult, KeyPart, LearnResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
 
 export interface MemoryStoreOptions {
   /**
@@ -38,6 +39,8 @@ interface KeyLog {
   expiresAt: number;
   /** Calls folded out of the log, per bucketed rule: `<windowMs>:<bucketMs>:<index>` → calls. */
   buckets: Map<string, number>;
+  /** Limits learned from the vendor (as meta `l`, lua/includes/learned.lua): each until `lapseAt` (store clock). */
+  learned: Array<{ readonly limit: number; readonly windowMs: number; readonly lapseAt: number; readonly source: LearnSource }>;
 }
 
 /** How many keys each decision checks for expiry. Two keeps the map bounded by the live keys. */
@@ -109,10 +112,12 @@ export class MemoryStore implements Store {
       if (foldDue(log, part.rules, request.cost)) fold(log, cut, part.rules);
       ids.push(id);
       logs.push(log);
+      const { rules, configured } = applyLearned(part.rules, liveLearned(log, now), part.retainMs);
       views.push({
         size: log.scores.length,
         scoreAt: (index) => log.scores[index]!,
-        rules: part.rules,
+        rules,
+        configured,
         pausedUntil: log.pausedUntil,
         bucketsOf: liveBuckets(log, cut),
       });
@@ -179,6 +184,7 @@ export class MemoryStore implements Store {
     log.buckets.clear();
     log.pausedUntil = 0;
     log.line = [];
+    log.learned = [];
     const waiting = log.waiting;
     log.waiting = false;
     this.#logs.delete(id);
@@ -208,6 +214,9 @@ export class MemoryStore implements Store {
     const scoreAt = (i: number) => scores[i]!;
     const pausedUntil = live?.pausedUntil ?? 0;
     const bucketsOf: BucketsOf = live ? liveBuckets(live, cut) : () => [];
+    const learned = live ? liveLearned(live, now) : [];
+    // Every learned limit shows, also one of a window longer than the history kept.
+    rules = applyLearned(rules, learned, Infinity).rules;
     const { startAt } = planSlot(scores.length, scoreAt, rules, 1, now, 0, pausedUntil, bucketsOf);
     const bookedAhead = live && maxHoldMs !== undefined ? countInWindow(live.scores.length, (i) => live.scores[i]!, 0, bookedAheadAbove(now, maxHoldMs)) : 0;
     return {
@@ -216,6 +225,7 @@ export class MemoryStore implements Store {
       pausedForMs: Math.max(0, Math.ceil(pausedUntil - now)),
       bookedAhead,
       stored: live !== undefined,
+      learned: learned.map(({ limit, windowMs, source, lapseAt }) => ({ limit, windowMs, source, lapsesInMs: lapseAt - nowMs })),
       rules: rules.map((rule) => {
         const { limit, windowMs } = rule;
         // Counted on the scores as they are: a call in flight counts now, also under a cap in flight (window 0).
@@ -264,6 +274,53 @@ export class MemoryStore implements Store {
     return log.pausedUntil;
   }
 
+  async learn(namespace: string, key: string, entries: readonly LearnEntry[], maxHoldMs: number): Promise<LearnResult> {
+    const now = this.#clock();
+    const nowMs = Math.ceil(now);
+    const id = `${namespace}\n${key}`;
+    const log = this.#open(id, Math.floor(now));
+    // As lua/learn.lua.
+    const learned = liveLearned(log, now);
+    let changed = false;
+    let lowered = false;
+    for (const { limit, windowMs, source, lapseMs } of entries) {
+      const at = learned.findIndex((entry) => entry.windowMs === windowMs);
+      if (limit === 0) {
+        if (at >= 0 && learned[at]!.source === source) {
+          learned.splice(at, 1);
+          changed = true;
+        }
+        continue;
+      }
+      const entry = { limit, windowMs, source, lapseAt: nowMs + lapseMs };
+      if (at < 0) {
+        learned.push(entry);
+        changed = lowered = true;
+      } else {
+        if (limit !== learned[at]!.limit) changed = true;
+        if (limit < learned[at]!.limit) lowered = true;
+        learned[at] = entry;
+      }
+    }
+    log.learned = learned;
+    for (const entry of learned) log.expiresAt = Math.max(log.expiresAt, entry.lapseAt + 1);
+    let pausedUntil = 0;
+    if (lowered && maxHoldMs > 0) {
+      const above = bookedAheadAbove(now, maxHoldMs);
+      const top = log.scores.at(-1);
+      if (top !== undefined && top > above) {
+        pausedUntil = Math.max(Math.ceil(top - maxHoldMs) + 1, log.pausedUntil);
+        const kept = log.scores.length - countInWindow(log.scores.length, (i) => log.scores[i]!, 0, above);
+        log.scores.splice(kept);
+        log.members.splice(kept);
+        log.pausedUntil = pausedUntil;
+        log.expiresAt = Math.max(log.expiresAt, pausedUntil + 1);
+      }
+    }
+    this.#keep(id, log);
+    return { changed, pausedUntil, learned: learned.map(({ limit, windowMs, source, lapseAt }) => ({ limit, windowMs, source, lapsesInMs: lapseAt - nowMs })) };
+  }
+
   async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind = false): Promise<number> {
     const nowMs = Math.ceil(this.#clock());
     const id = `${namespace}\n${key}`;
@@ -292,12 +349,13 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(id);
     if (log && log.expiresAt > at) return log;
     this.#logs.delete(id);
-    return { scores: [], members: [], pausedUntil: 0, line: [], waiting: false, expiresAt: 0, buckets: new Map() };
+    return { scores: [], members: [], pausedUntil: 0, line: [], waiting: false, expiresAt: 0, buckets: new Map(), learned: [] };
   }
 
   /** Keeps a log that holds anything, as Redis keeps a key that exists. */
   #keep(id: string, log: KeyLog): void {
-    if (log.scores.length > 0 || log.buckets.size > 0 || log.pausedUntil > 0 || log.line.length > 0 || log.waiting) this.#logs.set(id, log);
+    if (log.scores.length > 0 || log.buckets.size > 0 || log.pausedUntil > 0 || log.line.length > 0 || log.waiting || log.learned.length > 0)
+      this.#logs.set(id, log);
   }
 
   /**
@@ -317,6 +375,11 @@ export class MemoryStore implements Store {
       if (log.expiresAt <= at) this.#logs.delete(id);
     }
   }
+}
+
+/** The key's learned limits that still apply at `now` (as `vt_learned_parse`). */
+function liveLearned(log: KeyLog, now: number): KeyLog['learned'] {
+  return log.learned.length === 0 ? log.learned : log.learned.filter((entry) => entry.lapseAt > now);
 }
 
 /**

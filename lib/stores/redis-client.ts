@@ -104,10 +104,19 @@ function hearLateErrors(connection: object): void {
 type ScriptedClient = IORedisClientLike & Record<string, ScriptFn> & ClientEvents & { readonly isCluster?: boolean };
 
 /** Keys of each script on an ioredis Cluster, where a batch holds one user key's two keys and no epoch key. */
-const CLUSTER_KEYS = { batch: 2, inspect: 2, pause: 2, line: 1, restore: 2, epoch: 1, reset: 2, keep: 2, alive: 1, reap: 2 } as const satisfies Record<
-  keyof typeof scripts,
-  number
->;
+const CLUSTER_KEYS = {
+  batch: 2,
+  inspect: 2,
+  pause: 2,
+  learn: 2,
+  line: 1,
+  restore: 2,
+  epoch: 1,
+  reset: 2,
+  keep: 2,
+  alive: 1,
+  reap: 2,
+} as const satisfies Record<keyof typeof scripts, number>;
 
 /** Each script by name, with its SHA1 (for EVALSHA on node-redis, which registers no script on a client made by the user). */
 const BY_NAME = new Map<string, { readonly lua: string; readonly sha: string }>(

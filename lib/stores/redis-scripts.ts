@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { StoreUnavailableError } from '../errors.js';
-import { PAUSED, RECOVERING } from '../slot-plan.js';
+import { sourceOfLetter, type LearnedLimit } from '../learning.js';
+import { LEARNED, PAUSED, RECOVERING } from '../slot-plan.js';
 
 /**
  * The codes the scripts and this side share, declared once: every script is loaded after a line
@@ -23,8 +24,8 @@ export const CODES = {
    * bounds), so that the next bookings of the process need not set it again (lua/includes/decide.lua).
    */
   expiry: { slackMinMs: 5000, slackMaxMs: 10_000 },
-  /** A decision's rule index when no rule set the start: none, a vendor pause, a hold after a loss. */
-  rule: { none: -1, paused: PAUSED, recovering: RECOVERING },
+  /** A decision's rule index when no configured rule set the start: none, a vendor pause, a hold after a loss, a learned limit of another window. */
+  rule: { none: -1, paused: PAUSED, recovering: RECOVERING, learned: LEARNED },
 } as const;
 
 /** `CODES` as Lua locals, one line. */
@@ -41,7 +42,7 @@ function snakeCase(name: string): string {
  * lines replaced by `lib/lua/includes/name.lua`. Command names carry a version so that two library
  * versions sharing one client never run each other's script.
  */
-export const SCRIPT_VERSION = 26;
+export const SCRIPT_VERSION = 27;
 
 /** A script: its name (the ioredis command it is defined as) and its text. */
 export interface ScriptDefinition {
@@ -60,6 +61,7 @@ export const scripts = {
   batch: { name: `vtBatch${SCRIPT_VERSION}`, lua: load('batch') },
   inspect: { name: `vtInspect${SCRIPT_VERSION}`, lua: load('inspect') },
   pause: { name: `vtPause${SCRIPT_VERSION}`, lua: load('pause') },
+  learn: { name: `vtLearn${SCRIPT_VERSION}`, lua: load('learn') },
   line: { name: `vtLine${SCRIPT_VERSION}`, lua: load('line') },
   restore: { name: `vtRestore${SCRIPT_VERSION}`, lua: load('restore') },
   epoch: { name: `vtEpoch${SCRIPT_VERSION}`, lua: load('epoch') },
@@ -76,8 +78,42 @@ export const scripts = {
  * reader (lib/stores/redis-batch.ts).
  */
 export const replies = {
-  /** inspect.lua: NOW, NEXT_FREE_IN, PAUSED_FOR, BOOKED_AHEAD, STORED, then per rule of `rules` USED, RESET_IN. */
-  inspect: (reply: unknown, rules: number): number[] => numbers('inspect', reply, 5 + 2 * rules),
+  /**
+   * inspect.lua: NOW, NEXT_FREE_IN, PAUSED_FOR, BOOKED_AHEAD, STORED, then per rule of `rules` and
+   * per learned rule of another window USED, RESET_IN, LIMIT; then the learned limits.
+   */
+  inspect(reply: unknown, rules: number) {
+    const values = list('inspect', reply, 7 + 3 * rules);
+    const [now, nextFreeInMs, pausedForMs, bookedAhead, stored, extra] = values.slice(0, 6).map((value) => number('inspect', value)) as [
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+    ];
+    const count = rules + extra;
+    const usage = numbers('inspect', values.slice(6, 6 + 3 * count), 3 * count);
+    const learned = learnedOf('inspect', reply, values.slice(6 + 3 * count));
+    return {
+      now,
+      nextFreeInMs,
+      pausedForMs,
+      bookedAhead,
+      stored: stored === 1,
+      rules: Array.from({ length: count }, (_, r) => ({ used: usage[3 * r]!, resetInMs: usage[3 * r + 1]!, limit: usage[3 * r + 2]! })),
+      learned,
+    };
+  },
+  /** learn.lua: CHANGED, PAUSED_UNTIL, then the learned limits in force. */
+  learn(reply: unknown) {
+    const values = list('learn', reply, 2);
+    return {
+      changed: number('learn', values[0]) === 1,
+      pausedUntil: number('learn', values[1]),
+      learned: learnedOf('learn', reply, [values.length - 2, ...values.slice(2)], 4),
+    };
+  },
   /** pause.lua: the end of the pause in force (store clock ms). */
   pause: (reply: unknown): number => number('pause', reply),
   /** line.lua: ms from now until the place, or -1. */
@@ -118,6 +154,18 @@ export function unexpected(script: string, reply: unknown): never {
   throw new StoreUnavailableError(
     `Unexpected reply from lua/${script}.lua: ${text.length > 100 ? `${text.slice(0, 97)}...` : text} (a script of another version under the same name, or a proxy that rewrote the reply?)`,
   );
+}
+
+/** A count N, then N learned limits of four values each (LIMIT, WINDOW, LAPSE_IN_MS, SOURCE); with `per`, the count is of values. */
+function learnedOf(script: string, reply: unknown, values: readonly unknown[], per = 1): LearnedLimit[] {
+  const n = number(script, values[0]) / per;
+  if (!Number.isInteger(n) || values.length !== 1 + 4 * n) return unexpected(script, reply);
+  return Array.from({ length: n }, (_, e) => ({
+    limit: number(script, values[1 + 4 * e]),
+    windowMs: number(script, values[2 + 4 * e]),
+    lapsesInMs: number(script, values[3 + 4 * e]),
+    source: sourceOfLetter(values[4 + 4 * e]),
+  }));
 }
 
 function number(script: string, reply: unknown): number {

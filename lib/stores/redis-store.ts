@@ -4,7 +4,8 @@ import { RedisNames, type HashTag } from '../keys.js';
 import type { Rule } from '../rules.js';
 import type { Pace } from '../slot-plan.js';
 import { StoreClock } from '../time.js';
-import type { InspectResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
+import { sourceLetter, type LearnEntry } from '../learning.js';
+import type { InspectResult, LearnResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
 import { ruleArgs, type Decision } from './redis-batch.js';
 import { BatchQueue } from './redis-batch-queue.js';
 import { EvictionWatch } from './redis-evictions.js';
@@ -331,15 +332,26 @@ export class RedisStore implements Store {
     const args = ruleArgs(rules);
     if (maxHoldMs !== undefined) args.push(maxHoldMs);
     const reply = replies.inspect(await this.#driver.run(scripts.inspect.name, [log, meta], args), rules.length);
-    const bookedAhead = reply[3]!;
-    return {
-      now: reply[0]!,
-      nextFreeInMs: reply[1]!,
-      pausedForMs: reply[2]!,
-      bookedAhead,
-      stored: reply[4] === 1,
-      rules: rules.map(({ limit, windowMs }, r) => ({ limit, windowMs, used: reply[5 + 2 * r]!, resetInMs: reply[6 + 2 * r]! })),
-    };
+    const windows = [
+      ...rules.map((rule) => rule.windowMs),
+      ...reply.learned.filter((entry) => !rules.some((rule) => rule.windowMs === entry.windowMs)).map((entry) => entry.windowMs),
+    ];
+    return { ...reply, rules: reply.rules.map((usage, r) => ({ ...usage, windowMs: windows[r]! })) };
+  }
+
+  async learn(namespace: string, key: string, entries: readonly LearnEntry[], maxHoldMs: number): Promise<LearnResult> {
+    await this.#recovery?.recovered(namespace);
+    const names = this.#names;
+    const { log, meta } = names.of(namespace, key);
+    const args = [
+      maxHoldMs,
+      names.pauses(namespace),
+      entries.length,
+      ...entries.flatMap((entry) => [entry.limit, entry.windowMs, Math.ceil(entry.lapseMs), sourceLetter(entry.source)]),
+    ];
+    const result = replies.learn(await this.#driver.run(scripts.learn.name, [meta, log, ...names.kept(namespace)], args));
+    if (result.pausedUntil > 0) this.#pauses.heard(namespace, key, result.pausedUntil);
+    return result;
   }
 
   async reset(namespace: string, key: string, retainMs: number, maxHoldMs: number): Promise<void> {

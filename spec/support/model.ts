@@ -24,6 +24,8 @@ interface Slot {
 interface KeyState {
   slots: Slot[];
   pausedUntil: number;
+  /** Limits learned from the vendor, by window (no lapse: the property runs well within one). */
+  learned: Map<number, { limit: number; source: string }>;
   /** A decision was deferred: the next settle on the key announces itself. */
   waiting: boolean;
 }
@@ -43,8 +45,17 @@ export interface ModelDecision {
   readonly ruleIndex: number;
 }
 
+/** `ruleIndex` when a learned limit of a window no configured rule has sets the start. */
+const LEARNED = -4;
+
 export class ReferenceModel {
   readonly #keys = new Map<string, KeyState>();
+  /** History each key keeps: a learned limit of a longer window does not count. */
+  readonly #retainMs: number;
+
+  constructor(retainMs = Infinity) {
+    this.#retainMs = retainMs;
+  }
 
   /**
    * What a store decides for `request` on `key` at store time `now` (exact, possibly fractional;
@@ -61,8 +72,27 @@ export class ReferenceModel {
   decideKeys(keys: ReadonlyArray<{ readonly key: string; readonly rules: readonly Rule[] }>, now: number, request: Omit<ModelRequest, 'rules'>): ModelDecision {
     const { cost } = request;
     const nowMs = Math.ceil(now);
-    // Every rule with the slots of its key.
-    const all = keys.flatMap(({ key, rules }) => rules.map((rule) => ({ rule, slots: this.#state(key).slots })));
+    // Every rule with the slots of its key, at the tighter of its limit and what the key learned for
+    // its window; then the key's learned limits of other windows (within the history kept).
+    const all = keys.flatMap(({ key, rules }) => {
+      const state = this.#state(key);
+      const own = rules.map((rule, r) => ({
+        rule: { ...rule, limit: Math.min(rule.limit, state.learned.get(rule.windowMs)?.limit ?? Infinity) },
+        slots: state.slots,
+        index: r,
+      }));
+      const learned = [...state.learned]
+        .filter(([windowMs]) => windowMs <= this.#retainMs && !rules.some((rule) => rule.windowMs === windowMs))
+        .map(([windowMs, { limit }]) => ({ rule: { limit, windowMs }, slots: state.slots, index: LEARNED }));
+      return [...own, ...learned];
+    });
+    let offset = 0;
+    for (const entry of all) {
+      // Configured rules count on from key to key.
+      if (entry.index !== LEARNED) entry.index = offset++;
+    }
+    // A call never waits for more room than a rule has.
+    for (const entry of all) if (entry.rule.limit < cost) entry.rule.limit = cost;
     const pausedUntil = Math.max(0, ...keys.map(({ key }) => this.#state(key).pausedUntil));
     // A call may start at the clock reading itself (not rounded up), or at a whole ms after it.
     const base = Math.max(now, pausedUntil);
@@ -75,7 +105,7 @@ export class ReferenceModel {
     const start = candidates.find((t) => known.every((entry) => fits(entry, t)))!;
     let ruleIndex = pausedUntil > now ? -2 : -1;
     // Scores are whole ms: the rule that sets the start is the first one that does not fit 1 ms before.
-    if (start > base) ruleIndex = all.findIndex((entry) => known.includes(entry) && !fits(entry, start - 1));
+    if (start > base) ruleIndex = all.find((entry) => known.includes(entry) && !fits(entry, start - 1))!.index;
     const startAt = Math.ceil(start);
     // Rules filled by calls in flight that still hold the call back at startAt, in rule order: the
     // score each waits for (the lowest score at or after which the rule has room) is the bound to
@@ -83,7 +113,7 @@ export class ReferenceModel {
     // rule has no room before that plus its window.
     let bound: number | undefined;
     let earliest = start;
-    for (const [r, entry] of all.entries()) {
+    for (const entry of all) {
       if (known.includes(entry) || fits(entry, start)) continue;
       const { rule, slots } = entry;
       const frees = slots.map((slot) => slot.score).filter((v) => slots.filter((slot) => slot.score > v).length <= rule.limit - cost);
@@ -92,7 +122,7 @@ export class ReferenceModel {
       const soonest = Math.max(nowMs, at - request.maxHoldMs) + rule.windowMs;
       if (soonest > earliest) {
         earliest = soonest;
-        ruleIndex = r;
+        ruleIndex = entry.index;
       }
     }
     const waitMs = earliest <= now ? 0 : Math.ceil(earliest - now);
@@ -130,9 +160,45 @@ export class ReferenceModel {
     return state.pausedUntil;
   }
 
+  /**
+   * Limits learned at store time `now`: each replaces what was learned for its window (`limit` 0
+   * forgets it, if `source` taught it). When one goes down, slots booked ahead (scored above
+   * ceil(now) + maxHoldMs + 1) leave, and the key pauses until the last of them would have started,
+   * plus 1 ms. Returns whether a limit changed, the pause set (0: none), and the members taken out.
+   */
+  learn(
+    key: string,
+    now: number,
+    entries: ReadonlyArray<{ readonly limit: number; readonly windowMs: number; readonly source: string }>,
+    maxHoldMs: number,
+  ): { changed: boolean; pausedUntil: number; removed: string[] } {
+    const state = this.#state(key);
+    let changed = false;
+    let lowered = false;
+    for (const { limit, windowMs, source } of entries) {
+      const before = state.learned.get(windowMs);
+      if (limit === 0) {
+        if (before?.source === source) {
+          state.learned.delete(windowMs);
+          changed = true;
+        }
+        continue;
+      }
+      if (before === undefined || limit < before.limit) lowered = true;
+      if (before === undefined || limit !== before.limit) changed = true;
+      state.learned.set(windowMs, { limit, source });
+    }
+    const above = Math.ceil(now) + maxHoldMs + 1;
+    const ahead = state.slots.filter((slot) => slot.score > above);
+    if (!lowered || maxHoldMs === 0 || ahead.length === 0) return { changed, pausedUntil: 0, removed: [] };
+    state.slots = state.slots.filter((slot) => slot.score <= above);
+    state.pausedUntil = Math.max(state.pausedUntil, Math.ceil(Math.max(...ahead.map((slot) => slot.score)) - maxHoldMs) + 1);
+    return { changed, pausedUntil: state.pausedUntil, removed: ahead.map((slot) => slot.member) };
+  }
+
   #state(key: string): KeyState {
     let state = this.#keys.get(key);
-    if (!state) this.#keys.set(key, (state = { slots: [], pausedUntil: 0, waiting: false }));
+    if (!state) this.#keys.set(key, (state = { slots: [], pausedUntil: 0, waiting: false, learned: new Map() }));
     return state;
   }
 }

@@ -49,8 +49,8 @@ end
 
 -- A key's state as a decision reads it: meta's fields in this order (lua/batch.lua's
 -- meta_fields), then the bucket counts of a bucketed rule set, then `f`.
-local VT_STATE_PAUSE, VT_STATE_WAITING, VT_STATE_HOLD, VT_STATE_REPLID = 1, 2, 3, 4
-local VT_META_FIELDS = { 'pause', 'w', 'h', 'r' }
+local VT_STATE_PAUSE, VT_STATE_WAITING, VT_STATE_HOLD, VT_STATE_REPLID, VT_STATE_LEARNED = 1, 2, 3, 4, 5
+local VT_META_FIELDS = { 'pause', 'w', 'h', 'r', 'l' }
 
 -- An empty table, never written: the buckets of a rule set without bucketed rules, or the bounds
 -- of a call that none binds.
@@ -74,6 +74,8 @@ local function vt_key_open(log, meta, set, cut, now, env, witness, size)
     state[VT_STATE_HOLD] = math.max(tonumber(state[VT_STATE_HOLD] or 0), math.ceil(now + env.grace))
     state[VT_STATE_REPLID] = env.replid
   end
+  -- Limits learned from the vendor (includes/learned.lua): this key's own rule set, the tighter.
+  if state[VT_STATE_LEARNED] then set = vt_learned_set(set, state[VT_STATE_LEARNED], now) end
   local key = { log = log, meta = meta, set = set, state = state, replid = env.replid, pause = tonumber(state[VT_STATE_PAUSE] or 0), hold = tonumber(state[VT_STATE_HOLD] or 0), folded = vt_none, unfolded = set.bucketed, booked_until = 0, waits_until = 0, fresh = false, witness = witness, confirmed = false, deadline = deadline }
   -- Calls in the buckets of each bucketed rule: meta's count as of the last fold, never fewer than
   -- those still counting (buckets change only when calls are folded).
@@ -102,7 +104,7 @@ local function vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index
   local set = key.set
   if key.unfolded and vt_fold_due(key.size, key.folded, set, cost) then
     local folded_until, removed
-    folded_until, key.folded, removed = vt_fold(key.log, key.meta, a, set.rules_at, set.rule_count, cut, tonumber(key.state[set.f_at] or 0))
+    folded_until, key.folded, removed = vt_fold(key.log, key.meta, a, set.rules_at, set.config_count, cut, tonumber(key.state[set.f_at] or 0))
     -- Buckets count until their end plus the window: meta lives at least that long.
     if folded_until > 0 then vt_keep(key.meta, folded_until - now, now) end
     key.size = key.size - removed
@@ -110,8 +112,11 @@ local function vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index
   end
   local size, folded, buckets = key.size, key.folded, key.buckets
   for r = 0, set.rule_count - 1 do
-    local limit = set.limits[r]
+    -- A call of COST never waits for more room than a rule has (a learned limit below COST).
+    local limit = math.max(set.limits[r], cost)
     local window = set.windows[r]
+    local index = offset + r
+    if r >= set.config_count then index = VT_RULE_LEARNED end
     local score = nil
     local free_at = nil
     if folded[r] ~= nil then
@@ -133,10 +138,10 @@ local function vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index
     end
     if score ~= nil and score > now_ms then
       pending = pending or {}
-      pending[#pending + 1] = { score, window, offset + r, key }
+      pending[#pending + 1] = { score, window, index, key }
     elseif free_at ~= nil and free_at > start_at then
       start_at = free_at
-      rule_index = offset + r
+      rule_index = index
     end
   end
   return start_at, rule_index, pending
@@ -441,7 +446,7 @@ local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, f
   end
   for _, key in ipairs(keys) do
     start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, pending, offset)
-    offset = offset + key.set.rule_count
+    offset = offset + key.set.config_count
   end
   local bound, earliest
   bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, max_hold, rule_index)

@@ -1,0 +1,116 @@
+import type { Rule } from './rules.js';
+import type { ProblemReporter, PublishedLimits } from './vendor-signals.js';
+
+/**
+ * Limits a key learns from what its vendor says (`Throttle.learn`), kept by the store beside the
+ * key for every process (lua/includes/learned.lua, `MemoryStore`). A learned limit only lowers: a
+ * decision counts the key under the tighter of each configured rule and what was learned for its
+ * window, and under a learned limit of another window as one more rule. Learned limits lapse unless
+ * the vendor says them again.
+ */
+
+/** Where a learned limit came from: `RateLimit-Policy`, or `X-RateLimit-Limit` (`RateLimit-Limit`). */
+export type LearnSource = 'policy' | 'limit';
+
+/** The letter each source is stored as. */
+const LETTERS: Readonly<Record<LearnSource, string>> = { policy: 'p', limit: 'x' };
+
+export function sourceLetter(source: LearnSource): string {
+  return LETTERS[source];
+}
+
+export function sourceOfLetter(letter: unknown): LearnSource {
+  return letter === 'p' ? 'policy' : 'limit';
+}
+
+/** A limit a key learned, as the store holds it. */
+export interface LearnedLimit {
+  readonly limit: number;
+  readonly windowMs: number;
+  readonly source: LearnSource;
+  /** ms until it lapses, unless learned again. */
+  readonly lapsesInMs: number;
+}
+
+/**
+ * One entry a throttle asks its store to learn for a key: it replaces what the key learned for
+ * `windowMs`, and lapses `lapseMs` from now. `limit` 0 forgets what was learned for the window from
+ * `source` (the vendor allows the configured rule again).
+ */
+export interface LearnEntry {
+  readonly limit: number;
+  readonly windowMs: number;
+  readonly source: LearnSource;
+  readonly lapseMs: number;
+}
+
+/**
+ * The rules a decision counts a key under: each of `rules` with the tighter of its limit and what was
+ * learned for its window; then each learned limit of another window, within `retainMs` (the history
+ * the key keeps), as a rule of its own. `configured`: how many of them are `rules`'.
+ */
+export function applyLearned(
+  rules: readonly Rule[],
+  learned: ReadonlyArray<{ readonly limit: number; readonly windowMs: number }>,
+  retainMs: number,
+): { readonly rules: readonly Rule[]; readonly configured: number } {
+  if (learned.length === 0) return { rules, configured: rules.length };
+  const effective = rules.map((rule) => {
+    const lower = learned.filter((entry) => entry.windowMs === rule.windowMs).reduce((least, entry) => Math.min(least, entry.limit), rule.limit);
+    return lower < rule.limit ? { ...rule, limit: lower } : rule;
+  });
+  for (const entry of learned) {
+    if (entry.windowMs <= retainMs && !rules.some((rule) => rule.windowMs === entry.windowMs)) effective.push({ limit: entry.limit, windowMs: entry.windowMs });
+  }
+  return { rules: effective, configured: rules.length };
+}
+
+/**
+ * What one response teaches about a key whose rules are `rules` (history kept: `retainMs`):
+ *
+ * - each `RateLimit-Policy` policy of a configured rule's window lowers that rule to its quota, or,
+ *   at or above the rule's limit, forgets what the policy taught there before (the configured rule
+ *   is the ceiling); a policy of another window within the history kept becomes a rule of its own,
+ *   unless the configured rules already keep to it;
+ * - `X-RateLimit-Limit` names no window: it applies to the shortest configured window at least as
+ *   long as its reset (`X-RateLimit-Reset`), or without a reset to the shortest window whose limit is
+ *   above it.
+ *
+ * What cannot apply is `report`ed. `lapseMs`: how long what is learned holds without being said again.
+ */
+export function lessonsOf(published: PublishedLimits, rules: readonly Rule[], retainMs: number, lapseMs: number, report?: ProblemReporter): LearnEntry[] {
+  const windowed = rules.filter((rule) => rule.windowMs > 0);
+  const entries: LearnEntry[] = [];
+  const teach = (source: LearnSource, windowMs: number, limit: number, ceiling: number | undefined): void => {
+    const lowers = ceiling === undefined || limit < ceiling;
+    entries.push({ source, windowMs, limit: lowers ? limit : 0, lapseMs });
+  };
+  for (const policy of published.policies) {
+    const rule = windowed.find((candidate) => candidate.windowMs === policy.windowMs);
+    if (rule !== undefined) {
+      teach('policy', rule.windowMs, policy.quota, rule.limit);
+    } else if (policy.windowMs > retainMs) {
+      report?.(
+        `ignored RateLimit-Policy "${policy.name}" (${policy.quota} per ${policy.windowMs} ms): its window is longer than the history this throttle keeps (retainMs ${retainMs}); set retainMs to ${policy.windowMs} to learn it`,
+      );
+    } else if (
+      windowed.some((candidate) => candidate.windowMs <= policy.windowMs && candidate.limit * Math.ceil(policy.windowMs / candidate.windowMs) <= policy.quota)
+    ) {
+      // The configured rules already keep every window of this length within its quota.
+      teach('policy', policy.windowMs, policy.quota, policy.quota);
+    } else {
+      teach('policy', policy.windowMs, policy.quota, undefined);
+    }
+  }
+  if (published.limit !== undefined && windowed.length > 0) {
+    const byWindow = [...windowed].sort((a, b) => a.windowMs - b.windowMs);
+    const reset = published.limitResetMs;
+    const rule =
+      reset !== undefined && reset > 0
+        ? (byWindow.find((candidate) => candidate.windowMs >= reset) ?? byWindow.at(-1)!)
+        : (byWindow.find((candidate) => candidate.limit > published.limit!) ?? byWindow[0]!);
+    // A policy of the same window says more (its own window): it wins.
+    if (!entries.some((entry) => entry.windowMs === rule.windowMs)) teach('limit', rule.windowMs, published.limit, rule.limit);
+  }
+  return entries;
+}

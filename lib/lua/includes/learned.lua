@@ -1,0 +1,57 @@
+--[[
+  learned: the limits a key learned from its vendor (Throttle.learn, lua/learn.lua), kept in its
+  meta's field `l` as entries LIMIT:WINDOW:LAPSE:SOURCE joined by ',' (LAPSE: store clock ms after
+  which the entry no longer applies; SOURCE: one letter, lib/learning.ts). A learned limit only
+  lowers: a decision counts the key under the tighter of each rule and what was learned for its
+  window, and under a learned limit of another window as a rule of its own (within the history the
+  key keeps). Needs nothing else.
+]]
+
+-- The entries of TEXT that still apply at NOW: { limit, window, lapse, source } each, by window.
+local function vt_learned_parse(text, now)
+  local entries = {}
+  if text == nil or text == false then return entries end
+  for limit, window, lapse, source in string.gmatch(text, '(%d+):(%d+):(%d+):(%a)') do
+    lapse = tonumber(lapse)
+    if lapse > now then entries[#entries + 1] = { math.max(1, tonumber(limit)), tonumber(window), lapse, source } end
+  end
+  return entries
+end
+
+local function vt_learned_format(entries)
+  local parts = {}
+  for e, entry in ipairs(entries) do parts[e] = string.format('%d:%d:%d:%s', entry[1], entry[2], entry[3], entry[4]) end
+  return table.concat(parts, ',')
+end
+
+-- SET (a rule set of lua/batch.lua) with the learned limits of TEXT applied at NOW, or SET itself
+-- when none applies. The copy shares everything else with SET; its rules past CONFIG_COUNT are
+-- learned ones (a decision they bind answers VT_RULE_LEARNED).
+local function vt_learned_set(set, text, now)
+  local entries = vt_learned_parse(text, now)
+  if #entries == 0 then return set end
+  local limits, windows, buckets = {}, {}, {}
+  for r = 0, set.rule_count - 1 do
+    limits[r], windows[r], buckets[r] = set.limits[r], set.windows[r], set.buckets[r]
+  end
+  local count = set.rule_count
+  for _, entry in ipairs(entries) do
+    local limit, window = entry[1], entry[2]
+    local found = false
+    for r = 0, set.rule_count - 1 do
+      if windows[r] == window then
+        found = true
+        if limit < limits[r] then limits[r] = limit end
+      end
+    end
+    if not found and window <= set.retain then
+      limits[count], windows[count], buckets[count] = limit, window, 0
+      count = count + 1
+    end
+  end
+  local learned = setmetatable({ limits = limits, windows = windows, buckets = buckets, rule_count = count }, { __index = set })
+  local room = math.huge
+  for r = 0, count - 1 do room = math.min(room, limits[r]) end
+  learned.room = room
+  return learned
+end

@@ -1,0 +1,90 @@
+--[[
+  learn: what the vendor said of one key's limits (Throttle.learn), for every process: each entry
+  replaces what the key learned for its window, and lapses LAPSE ms from now unless learned again
+  (includes/learned.lua). An entry of LIMIT 0 forgets what was learned for its window from SOURCE
+  (the vendor allows the configured rule again).
+
+  A limit learned lower than before applies to calls already in the log, which count against it at
+  once. Slots booked ahead were booked under the old limit: they are taken out of the log and the
+  key is paused until the last of them would have started, as pause.lua does for a vendor pause, so
+  that each of their calls learns of it when its start comes and books again under the new limit.
+  The pause is announced on CHANNEL.
+
+  KEYS[1]  meta      hash of the key (includes/log.lua); field `l` = the learned limits
+  KEYS[2]  log       sorted set of the key's slots
+  KEYS[3]  kept      the namespace's index of kept keys (includes/log.lua); none on a Cluster
+  KEYS[4]  mark      the namespace's mark (includes/log.lua); none on a Cluster
+  ARGV[1]  MAX_HOLD  the caller's maxHoldMs: a slot scored above now + MAX_HOLD was booked ahead
+  ARGV[2]  CHANNEL   the namespace's pause channel ('': not announced)
+  ARGV[3]  N, then N entries: LIMIT, WINDOW (ms), LAPSE (ms from now), SOURCE (one letter)
+
+  Returns { changed (1 when a limit in force changed), pause end set (0: none), then per entry in
+  force: LIMIT, WINDOW, LAPSE_IN_MS, SOURCE }.
+]]
+--- @include "log"
+--- @include "learned"
+
+local meta, log = KEYS[1], KEYS[2]
+vt_namespace(KEYS[3], KEYS[4])
+local now = vt_now()
+local now_ms = math.ceil(now)
+local entries = vt_learned_parse(redis.call('HGET', meta, 'l'), now)
+local changed, lowered = false, false
+local n = tonumber(ARGV[3])
+for e = 0, n - 1 do
+  local limit, window = tonumber(ARGV[4 + 4 * e]), tonumber(ARGV[5 + 4 * e])
+  local lapse, source = now_ms + tonumber(ARGV[6 + 4 * e]), ARGV[7 + 4 * e]
+  local at = nil
+  for k, entry in ipairs(entries) do
+    if entry[2] == window then at = k end
+  end
+  if limit == 0 then
+    if at ~= nil and entries[at][4] == source then
+      table.remove(entries, at)
+      changed = true
+    end
+  elseif at == nil then
+    entries[#entries + 1] = { limit, window, lapse, source }
+    changed, lowered = true, true
+  else
+    local before = entries[at][1]
+    if limit ~= before then changed = true end
+    if limit < before then lowered = true end
+    entries[at] = { limit, window, lapse, source }
+  end
+end
+
+local lapse_most = 0
+for _, entry in ipairs(entries) do lapse_most = math.max(lapse_most, entry[3]) end
+if #entries == 0 then
+  redis.call('HDEL', meta, 'l')
+else
+  redis.call('HSET', meta, 'l', vt_learned_format(entries))
+  -- Decisions read the key's meta while the namespace's mark lies ahead; meta lives as long.
+  vt_mark(lapse_most)
+  vt_keep(meta, lapse_most - now_ms + 1, now_ms)
+end
+
+local pause_end = 0
+local max_hold = tonumber(ARGV[1])
+if lowered and max_hold > 0 then
+  local above = vt_booked_ahead_above(now, max_hold)
+  local top = redis.call('ZREVRANGEBYSCORE', log, '+inf', '(' .. above, 'WITHSCORES', 'LIMIT', 0, 1)
+  if top[2] ~= nil then
+    pause_end = math.max(math.ceil(tonumber(top[2]) - max_hold) + 1, tonumber(redis.call('HGET', meta, 'pause') or 0))
+    redis.call('ZREMRANGEBYSCORE', log, '(' .. above, '+inf')
+    redis.call('HSET', meta, 'pause', pause_end)
+    vt_mark(pause_end)
+    vt_keep(meta, pause_end - now_ms + 1, now_ms)
+    if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], string.format('%d', pause_end) .. ' ' .. vt_user_key(log)) end
+  end
+end
+
+local result = { changed and 1 or 0, pause_end }
+for _, entry in ipairs(entries) do
+  result[#result + 1] = entry[1]
+  result[#result + 1] = entry[2]
+  result[#result + 1] = entry[3] - now_ms
+  result[#result + 1] = entry[4]
+end
+return result

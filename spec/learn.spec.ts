@@ -1,0 +1,240 @@
+/**
+ * Limits a key learns from what its vendor publishes (`Throttle.learn`): shared at once with every
+ * process on the store, only ever lower than the configured rules, counted with the calls already
+ * made, forgotten when the vendor says the configured limit again or `reset()`; values that cannot
+ * apply are said in `debug` events and change nothing.
+ */
+import { expect } from 'chai';
+import { MemoryStore, RateLimitedError, Throttle, type Store, type ThrottleOptions } from '../lib/index.js';
+import { lessonsOf } from '../lib/learning.js';
+import { readPublishedLimits } from '../lib/vendor-signals.js';
+import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
+import { startHttpVendor, type Respond, type Vendor } from './support/http-vendor.js';
+
+const stores: Array<[string, () => { one: Store; other: Store }]> = [
+  [
+    'MemoryStore',
+    () => {
+      const store = new MemoryStore();
+      return { one: store, other: store };
+    },
+  ],
+  [
+    'RedisStore',
+    () => {
+      const prefix = uniquePrefix();
+      // Two clients: two processes.
+      return { one: redisStore(redisClient(), { prefix }), other: redisStore(redisClient(), { prefix }) };
+    },
+  ],
+];
+
+const policy = (text: string) => ({ status: 200, headers: { 'ratelimit-policy': text } });
+
+/** Starts calls of `key` in `throw` mode until one is refused: how many started. */
+async function startsUntilRefused(throttle: Throttle, key: string): Promise<number> {
+  for (let started = 0; ; started++) {
+    try {
+      await throttle.schedule(key, async () => undefined);
+    } catch (error) {
+      expect(error).to.be.instanceOf(RateLimitedError);
+      return started;
+    }
+  }
+}
+
+for (const [name, make] of stores) {
+  describe(`learning the vendor's limits: ${name}`, () => {
+    const throttles: Throttle[] = [];
+    afterEach(async () => {
+      await Promise.all(throttles.splice(0).map((throttle) => throttle.close()));
+    });
+    function pair(options: Partial<ThrottleOptions> = {}): { a: Throttle; b: Throttle } {
+      const { one, other } = make();
+      const a = new Throttle({ name: 'acme', rules: ['10/s'], mode: 'throw', store: one, ...options });
+      const b = new Throttle({ name: 'acme', rules: ['10/s'], mode: 'throw', store: other, ...options });
+      throttles.push(a, b);
+      return { a, b };
+    }
+
+    it('lowers a rule to the published policy in every process, counting the calls already made', async () => {
+      const { a, b } = pair();
+      const learned: unknown[] = [];
+      a.on('learned', (event) => learned.push(event));
+      for (let i = 0; i < 4; i++) await a.schedule('u1', async () => undefined);
+      await a.learn('u1', policy('"burst";q=6;w=1'));
+      expect(learned).to.have.length(1);
+      expect(learned[0]).to.deep.nested.include({ key: 'u1', 'learned[0].limit': 6, 'learned[0].windowMs': 1_000, 'learned[0].source': 'policy' });
+      // The other process counts the four calls made: two more fit, not six.
+      expect(await startsUntilRefused(b, 'u1')).to.equal(2);
+      const usage = await b.inspect('u1');
+      expect(usage.rules[0]).to.deep.include({ limit: 6, windowMs: 1_000, used: 6 });
+      expect(usage.learned).to.have.length(1);
+      expect(usage.learned[0]!.lapsesInMs).to.be.within(899_000, 900_000);
+      // Another key learned nothing.
+      expect(await startsUntilRefused(b, 'u2')).to.equal(10);
+      // Said again: nothing changes, no event.
+      await a.learn('u1', policy('"burst";q=6;w=1'));
+      expect(learned).to.have.length(1);
+    });
+
+    it('never learns above the configured rule, and forgets when the vendor says its limit again', async () => {
+      const { a, b } = pair();
+      const learned: Array<{ learned: readonly unknown[] }> = [];
+      b.on('learned', (event) => learned.push(event));
+      await b.learn('u1', policy('"default";q=50;w=1'));
+      expect((await a.inspect('u1')).learned).to.deep.equal([]);
+      expect(learned).to.deep.equal([]);
+      await a.learn('u1', { status: 200, headers: { 'x-ratelimit-limit': '3' } });
+      expect((await b.inspect('u1')).rules[0]!.limit).to.equal(3);
+      // The vendor raised it back: the next response says so, in any process.
+      await b.learn('u1', { status: 200, headers: { 'x-ratelimit-limit': '10', 'x-ratelimit-remaining': '9' } });
+      expect(learned).to.have.length(1);
+      expect(learned[0]!.learned).to.deep.equal([]);
+      expect((await a.inspect('u1')).rules[0]!.limit).to.equal(10);
+      expect(await startsUntilRefused(a, 'u1')).to.equal(10);
+    });
+
+    it('takes a policy of another window as a rule of its own, within the history kept, and reset() forgets it', async () => {
+      const { a, b } = pair({ retainMs: 60_000 });
+      await a.learn('u1', policy('"hour";q=5000;w=3600, "minute";q=4;w=60'));
+      const usage = await b.inspect('u1');
+      expect(usage.rules.map(({ limit, windowMs }) => ({ limit, windowMs }))).to.deep.equal([
+        { limit: 10, windowMs: 1_000 },
+        { limit: 4, windowMs: 60_000 },
+      ]);
+      expect(await startsUntilRefused(b, 'u1')).to.equal(4);
+      try {
+        await b.schedule('u1', async () => undefined);
+        expect.fail('Expected the call to be refused');
+      } catch (error) {
+        expect(error).to.be.instanceOf(RateLimitedError).and.include({ reason: 'learned' });
+        expect((error as RateLimitedError).retryAfterMs).to.be.above(59_000);
+      }
+      await a.reset('u1');
+      expect((await b.inspect('u1')).learned).to.deep.equal([]);
+      // (b trusts the refusal it just had for a second: a, which reset the key, asks.)
+      expect(await startsUntilRefused(a, 'u1')).to.equal(10);
+    });
+
+    it('says why in a debug event when a value cannot apply, and learns nothing from it', async () => {
+      const { a } = pair();
+      const debug: string[] = [];
+      a.on('debug', (event) => debug.push(event.message));
+      const hostile = [
+        '"a";q=0;w=1',
+        '"b";q=6;w=0',
+        '"c";q=1000000000000;w=1',
+        '"d";q=6;w=1;qu="content-bytes"',
+        '"e";q=6',
+        '"f";q=six;w=1',
+        '"g";q=2.5;w=1',
+        '"h";q=6;w=86400',
+      ];
+      for (const text of hostile) await a.learn('u1', policy(text));
+      await a.learn('u1', { status: 200, headers: { 'x-ratelimit-limit': '0' } });
+      await a.learn('u1', { status: 200, headers: { 'x-ratelimit-limit': '-5' } });
+      await a.learn('u1', { status: 200, headers: { 'x-ratelimit-limit': '1e12' } });
+      expect((await a.inspect('u1')).learned).to.deep.equal([]);
+      expect(debug.join('\n')).to.match(/q is not a whole number from 1 up/);
+      expect(debug.join('\n')).to.match(/w is not between 1 ms and 366 days/);
+      expect(debug.join('\n')).to.match(/q above 1000000000/);
+      expect(debug.join('\n')).to.match(/counted in "content-bytes", not requests/);
+      expect(debug.join('\n')).to.match(/without both q and w/);
+      expect(debug.join('\n')).to.match(/longer than the history this throttle keeps \(retainMs 1000\); set retainMs to 86400000/);
+      expect(debug.join('\n')).to.match(/X-RateLimit-Limit value "0"/);
+      expect(debug.join('\n')).to.match(/X-RateLimit-Limit value "-5"/);
+      expect(debug.every((message) => message.startsWith('learn(): '))).to.equal(true);
+      expect(await startsUntilRefused(a, 'u1')).to.equal(10);
+    });
+
+    it('rejects a response that is not one, with a ThrottleConfigError, and learns nothing', async () => {
+      const { a } = pair();
+      for (const response of [null, 42, { status: 200 }, { status: 200, headers: 'x' }]) {
+        let caught: unknown;
+        await a.learn('u1', response as never).catch((error: unknown) => (caught = error));
+        expect(caught).to.have.property('name', 'ThrottleConfigError');
+      }
+    });
+  });
+}
+
+describe('what a response teaches (lessonsOf)', () => {
+  const rules = [
+    { limit: 100, windowMs: 60_000 },
+    { limit: 1_000, windowMs: 86_400_000 },
+  ];
+  const lessons = (headers: Record<string, string>) => lessonsOf(readPublishedLimits(headers, 0), rules, 86_400_000, 5_000);
+
+  it('applies X-RateLimit-Limit to the shortest window at least as long as its reset, else to the shortest above it', () => {
+    expect(lessons({ 'x-ratelimit-limit': '60', 'x-ratelimit-reset': '30' })).to.deep.equal([{ source: 'limit', windowMs: 60_000, limit: 60, lapseMs: 5_000 }]);
+    expect(lessons({ 'x-ratelimit-limit': '500', 'x-ratelimit-reset': '7200' })).to.deep.equal([
+      { source: 'limit', windowMs: 86_400_000, limit: 500, lapseMs: 5_000 },
+    ]);
+    expect(lessons({ 'x-ratelimit-limit': '500' })).to.deep.equal([{ source: 'limit', windowMs: 86_400_000, limit: 500, lapseMs: 5_000 }]);
+    expect(lessons({ 'x-ratelimit-limit': '60' })).to.deep.equal([{ source: 'limit', windowMs: 60_000, limit: 60, lapseMs: 5_000 }]);
+    // At or above the rule: what it taught before is forgotten (limit 0).
+    expect(lessons({ 'x-ratelimit-limit': '100', 'x-ratelimit-reset': '30' })).to.deep.equal([{ source: 'limit', windowMs: 60_000, limit: 0, lapseMs: 5_000 }]);
+  });
+
+  it('lets a policy of the same window win over X-RateLimit-Limit, and skips a window the rules already keep to', () => {
+    expect(lessons({ 'ratelimit-policy': '"m";q=50;w=60', 'x-ratelimit-limit': '40', 'x-ratelimit-reset': '30' })).to.deep.equal([
+      { source: 'policy', windowMs: 60_000, limit: 50, lapseMs: 5_000 },
+    ]);
+    // 100 a minute never makes more than 6,000 an hour: a policy of 10,000 an hour teaches nothing new.
+    expect(lessons({ 'ratelimit-policy': '"h";q=10000;w=3600' })).to.deep.equal([{ source: 'policy', windowMs: 3_600_000, limit: 0, lapseMs: 5_000 }]);
+    expect(lessons({ 'ratelimit-policy': '"h";q=3000;w=3600' })).to.deep.equal([{ source: 'policy', windowMs: 3_600_000, limit: 3_000, lapseMs: 5_000 }]);
+  });
+});
+
+describe('learning through the adapters (a loud vendor that publishes its limit)', function () {
+  this.timeout(20_000);
+  let vendor: Vendor | undefined;
+  const throttles: Throttle[] = [];
+  afterEach(async () => {
+    await Promise.all(throttles.splice(0).map((throttle) => throttle.close()));
+    await vendor?.close();
+    vendor = undefined;
+  });
+
+  /** 3 requests per second per user, counted where they arrive; above it 429 with Retry-After: 1; RateLimit-Policy on every answer. */
+  function loudVendor(): Respond {
+    const accepted: number[] = [];
+    return (arrival) => {
+      const recent = accepted.filter((at) => at > arrival.at - 1_000);
+      const headers = { 'ratelimit-policy': '"default";q=3;w=1' };
+      if (recent.length >= 3) return { status: 429, headers: { ...headers, 'retry-after': '1' } };
+      accepted.push(arrival.at);
+      return { status: 200, headers };
+    };
+  }
+
+  async function run(learn: boolean): Promise<{ refused: number; ok: number }> {
+    vendor = await startHttpVendor(loudVendor());
+    const prefix = uniquePrefix();
+    const statuses: number[] = [];
+    const calls: Array<Promise<void>> = [];
+    for (let p = 0; p < 2; p++) {
+      const throttle = new Throttle({ name: 'acme', rules: ['5/s'], store: redisStore(redisClient(), { prefix }) });
+      throttles.push(throttle);
+      const fetchAcme = throttle.fetch({ key: () => 'u1', learn, retries: 3 });
+      for (let i = 0; i < 6; i++) calls.push(fetchAcme(`${vendor.url}/?user=u1`).then((response) => void statuses.push(response.status)));
+    }
+    await Promise.all(calls);
+    return { refused: vendor.arrivals.length - statuses.length, ok: statuses.filter((status) => status === 200).length };
+  }
+
+  it('refuses nothing after the first answers: only the first burst, sent before any answer, goes over', async () => {
+    const learning = await run(true);
+    expect(learning.ok).to.equal(12);
+    // The first burst: 5 sent at once (the configured 5/s, over both processes) before any answer, 3 fit.
+    expect(learning.refused).to.be.at.most(2);
+  });
+
+  it('with learn: false, keeps being refused every window', async () => {
+    const off = await run(false);
+    expect(off.ok).to.equal(12);
+    // 2 of every 5 sent at the configured rate, window after window.
+    expect(off.refused).to.be.at.least(4);
+  });
+});
