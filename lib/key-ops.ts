@@ -9,7 +9,7 @@ import { describe, MAX_WINDOW_MS } from './rules.js';
 import { grantOf, type Slots } from './completions.js';
 import { withRemaining, type Store } from './store.js';
 import { lessonsOf } from './learning.js';
-import { readPublishedLimits, type HeaderSource } from './vendor-signals.js';
+import { readPublishedLimits, readVendorSignal, type HeaderSource } from './vendor-signals.js';
 import type { Lines } from './waiting.js';
 
 /** What the operations on one key need of their throttle. */
@@ -35,6 +35,18 @@ export interface KeyOpsContext {
 
 /** Keys whose last lesson this process remembers (see `KeyOps.learn`): the oldest go past it. */
 const TAUGHT_KEYS = 10_000;
+/**
+ * The same lesson is sent to the store again after this long at most (ms), or a quarter of
+ * `learnedForMs` if shorter: a store that lost the key's data learns it again within that.
+ */
+const TEACH_AGAIN_MS = 30_000;
+
+/** Sets `key` in a map kept to the TAUGHT_KEYS most recent keys. */
+function remember<V>(map: Map<string, V>, key: string, value: V): void {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size > TAUGHT_KEYS) map.delete(map.keys().next().value!);
+}
 
 /** The names `limit()` takes. */
 const LIMIT_OPTIONS = ['cost'] as const satisfies ReadonlyArray<keyof LimitOptions>;
@@ -42,8 +54,10 @@ const LIMIT_OPTIONS = ['cost'] as const satisfies ReadonlyArray<keyof LimitOptio
 /** The throttle's operations on one key besides `schedule()`: `inspect`, `pause`, `reset`, `limit`, `lineUp` and `shortestWindow`. */
 export class KeyOps {
   readonly #c: KeyOpsContext;
-  /** Per encoded key, the last lesson this process sent to the store and when: the same lesson is not sent again within a quarter of its life. */
+  /** Per encoded key, the last lesson this process sent to the store and when: the same lesson is not sent again for a while (TEACH_AGAIN_MS). */
   readonly #taught = new Map<string, { readonly lesson: string; readonly at: number }>();
+  /** Per encoded key that learned a limit from refusals, as this process last saw it: when it last changed (local time), so that a probe goes up a window after. */
+  readonly #probes = new Map<string, number>();
 
   constructor(context: KeyOpsContext) {
     this.#c = context;
@@ -70,7 +84,7 @@ export class KeyOps {
     };
   }
 
-  async learn(key: KeyInput, response: { readonly status: number; readonly headers: HeaderSource }): Promise<void> {
+  async learn(key: KeyInput, response: { readonly status: number; readonly headers: HeaderSource; readonly flagged?: boolean }): Promise<void> {
     const call = await prepareCall(this.#c.callDefaults, oneKey('learn', key), {});
     if (response === null || typeof response !== 'object' || response.headers === null || typeof response.headers !== 'object') {
       throw new ThrottleConfigError(`Expected learn() response to be an object with headers, got ${describe(response)}`);
@@ -78,21 +92,36 @@ export class KeyOps {
     const { store, learnedForMs } = this.#c;
     if (store.learn === undefined) return;
     const report = (message: string): void => this.#c.notify('debug', { message: `learn(): ${message}`, key: call.key });
-    const lessons = lessonsOf(readPublishedLimits(response.headers, Date.now(), report), call.rules, call.retainMs, learnedForMs, report);
-    if (lessons.length === 0) return;
-    const lesson = lessons.map((entry) => `${entry.source}:${entry.windowMs}:${entry.limit}`).join(',');
+    const lessons = lessonsOf(readPublishedLimits(response.headers, report), call.rules, call.retainMs, learnedForMs, report);
     const now = performance.now();
-    const last = this.#taught.get(call.encoded);
-    if (last !== undefined && last.lesson === lesson && now - last.at < learnedForMs / 4) return;
+    if (lessons.length === 0) {
+      // A vendor that publishes nothing teaches by its refusals, on the key's shortest window.
+      const shortest = call.rules.filter((rule) => rule.windowMs > 0).sort((a, b) => a.windowMs - b.windowMs)[0];
+      if (shortest === undefined) return;
+      const { refused } = readVendorSignal({ status: response.status, headers: response.headers, flagged: response.flagged === true });
+      const probedAt = this.#probes.get(call.encoded);
+      if (!refused && (probedAt === undefined || now - probedAt < shortest.windowMs)) return;
+      const mode = refused ? 'down' : 'up';
+      lessons.push({ mode, source: 'refusals', limit: shortest.limit, windowMs: shortest.windowMs, lapseMs: learnedForMs });
+    } else {
+      const lesson = lessons.map((entry) => `${entry.source}:${entry.windowMs}:${entry.limit}`).join(',');
+      const last = this.#taught.get(call.encoded);
+      if (last !== undefined && last.lesson === lesson && now - last.at < Math.min(learnedForMs / 4, TEACH_AGAIN_MS)) return;
+      remember(this.#taught, call.encoded, { lesson, at: now });
+    }
     let result;
     try {
       result = await store.learn(this.#c.name, call.encoded, lessons, this.#c.maxHoldMs);
     } catch (error) {
+      this.#taught.delete(call.encoded);
       throw storeError(error);
     }
-    this.#taught.delete(call.encoded);
-    this.#taught.set(call.encoded, { lesson, at: now });
-    if (this.#taught.size > TAUGHT_KEYS) this.#taught.delete(this.#taught.keys().next().value!);
+    if (result.learned.some((entry) => entry.source === 'refusals')) {
+      // A probe goes up a window after the last change, or the last probe (another process's may have gone up meanwhile).
+      if (result.changed || lessons[0]!.mode === 'up' || !this.#probes.has(call.encoded)) remember(this.#probes, call.encoded, now);
+    } else {
+      this.#probes.delete(call.encoded);
+    }
     if (result.changed) this.#c.notify('learned', { key: call.key, learned: result.learned });
   }
 
@@ -138,6 +167,9 @@ export class KeyOps {
     const call = await prepareCall(this.#c.callDefaults, oneKey('reset', key), {});
     const { store } = this.#c;
     if (store.reset === undefined) throw new ThrottleConfigError('Expected a store that can reset a key (Store.reset), got one without it');
+    // What it learned goes too: the next lesson is sent at once.
+    this.#taught.delete(call.encoded);
+    this.#probes.delete(call.encoded);
     try {
       await store.reset(this.#c.name, call.encoded, call.retainMs, this.#c.maxHoldMs);
     } catch (error) {

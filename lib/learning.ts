@@ -1,5 +1,5 @@
 import type { Rule } from './rules.js';
-import type { ProblemReporter, PublishedLimits } from './vendor-signals.js';
+import type { ProblemReporter, PublishedLimits, PublishedPolicy } from './vendor-signals.js';
 
 /**
  * Limits a key learns from what its vendor says (`Throttle.learn`), kept by the store beside the
@@ -9,18 +9,18 @@ import type { ProblemReporter, PublishedLimits } from './vendor-signals.js';
  * the vendor says them again.
  */
 
-/** Where a learned limit came from: `RateLimit-Policy`, or `X-RateLimit-Limit` (`RateLimit-Limit`). */
-export type LearnSource = 'policy' | 'limit';
+/** Where a learned limit came from: `RateLimit-Policy`, `X-RateLimit-Limit` (`RateLimit-Limit`), or the vendor's refusals. */
+export type LearnSource = 'policy' | 'limit' | 'refusals';
 
 /** The letter each source is stored as. */
-const LETTERS: Readonly<Record<LearnSource, string>> = { policy: 'p', limit: 'x' };
+const LETTERS: Readonly<Record<LearnSource, string>> = { policy: 'p', limit: 'x', refusals: 'r' };
 
 export function sourceLetter(source: LearnSource): string {
   return LETTERS[source];
 }
 
 export function sourceOfLetter(letter: unknown): LearnSource {
-  return letter === 'p' ? 'policy' : 'limit';
+  return letter === 'p' ? 'policy' : letter === 'r' ? 'refusals' : 'limit';
 }
 
 /** A limit a key learned, as the store holds it. */
@@ -33,15 +33,25 @@ export interface LearnedLimit {
 }
 
 /**
- * One entry a throttle asks its store to learn for a key: it replaces what the key learned for
- * `windowMs`, and lapses `lapseMs` from now. `limit` 0 forgets what was learned for the window from
- * `source` (the vendor allows the configured rule again).
+ * One entry a throttle asks its store to learn for a key, for `windowMs`, lapsing `lapseMs` from now:
+ *
+ * - `'set'` (the default: a limit the vendor published): replaces what the key learned for the
+ *   window; `limit` 0 forgets what `source` taught there (the vendor allows the configured rule again);
+ * - `'down'` (the vendor refused a call; `limit`: the rule's configured limit): the calls of the key
+ *   that started within the window were more than the vendor took; the N-th refusal of a window of
+ *   refusals (one that began less than `windowMs` ago) says it took at most that many less N. The
+ *   key learns the lower of that and its limit in force, one less than its limit in force on a
+ *   window's first refusal, never below 1;
+ * - `'up'` (the vendor took calls and refused none; `limit`: the configured limit): a limit learned
+ *   from refusals whose window of refusals began at least `windowMs` ago rises by a tenth (at least
+ *   1), and a new window begins; at the configured limit it is forgotten.
  */
 export interface LearnEntry {
   readonly limit: number;
   readonly windowMs: number;
   readonly source: LearnSource;
   readonly lapseMs: number;
+  readonly mode?: 'set' | 'down' | 'up';
 }
 
 /**
@@ -72,9 +82,10 @@ export function applyLearned(
  *   at or above the rule's limit, forgets what the policy taught there before (the configured rule
  *   is the ceiling); a policy of another window within the history kept becomes a rule of its own,
  *   unless the configured rules already keep to it;
- * - `X-RateLimit-Limit` names no window: it applies to the shortest configured window at least as
- *   long as its reset (`X-RateLimit-Reset`), or without a reset to the shortest window whose limit is
- *   above it.
+ * - `X-RateLimit-Limit` names no window (unless written `100;w=60`, read as a policy): it applies to
+ *   a key with one rule of a window; with several, which it limits cannot be told, and it is
+ *   `report`ed and left out (the reset counts down within the vendor's window, which need not be one
+ *   of the rules').
  *
  * What cannot apply is `report`ed. `lapseMs`: how long what is learned holds without being said again.
  */
@@ -85,7 +96,13 @@ export function lessonsOf(published: PublishedLimits, rules: readonly Rule[], re
     const lowers = ceiling === undefined || limit < ceiling;
     entries.push({ source, windowMs, limit: lowers ? limit : 0, lapseMs });
   };
+  // Several policies of one window: the tightest.
+  const tightest = new Map<number, PublishedPolicy>();
   for (const policy of published.policies) {
+    const known = tightest.get(policy.windowMs);
+    if (known === undefined || policy.quota < known.quota) tightest.set(policy.windowMs, policy);
+  }
+  for (const policy of tightest.values()) {
     const rule = windowed.find((candidate) => candidate.windowMs === policy.windowMs);
     if (rule !== undefined) {
       teach('policy', rule.windowMs, policy.quota, rule.limit);
@@ -102,15 +119,14 @@ export function lessonsOf(published: PublishedLimits, rules: readonly Rule[], re
       teach('policy', policy.windowMs, policy.quota, undefined);
     }
   }
-  if (published.limit !== undefined && windowed.length > 0) {
-    const byWindow = [...windowed].sort((a, b) => a.windowMs - b.windowMs);
-    const reset = published.limitResetMs;
-    const rule =
-      reset !== undefined && reset > 0
-        ? (byWindow.find((candidate) => candidate.windowMs >= reset) ?? byWindow.at(-1)!)
-        : (byWindow.find((candidate) => candidate.limit > published.limit!) ?? byWindow[0]!);
+  if (published.limit !== undefined && windowed.length === 1) {
+    const rule = windowed[0]!;
     // A policy of the same window says more (its own window): it wins.
     if (!entries.some((entry) => entry.windowMs === rule.windowMs)) teach('limit', rule.windowMs, published.limit, rule.limit);
+  } else if (published.limit !== undefined && windowed.length > 1) {
+    report?.(
+      `ignored X-RateLimit-Limit ${published.limit}: it names no window, and the key has ${windowed.length} rules of a window (the vendor's RateLimit-Policy, or a limit written 100;w=60, names it)`,
+    );
   }
   return entries;
 }

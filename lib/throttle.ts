@@ -285,7 +285,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * `retainMs`) is ignored and said in a `debug` event. A change emits `learned`. The adapters call
    * it on every answer (`learn: false` turns that off). Resolves once the store has it.
    */
-  learn(key: KeyInput, response: { readonly status: number; readonly headers: HeaderSource }): Promise<void> {
+  learn(key: KeyInput, response: { readonly status: number; readonly headers: HeaderSource; readonly flagged?: boolean }): Promise<void> {
     return this.#keyOps.learn(key, response);
   }
 

@@ -389,10 +389,8 @@ export interface PublishedPolicy {
 export interface PublishedLimits {
   /** `RateLimit-Policy`'s policies of requests with a quota and a window. */
   readonly policies: readonly PublishedPolicy[];
-  /** `X-RateLimit-Limit` (or `RateLimit-Limit`): a limit with no window; the lowest when repeated. */
+  /** `X-RateLimit-Limit` (or `RateLimit-Limit`): a limit with no window; the lowest when repeated. A value written `100;w=60` is a policy. */
   readonly limit: number | undefined;
-  /** `X-RateLimit-Reset` (or `RateLimit-Reset`) with that limit, ms from now. */
-  readonly limitResetMs: number | undefined;
 }
 
 /** The largest quota or limit taken from a vendor: above it a value is absurd, and ignored. */
@@ -404,7 +402,7 @@ export const MAX_PUBLISHED_LIMIT = 1_000_000_000;
  * `w`, or with a value of 0 or an absurd one, is left out and `report`ed; `pk` (the vendor's name
  * for the partition the response counted in) is not needed: the caller names the key.
  */
-export function readPublishedLimits(headers: HeaderSource, now: number = Date.now(), report?: ProblemReporter): PublishedLimits {
+export function readPublishedLimits(headers: HeaderSource, report?: ProblemReporter): PublishedLimits {
   const policies: PublishedPolicy[] = [];
   const text = headerValue(headers, 'ratelimit-policy');
   for (const member of text === undefined ? [] : splitOutsideQuotes(text, ',')) {
@@ -432,21 +430,26 @@ export function readPublishedLimits(headers: HeaderSource, now: number = Date.no
     else policies.push({ name: name!, quota: quota!, windowMs: Math.ceil(window! * 1_000) });
   }
   let limit: number | undefined;
-  let limitResetMs: number | undefined;
   for (const prefix of ['X-RateLimit', 'RateLimit']) {
     const limitText = headerValue(headers, `${prefix}-Limit`);
     if (limitText === undefined) continue;
     for (const part of limitText.split(',')) {
-      // `100;w=60` (a draft's form): the number before its parameters.
-      const value = nonNegative(part.split(';')[0], `${prefix}-Limit`, report);
+      // `100;w=60` (a draft's form): a quota with its window, as a policy's.
+      const [head = '', ...rest] = part.split(';');
+      const value = nonNegative(head, `${prefix}-Limit`, report);
       if (value === undefined) continue;
-      if (value < 1 || !Number.isInteger(value) || value > MAX_PUBLISHED_LIMIT)
+      const window = rest.length === 0 ? undefined : nonNegative(parseParams(rest).get('w'), `${prefix}-Limit w`, report);
+      if (value < 1 || !Number.isInteger(value) || value > MAX_PUBLISHED_LIMIT) {
         report?.(`ignored ${prefix}-Limit value ${quote(part.trim())}: not a whole number from 1 to ${MAX_PUBLISHED_LIMIT}`);
-      else limit = Math.min(limit ?? Infinity, value);
+      } else if (window !== undefined && (window * 1_000 < 1 || window * 1_000 > 366 * 86_400_000)) {
+        report?.(`ignored ${prefix}-Limit value ${quote(part.trim())}: w is not between 1 ms and 366 days`);
+      } else if (window !== undefined) {
+        policies.push({ name: `${prefix}-Limit`, quota: value, windowMs: Math.ceil(window * 1_000) });
+      } else {
+        limit = Math.min(limit ?? Infinity, value);
+      }
     }
-    const resetText = headerValue(headers, `${prefix}-Reset`);
-    if (limit !== undefined && resetText !== undefined) limitResetMs = parseRateLimitReset(resetText.split(',')[0], now);
-    if (limit !== undefined) break;
+    break;
   }
-  return { policies, limit, limitResetMs };
+  return { policies, limit };
 }

@@ -8,6 +8,7 @@ import { expect } from 'chai';
 import { MemoryStore, RateLimitedError, Throttle, type Store, type ThrottleOptions } from '../lib/index.js';
 import { lessonsOf } from '../lib/learning.js';
 import { readPublishedLimits } from '../lib/vendor-signals.js';
+import { encodeKey, keyNames } from '../lib/keys.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 import { startHttpVendor, type Respond, type Vendor } from './support/http-vendor.js';
 
@@ -164,21 +165,36 @@ describe('what a response teaches (lessonsOf)', () => {
     { limit: 100, windowMs: 60_000 },
     { limit: 1_000, windowMs: 86_400_000 },
   ];
-  const lessons = (headers: Record<string, string>) => lessonsOf(readPublishedLimits(headers, 0), rules, 86_400_000, 5_000);
+  const lessons = (headers: Record<string, string>) => lessonsOf(readPublishedLimits(headers), rules, 86_400_000, 5_000);
 
-  it('applies X-RateLimit-Limit to the shortest window at least as long as its reset, else to the shortest above it', () => {
-    expect(lessons({ 'x-ratelimit-limit': '60', 'x-ratelimit-reset': '30' })).to.deep.equal([{ source: 'limit', windowMs: 60_000, limit: 60, lapseMs: 5_000 }]);
-    expect(lessons({ 'x-ratelimit-limit': '500', 'x-ratelimit-reset': '7200' })).to.deep.equal([
-      { source: 'limit', windowMs: 86_400_000, limit: 500, lapseMs: 5_000 },
+  it('applies X-RateLimit-Limit to a key of one rule, reads 100;w=60 as a policy, and says why it cannot choose among several rules', () => {
+    const one = [{ limit: 100, windowMs: 60_000 }];
+    expect(lessonsOf(readPublishedLimits({ 'x-ratelimit-limit': '60', 'x-ratelimit-reset': '30' }), one, 60_000, 5_000)).to.deep.equal([
+      { source: 'limit', windowMs: 60_000, limit: 60, lapseMs: 5_000 },
     ]);
-    expect(lessons({ 'x-ratelimit-limit': '500' })).to.deep.equal([{ source: 'limit', windowMs: 86_400_000, limit: 500, lapseMs: 5_000 }]);
-    expect(lessons({ 'x-ratelimit-limit': '60' })).to.deep.equal([{ source: 'limit', windowMs: 60_000, limit: 60, lapseMs: 5_000 }]);
     // At or above the rule: what it taught before is forgotten (limit 0).
-    expect(lessons({ 'x-ratelimit-limit': '100', 'x-ratelimit-reset': '30' })).to.deep.equal([{ source: 'limit', windowMs: 60_000, limit: 0, lapseMs: 5_000 }]);
+    expect(lessonsOf(readPublishedLimits({ 'x-ratelimit-limit': '100' }), one, 60_000, 5_000)).to.deep.equal([
+      { source: 'limit', windowMs: 60_000, limit: 0, lapseMs: 5_000 },
+    ]);
+    const said: string[] = [];
+    expect(
+      lessonsOf(readPublishedLimits({ 'x-ratelimit-limit': '60', 'x-ratelimit-reset': '30' }), rules, 86_400_000, 5_000, (m) => said.push(m)),
+    ).to.deep.equal([]);
+    expect(said.join('\n')).to.match(/ignored X-RateLimit-Limit 60: it names no window, and the key has 2 rules/);
+    expect(lessons({ 'ratelimit-limit': '100, 60;w=60, 500;w=86400' })).to.deep.equal([
+      { source: 'policy', windowMs: 60_000, limit: 60, lapseMs: 5_000 },
+      { source: 'policy', windowMs: 86_400_000, limit: 500, lapseMs: 5_000 },
+    ]);
+  });
+
+  it('keeps the tightest of several policies of one window', () => {
+    expect(lessons({ 'ratelimit-policy': '"a";q=60;w=60, "b";q=500;w=60' })).to.deep.equal([{ source: 'policy', windowMs: 60_000, limit: 60, lapseMs: 5_000 }]);
+    expect(lessons({ 'ratelimit-policy': '"b";q=500;w=60, "a";q=60;w=60' })).to.deep.equal([{ source: 'policy', windowMs: 60_000, limit: 60, lapseMs: 5_000 }]);
   });
 
   it('lets a policy of the same window win over X-RateLimit-Limit, and skips a window the rules already keep to', () => {
-    expect(lessons({ 'ratelimit-policy': '"m";q=50;w=60', 'x-ratelimit-limit': '40', 'x-ratelimit-reset': '30' })).to.deep.equal([
+    const one = [{ limit: 100, windowMs: 60_000 }];
+    expect(lessonsOf(readPublishedLimits({ 'ratelimit-policy': '"m";q=50;w=60', 'x-ratelimit-limit': '40' }), one, 60_000, 5_000)).to.deep.equal([
       { source: 'policy', windowMs: 60_000, limit: 50, lapseMs: 5_000 },
     ]);
     // 100 a minute never makes more than 6,000 an hour: a policy of 10,000 an hour teaches nothing new.
@@ -187,7 +203,7 @@ describe('what a response teaches (lessonsOf)', () => {
   });
 });
 
-describe('learning through the adapters (a loud vendor that publishes its limit)', function () {
+describe('learning through the adapters (a loud vendor)', function () {
   this.timeout(20_000);
   let vendor: Vendor | undefined;
   const throttles: Throttle[] = [];
@@ -197,30 +213,31 @@ describe('learning through the adapters (a loud vendor that publishes its limit)
     vendor = undefined;
   });
 
-  /** 3 requests per second per user, counted where they arrive; above it 429 with Retry-After: 1; RateLimit-Policy on every answer. */
-  function loudVendor(): Respond {
+  /** 3 requests per second per user, counted where they arrive; above it 429 with Retry-After: 1; RateLimit-Policy on every answer unless `silent`. */
+  function loudVendor(silent = false, limit = 3): Respond {
     const accepted: number[] = [];
     return (arrival) => {
       const recent = accepted.filter((at) => at > arrival.at - 1_000);
-      const headers = { 'ratelimit-policy': '"default";q=3;w=1' };
-      if (recent.length >= 3) return { status: 429, headers: { ...headers, 'retry-after': '1' } };
+      const headers: Record<string, string> = silent ? {} : { 'ratelimit-policy': `"default";q=${limit};w=1` };
+      if (recent.length >= limit) return { status: 429, headers: { ...headers, 'retry-after': '1' } };
       accepted.push(arrival.at);
       return { status: 200, headers };
     };
   }
 
-  async function run(learn: boolean): Promise<{ refused: number; ok: number }> {
-    vendor = await startHttpVendor(loudVendor());
+  async function run(learn: boolean, silent = false, calls = 6, limits = { ours: 5, vendor: 3 }): Promise<{ refused: number; ok: number }> {
+    await vendor?.close();
+    vendor = await startHttpVendor(loudVendor(silent, limits.vendor));
     const prefix = uniquePrefix();
     const statuses: number[] = [];
-    const calls: Array<Promise<void>> = [];
+    const pending: Array<Promise<void>> = [];
     for (let p = 0; p < 2; p++) {
-      const throttle = new Throttle({ name: 'acme', rules: ['5/s'], store: redisStore(redisClient(), { prefix }) });
+      const throttle = new Throttle({ name: 'acme', rules: [{ limit: limits.ours, windowMs: 1_000 }], store: redisStore(redisClient(), { prefix }) });
       throttles.push(throttle);
       const fetchAcme = throttle.fetch({ key: () => 'u1', learn, retries: 3 });
-      for (let i = 0; i < 6; i++) calls.push(fetchAcme(`${vendor.url}/?user=u1`).then((response) => void statuses.push(response.status)));
+      for (let i = 0; i < calls; i++) pending.push(fetchAcme(`${vendor.url}/?user=u1`).then((response) => void statuses.push(response.status)));
     }
-    await Promise.all(calls);
+    await Promise.all(pending);
     return { refused: vendor.arrivals.length - statuses.length, ok: statuses.filter((status) => status === 200).length };
   }
 
@@ -236,5 +253,72 @@ describe('learning through the adapters (a loud vendor that publishes its limit)
     expect(off.ok).to.equal(12);
     // 2 of every 5 sent at the configured rate, window after window.
     expect(off.refused).to.be.at.least(4);
+  });
+
+  it('from 429s alone: lowers the pace on each refusal, and is refused less than without learning', async () => {
+    const limits = { ours: 16, vendor: 10 };
+    const learning = await run(true, true, 15, limits);
+    const off = await run(false, true, 15, limits);
+    expect(learning.ok).to.equal(30);
+    expect(off.ok).to.equal(30);
+    // The first burst (16 where 10 fit) is refused 6 times either way; then learning probes up a
+    // tenth a window at most (one refusal each), where a throttle that does not learn goes over every window.
+    expect(learning.refused).to.be.below(off.refused);
+    expect(learning.refused).to.be.at.most(6 + 3);
+  });
+});
+
+describe('learning while calls are booked ahead (RedisStore)', function () {
+  this.timeout(20_000);
+
+  for (const [what, lower] of [
+    ['a lesson that lowers the limit', (throttle: Throttle) => throttle.learn('k', { status: 200, headers: { 'x-ratelimit-limit': '9' } })],
+    ['a vendor pause', (throttle: Throttle) => throttle.pause('k', 1_000)],
+  ] as const) {
+    it(`takes ${what} for no loss of data: the slots it took out were this process's newest, and nothing is held`, async () => {
+      const prefix = uniquePrefix();
+      const client = redisClient();
+      const throttle = new Throttle({ name: 'acme', rules: ['10/s'], store: redisStore(redisClient(), { prefix }) });
+      const reasons: unknown[] = [];
+      throttle.on('delayed', (event) => reasons.push(event.reason));
+      try {
+        // 10 start now, 10 are booked a second ahead: the process's newest slot (its witness) is one of those.
+        const calls = Array.from({ length: 20 }, () => throttle.schedule('k', async () => undefined));
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        await lower(throttle);
+        await Promise.all(calls);
+        // The next call decides on the key with the witness the lesson or the pause took out.
+        await throttle.schedule('k', async () => undefined);
+        expect(reasons).to.not.include('recovering');
+        expect(await client.hget(keyNames(prefix, 'acme', encodeKey('k')).meta, 'h')).to.equal(null);
+      } finally {
+        await throttle.close();
+        client.disconnect();
+      }
+    });
+  }
+
+  it('keeps a learned limit of another window when a bucketed rule set folds its log', async () => {
+    for (const store of [new MemoryStore(), redisStore(redisClient(), { prefix: uniquePrefix() })]) {
+      // 1000/h is bucketed (above bucketAbove): its log folds down to the 100 ms rule's window.
+      const throttle = new Throttle({ name: 'acme', rules: ['10/100ms', '1000/h'], mode: 'throw', store });
+      try {
+        await throttle.learn('k', policy('"m";q=60;w=60'));
+        let started = 0;
+        const until = performance.now() + 1_200;
+        while (performance.now() < until) {
+          try {
+            await throttle.schedule('k', async () => undefined);
+            started++;
+          } catch (error) {
+            if (!(error instanceof RateLimitedError)) throw error;
+            await new Promise((resolve) => setTimeout(resolve, 20));
+          }
+        }
+        expect(started).to.equal(60);
+      } finally {
+        await throttle.close();
+      }
+    }
   });
 });

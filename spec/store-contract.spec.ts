@@ -758,6 +758,46 @@ for (const { name, before: connect, make } of subjects) {
       for (let i = 0; i < 5; i++) expect((await store.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('booked');
     });
 
+    it('learns from refusals: one less a refusal within a window, down to what the window took, and a tenth more a window without one', async () => {
+      const { store, advance } = make();
+      if (store.learn === undefined) throw new Error('Expected the store to learn limits');
+      const rules = [{ limit: 10, windowMs: 150 }];
+      const down = { mode: 'down' as const, limit: 10, windowMs: 150, source: 'refusals' as const, lapseMs: 60_000 };
+      const up = { ...down, mode: 'up' as const };
+      const limitNow = async () => (await store.inspect('ns', 'k', rules)).rules[0]!.limit;
+      for (let i = 0; i < 10; i++) {
+        const booked = await store.reserve(request({ rules }));
+        await store.settle('ns', 'k', [{ member: booked.members[0]!, releaseAt: booked.now }]);
+      }
+      // Four of the ten refused: 9, 8, 7, 6.
+      const limits = [];
+      for (let i = 0; i < 4; i++) {
+        const result = await store.learn('ns', 'k', [down], 0);
+        expect(result.changed).to.equal(true);
+        limits.push(result.learned[0]!.limit);
+      }
+      expect(limits).to.deep.equal([9, 8, 7, 6]);
+      expect((await store.inspect('ns', 'k', rules)).learned?.[0]).to.deep.include({ limit: 6, windowMs: 150, source: 'refusals' });
+      // No probe up within the window of refusals.
+      expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(false);
+      await advance(160);
+      expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(true);
+      expect(await limitNow()).to.equal(7);
+      expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(false);
+      // A refusal in the new window: one less than in force (no call of the window to measure by).
+      expect((await store.learn('ns', 'k', [down], 0)).learned[0]!.limit).to.equal(6);
+      // Never below 1.
+      for (let i = 0; i < 10; i++) await store.learn('ns', 'k', [down], 0);
+      expect(await limitNow()).to.equal(1);
+      // Back up by a tenth (at least 1) a window, and forgotten at the configured limit.
+      for (let i = 0; i < 12; i++) {
+        await advance(160);
+        await store.learn('ns', 'k', [up], 0);
+      }
+      expect((await store.inspect('ns', 'k', rules)).learned).to.deep.equal([]);
+      expect(await limitNow()).to.equal(10);
+    });
+
     it('takes slots booked ahead under a limit learned lower out of the log, and pauses the key until the last of them would have started', async () => {
       const { store } = make();
       if (store.learn === undefined || store.pausedUntil === undefined) throw new Error('Expected the store to learn limits and answer pauses');

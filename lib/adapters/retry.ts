@@ -122,11 +122,12 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
     }
     const signal = readVendorSignal({ status: answer.status, headers: answer.headers, flagged, report: (problem) => debug(problem) });
     if (settings.learn) {
-      try {
-        await throttle.learn(first as KeyInput, answer);
-      } catch (error) {
-        debug('could not learn the vendor limits in the store', error);
-      }
+      const learning = throttle
+        .learn(first as KeyInput, { ...answer, flagged })
+        .catch((error: unknown) => debug('could not learn the vendor limits in the store', error));
+      // A refusal's lesson is in the store before the retry asks for its slot; any other answer
+      // comes back without waiting for it.
+      if (signal.refused) await learning;
     }
     let pauseMs = signal.pauseMs ?? (signal.refused ? settings.fallbackPauseMs * 2 ** attempt : undefined);
     if (pauseMs !== undefined && pauseMs > settings.maxPauseMs) {

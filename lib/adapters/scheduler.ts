@@ -11,7 +11,7 @@ import type { HeaderSource } from '../vendor-signals.js';
 export interface Scheduler {
   schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
   pause(key: KeyInput, ms: number, source?: string): Promise<void>;
-  learn(key: KeyInput, response: { readonly status: number; readonly headers: HeaderSource }): Promise<void>;
+  learn(key: KeyInput, response: { readonly status: number; readonly headers: HeaderSource; readonly flagged?: boolean }): Promise<void>;
 }
 
 /** A place in a key's shared line of delayed jobs (see `Store.lineUp`): how long the calls run, the places taken, and whether only behind places not due yet. */

@@ -1,8 +1,18 @@
 --[[
-  learn: what the vendor said of one key's limits (Throttle.learn), for every process: each entry
-  replaces what the key learned for its window, and lapses LAPSE ms from now unless learned again
-  (includes/learned.lua). An entry of LIMIT 0 forgets what was learned for its window from SOURCE
-  (the vendor allows the configured rule again).
+  learn: what the vendor said of one key's limits (Throttle.learn), for every process. Each entry
+  applies to its WINDOW, in its MODE:
+
+  - `s` (set: a limit the vendor published): replaces what the key learned for the window, and
+    lapses LAPSE ms from now unless learned again; LIMIT 0 forgets what SOURCE taught there (the
+    vendor allows the configured rule again).
+  - `d` (down: the vendor refused a call): LIMIT is the rule's configured limit. The calls of the
+    key that started within the window (C, slots booked ahead left out) were more than the vendor
+    took: the N-th refusal of a window of refusals (one that began less than WINDOW ago) says it took
+    at most C - N. The key learns min(its limit in force, C - N), and one less than its limit in
+    force on a window's first refusal, never below 1.
+  - `u` (up: a probe, the vendor took calls and refused none): a limit learned from refusals whose
+    window of refusals began at least WINDOW ago rises by a tenth (at least 1), and a new window
+    begins; at LIMIT (the configured one) it is forgotten.
 
   A limit learned lower than before applies to calls already in the log, which count against it at
   once. Slots booked ahead were booked under the old limit: they are taken out of the log and the
@@ -16,7 +26,7 @@
   KEYS[4]  mark      the namespace's mark (includes/log.lua); none on a Cluster
   ARGV[1]  MAX_HOLD  the caller's maxHoldMs: a slot scored above now + MAX_HOLD was booked ahead
   ARGV[2]  CHANNEL   the namespace's pause channel ('': not announced)
-  ARGV[3]  N, then N entries: LIMIT, WINDOW (ms), LAPSE (ms from now), SOURCE (one letter)
+  ARGV[3]  N, then N entries: LIMIT, WINDOW (ms), LAPSE (ms from now), SOURCE (one letter), MODE
 
   Returns { changed (1 when a limit in force changed), pause end set (0: none), then per entry in
   force: LIMIT, WINDOW, LAPSE_IN_MS, SOURCE }.
@@ -30,27 +40,57 @@ local now = vt_now()
 local now_ms = math.ceil(now)
 local entries = vt_learned_parse(redis.call('HGET', meta, 'l'), now)
 local changed, lowered = false, false
+local max_hold = tonumber(ARGV[1])
+local above = '+inf'
+if max_hold > 0 then above = vt_booked_ahead_above(now, max_hold) end
 local n = tonumber(ARGV[3])
 for e = 0, n - 1 do
-  local limit, window = tonumber(ARGV[4 + 4 * e]), tonumber(ARGV[5 + 4 * e])
-  local lapse, source = now_ms + tonumber(ARGV[6 + 4 * e]), ARGV[7 + 4 * e]
+  local limit, window = tonumber(ARGV[4 + 5 * e]), tonumber(ARGV[5 + 5 * e])
+  local lapse, source, mode = now_ms + tonumber(ARGV[6 + 5 * e]), ARGV[7 + 5 * e], ARGV[8 + 5 * e]
   local at = nil
   for k, entry in ipairs(entries) do
     if entry[2] == window then at = k end
   end
-  if limit == 0 then
+  local entry = at and entries[at]
+  if mode == 'd' then
+    local current, since, count = limit, now_ms, 1
+    if entry then
+      current = math.min(current, entry[1])
+      if entry[4] == 'r' and now_ms - entry[5] < window then since, count = entry[5], entry[6] + 1 end
+    end
+    local started = redis.call('ZCOUNT', log, '(' .. (math.floor(now) - window), above)
+    -- The refused calls not all in the window (a call that outlasted it): no measure, one less.
+    local measured = started - count
+    if measured < 1 then measured = current - 1 end
+    local learned = math.min(current, measured)
+    if count == 1 then learned = math.min(learned, current - 1) end
+    learned = math.max(1, learned)
+    if learned < current then
+      changed, lowered = true, true
+      entries[at or #entries + 1] = { learned, window, lapse, 'r', since, count }
+    elseif entry and entry[4] == 'r' then
+      -- At the floor: the refusal still counts in its window.
+      entries[at] = { entry[1], window, lapse, 'r', since, count }
+    end
+  elseif mode == 'u' then
+    if entry and entry[4] == 'r' and now_ms - entry[5] >= window then
+      local raised = entry[1] + math.max(1, math.floor(entry[1] / 10))
+      if raised >= limit then table.remove(entries, at) else entries[at] = { raised, window, lapse, 'r', now_ms, 0 } end
+      changed = true
+    end
+  elseif limit == 0 then
     if at ~= nil and entries[at][4] == source then
       table.remove(entries, at)
       changed = true
     end
   elseif at == nil then
-    entries[#entries + 1] = { limit, window, lapse, source }
+    entries[#entries + 1] = { limit, window, lapse, source, 0, 0 }
     changed, lowered = true, true
   else
     local before = entries[at][1]
     if limit ~= before then changed = true end
     if limit < before then lowered = true end
-    entries[at] = { limit, window, lapse, source }
+    entries[at] = { limit, window, lapse, source, 0, 0 }
   end
 end
 
@@ -66,13 +106,12 @@ else
 end
 
 local pause_end = 0
-local max_hold = tonumber(ARGV[1])
 if lowered and max_hold > 0 then
-  local above = vt_booked_ahead_above(now, max_hold)
   local top = redis.call('ZREVRANGEBYSCORE', log, '+inf', '(' .. above, 'WITHSCORES', 'LIMIT', 0, 1)
   if top[2] ~= nil then
     pause_end = math.max(math.ceil(tonumber(top[2]) - max_hold) + 1, tonumber(redis.call('HGET', meta, 'pause') or 0))
     redis.call('ZREMRANGEBYSCORE', log, '(' .. above, '+inf')
+    vt_took_out(log, meta, tonumber(top[2]), now)
     redis.call('HSET', meta, 'pause', pause_end)
     vt_mark(pause_end)
     vt_keep(meta, pause_end - now_ms + 1, now_ms)

@@ -32,7 +32,12 @@ vt_mark(pause)
 vt_keep(meta, pause - now_ms + 1, now_ms)
 local max_hold = tonumber(ARGV[2] or 0)
 if max_hold > 0 then
-  redis.call('ZREMRANGEBYSCORE', log, '(' .. vt_booked_ahead_above(now, max_hold), '(' .. (pause + max_hold))
+  local above, below = '(' .. vt_booked_ahead_above(now, max_hold), '(' .. (pause + max_hold)
+  local top = redis.call('ZREVRANGEBYSCORE', log, below, above, 'WITHSCORES', 'LIMIT', 0, 1)
+  if top[2] ~= nil then
+    redis.call('ZREMRANGEBYSCORE', log, above, below)
+    vt_took_out(log, meta, tonumber(top[2]), now)
+  end
 end
 if ARGV[3] then redis.call('PUBLISH', ARGV[3], string.format('%d', pause) .. ' ' .. vt_user_key(log)) end
 return pause

@@ -39,8 +39,18 @@ interface KeyLog {
   expiresAt: number;
   /** Calls folded out of the log, per bucketed rule: `<windowMs>:<bucketMs>:<index>` → calls. */
   buckets: Map<string, number>;
-  /** Limits learned from the vendor (as meta `l`, lua/includes/learned.lua): each until `lapseAt` (store clock). */
-  learned: Array<{ readonly limit: number; readonly windowMs: number; readonly lapseAt: number; readonly source: LearnSource }>;
+  /**
+   * Limits learned from the vendor (as meta `l`, lua/includes/learned.lua): each until `lapseAt`
+   * (store clock); one learned from refusals with when its window of refusals began and the refusals in it.
+   */
+  learned: Array<{
+    readonly limit: number;
+    readonly windowMs: number;
+    readonly lapseAt: number;
+    readonly source: LearnSource;
+    readonly since: number;
+    readonly refusals: number;
+  }>;
 }
 
 /** How many keys each decision checks for expiry. Two keeps the map bounded by the live keys. */
@@ -109,10 +119,12 @@ export class MemoryStore implements Store {
       const id = `${request.namespace}\n${part.key}`;
       const log = this.#open(id, cut);
       if (log.scores.length > trimAbove(part)) trim(log, cut - part.retainMs);
-      if (foldDue(log, part.rules, request.cost)) fold(log, cut, part.rules);
+      const { rules, configured } = applyLearned(part.rules, liveLearned(log, now), part.retainMs);
+      // A learned rule of another window is exact: a fold keeps its window in the log.
+      if (foldDue(log, part.rules, rules.slice(0, configured), request.cost))
+        fold(log, cut, part.rules, Math.max(0, ...rules.slice(configured).map((rule) => rule.windowMs)));
       ids.push(id);
       logs.push(log);
-      const { rules, configured } = applyLearned(part.rules, liveLearned(log, now), part.retainMs);
       views.push({
         size: log.scores.length,
         scoreAt: (index) => log.scores[index]!,
@@ -283,8 +295,48 @@ export class MemoryStore implements Store {
     const learned = liveLearned(log, now);
     let changed = false;
     let lowered = false;
-    for (const { limit, windowMs, source, lapseMs } of entries) {
+    const above = maxHoldMs > 0 ? bookedAheadAbove(now, maxHoldMs) : Infinity;
+    for (const { limit, windowMs, source, lapseMs, mode = 'set' } of entries) {
       const at = learned.findIndex((entry) => entry.windowMs === windowMs);
+      const lapseAt = nowMs + lapseMs;
+      const before = at >= 0 ? learned[at]! : undefined;
+      if (mode === 'down') {
+        let current = limit;
+        let since = nowMs;
+        let refusals = 1;
+        if (before !== undefined) {
+          current = Math.min(current, before.limit);
+          if (before.source === 'refusals' && nowMs - before.since < windowMs) {
+            since = before.since;
+            refusals = before.refusals + 1;
+          }
+        }
+        // Calls that started within the window (slots booked ahead left out), as ZCOUNT in lua/learn.lua.
+        const started = log.scores.filter((score) => score > Math.floor(now) - windowMs && score <= above).length;
+        // The refused calls not all in the window (a call that outlasted it): no measure, one less.
+        const measured = started - refusals < 1 ? current - 1 : started - refusals;
+        let lower = Math.min(current, measured);
+        if (refusals === 1) lower = Math.min(lower, current - 1);
+        lower = Math.max(1, lower);
+        const entry = { limit: lower, windowMs, lapseAt, source: 'refusals' as const, since, refusals };
+        if (lower < current) {
+          changed = lowered = true;
+          if (at >= 0) learned[at] = entry;
+          else learned.push(entry);
+        } else if (before?.source === 'refusals') {
+          learned[at] = { ...entry, limit: before.limit };
+        }
+        continue;
+      }
+      if (mode === 'up') {
+        if (before?.source === 'refusals' && nowMs - before.since >= windowMs) {
+          const raised = before.limit + Math.max(1, Math.floor(before.limit / 10));
+          if (raised >= limit) learned.splice(at, 1);
+          else learned[at] = { limit: raised, windowMs, lapseAt, source: 'refusals', since: nowMs, refusals: 0 };
+          changed = true;
+        }
+        continue;
+      }
       if (limit === 0) {
         if (at >= 0 && learned[at]!.source === source) {
           learned.splice(at, 1);
@@ -292,7 +344,7 @@ export class MemoryStore implements Store {
         }
         continue;
       }
-      const entry = { limit, windowMs, source, lapseAt: nowMs + lapseMs };
+      const entry = { limit, windowMs, source, lapseAt, since: 0, refusals: 0 };
       if (at < 0) {
         learned.push(entry);
         changed = lowered = true;
@@ -306,7 +358,6 @@ export class MemoryStore implements Store {
     for (const entry of learned) log.expiresAt = Math.max(log.expiresAt, entry.lapseAt + 1);
     let pausedUntil = 0;
     if (lowered && maxHoldMs > 0) {
-      const above = bookedAheadAbove(now, maxHoldMs);
       const top = log.scores.at(-1);
       if (top !== undefined && top > above) {
         pausedUntil = Math.max(Math.ceil(top - maxHoldMs) + 1, log.pausedUntil);
@@ -395,14 +446,14 @@ function bookedAheadAbove(now: number, maxHoldMs: number): number {
  * and older than the exact rules' longest window leave the log and are counted in their bucket of
  * each distinct (window, bucket width). Buckets that no longer count are dropped.
  */
-function fold(log: KeyLog, at: number, rules: readonly Rule[]): void {
+function fold(log: KeyLog, at: number, rules: readonly Rule[], horizon = 0): void {
   if (!rules.some(isBucketed)) return;
   const bucketed = [...new Map(rules.filter(isBucketed).map((rule) => [`${rule.windowMs}:${rule.bucketMs}`, rule])).values()];
   for (const [field] of log.buckets) {
     const [windowMs, bucketMs, index] = field.split(':').map(Number) as [number, number, number];
     if (index * bucketMs + windowMs <= at) log.buckets.delete(field);
   }
-  const before = at - foldHorizon(rules);
+  const before = at - Math.max(foldHorizon(rules), horizon);
   let drop = 0;
   while (drop < log.scores.length && log.scores[drop]! <= before) {
     const score = log.scores[drop]!;
@@ -422,14 +473,15 @@ function fold(log: KeyLog, at: number, rules: readonly Rule[]): void {
 /**
  * `vt_fold_due`: folding waits until the log holds more than twice the exact rules' largest limit
  * plus 32, or a bucketed rule could bind (the calls in its log and its buckets, as counted at the
- * last fold, leave no room for `cost` more). Until then old calls count one by one.
+ * last fold, leave no room for `cost` more, at the limit in force). Until then old calls count one by one.
+ * `configured`: the key's rules (their exact limits bound the log); `inForce`: the same rules at the limits in force.
  */
-function foldDue(log: KeyLog, rules: readonly Rule[], cost: number): boolean {
-  if (!rules.some(isBucketed)) return false;
+function foldDue(log: KeyLog, configured: readonly Rule[], inForce: readonly Rule[], cost: number): boolean {
+  if (!configured.some(isBucketed)) return false;
   const size = log.scores.length;
-  const mostExact = rules.reduce((most, rule) => (isBucketed(rule) ? most : Math.max(most, rule.limit)), 0);
+  const mostExact = configured.reduce((most, rule) => (isBucketed(rule) ? most : Math.max(most, rule.limit)), 0);
   if (size > 2 * mostExact + 32) return true;
-  return rules.some((rule) => {
+  return inForce.some((rule) => {
     if (!isBucketed(rule)) return false;
     const prefix = `${rule.windowMs}:${rule.bucketMs}:`;
     let folded = 0;

@@ -32,8 +32,9 @@ end
 -- deleted) and ':n' (the calls in its buckets, all of which still count). Returns the latest time a
 -- bucket folded into still counts until (0 when none), for the keys' lifetime, the calls in the
 -- buckets per rule index, and the calls that left the log. F: meta `f` as read with the key's state.
-local function vt_fold(log, meta, a, rules_at, rule_count, at, f)
-  local horizon = 0
+-- HORIZON: at least this much history stays in the log (a learned rule of another window, exact).
+local function vt_fold(log, meta, a, rules_at, rule_count, at, f, horizon)
+  horizon = horizon or 0
   local groups = {}
   local by_prefix = {}
   for r = 0, rule_count - 1 do

@@ -104,7 +104,7 @@ local function vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index
   local set = key.set
   if key.unfolded and vt_fold_due(key.size, key.folded, set, cost) then
     local folded_until, removed
-    folded_until, key.folded, removed = vt_fold(key.log, key.meta, a, set.rules_at, set.config_count, cut, tonumber(key.state[set.f_at] or 0))
+    folded_until, key.folded, removed = vt_fold(key.log, key.meta, a, set.rules_at, set.config_count, cut, tonumber(key.state[set.f_at] or 0), set.learned_horizon)
     -- Buckets count until their end plus the window: meta lives at least that long.
     if folded_until > 0 then vt_keep(key.meta, folded_until - now, now) end
     key.size = key.size - removed

@@ -1,7 +1,8 @@
 --[[
   learned: the limits a key learned from its vendor (Throttle.learn, lua/learn.lua), kept in its
   meta's field `l` as entries LIMIT:WINDOW:LAPSE:SOURCE joined by ',' (LAPSE: store clock ms after
-  which the entry no longer applies; SOURCE: one letter, lib/learning.ts). A learned limit only
+  which the entry no longer applies; SOURCE: one letter, lib/learning.ts), and for one learned from
+  refusals (`r`) :SINCE:N (when its window of refusals began, and the refusals in it). A learned limit only
   lowers: a decision counts the key under the tighter of each rule and what was learned for its
   window, and under a learned limit of another window as a rule of its own (within the history the
   key keeps). Needs nothing else.
@@ -11,16 +12,19 @@
 local function vt_learned_parse(text, now)
   local entries = {}
   if text == nil or text == false then return entries end
-  for limit, window, lapse, source in string.gmatch(text, '(%d+):(%d+):(%d+):(%a)') do
+  for limit, window, lapse, source, since, n in string.gmatch(text, '(%d+):(%d+):(%d+):(%a):?(%d*):?(%d*)') do
     lapse = tonumber(lapse)
-    if lapse > now then entries[#entries + 1] = { math.max(1, tonumber(limit)), tonumber(window), lapse, source } end
+    if lapse > now then entries[#entries + 1] = { math.max(1, tonumber(limit)), tonumber(window), lapse, source, tonumber(since) or 0, tonumber(n) or 0 } end
   end
   return entries
 end
 
 local function vt_learned_format(entries)
   local parts = {}
-  for e, entry in ipairs(entries) do parts[e] = string.format('%d:%d:%d:%s', entry[1], entry[2], entry[3], entry[4]) end
+  for e, entry in ipairs(entries) do
+    parts[e] = string.format('%d:%d:%d:%s', entry[1], entry[2], entry[3], entry[4])
+    if entry[4] == 'r' then parts[e] = parts[e] .. string.format(':%d:%d', entry[5], entry[6]) end
+  end
   return table.concat(parts, ',')
 end
 
@@ -35,6 +39,8 @@ local function vt_learned_set(set, text, now)
     limits[r], windows[r], buckets[r] = set.limits[r], set.windows[r], set.buckets[r]
   end
   local count = set.rule_count
+  -- A learned rule of another window is exact: a fold keeps its window in the log.
+  local horizon = 0
   for _, entry in ipairs(entries) do
     local limit, window = entry[1], entry[2]
     local found = false
@@ -47,9 +53,10 @@ local function vt_learned_set(set, text, now)
     if not found and window <= set.retain then
       limits[count], windows[count], buckets[count] = limit, window, 0
       count = count + 1
+      horizon = math.max(horizon, window)
     end
   end
-  local learned = setmetatable({ limits = limits, windows = windows, buckets = buckets, rule_count = count }, { __index = set })
+  local learned = setmetatable({ limits = limits, windows = windows, buckets = buckets, rule_count = count, learned_horizon = horizon }, { __index = set })
   local room = math.huge
   for r = 0, count - 1 do room = math.min(room, limits[r]) end
   learned.room = room

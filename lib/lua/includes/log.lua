@@ -198,3 +198,13 @@ local function vt_failed_over(log, meta, taken_by, replid, now, grace)
   redis.call('HSET', meta, 'r', replid)
   return true
 end
+
+-- Slots up to TOP (a score) left LOG though they still count (taken out by a pause, or a lesson):
+-- meta `f` says so, as a fold's does, so that a process whose newest slot (its witness) was one of
+-- them does not take the key for lost (includes/check.lua). Meta lives as long as the log.
+local function vt_took_out(log, meta, top, now)
+  top = math.ceil(top)
+  if tonumber(redis.call('HGET', meta, 'f') or 0) < top then redis.call('HSET', meta, 'f', string.format('%d', top)) end
+  local ttl = redis.call('PTTL', log)
+  if ttl > 0 then vt_keep(meta, ttl, now) end
+end
