@@ -43,8 +43,8 @@ export interface LearnedLimit {
  *   key learns the lower of that and its limit in force, one less than its limit in force on a
  *   window's first refusal, never below 1;
  * - `'up'` (the vendor took calls and refused none; `limit`: the configured limit): a limit learned
- *   from refusals whose window of refusals began at least `windowMs` ago rises by a tenth (at least
- *   1), and a new window begins; at the configured limit it is forgotten.
+ *   from refusals rises by a tenth (at least 1) two windows after the refusals lowered it, or one
+ *   after it last rose, and a new window begins; at the configured limit it is forgotten.
  */
 export interface LearnEntry {
   readonly limit: number;

@@ -112,6 +112,7 @@ export interface ThrottleMetricNames {
   readonly duration: string;
   readonly waiting: string;
   readonly hold: string;
+  readonly learned: string;
 }
 
 /** What {@link throttleMetrics} returns. */
@@ -145,7 +146,14 @@ interface Metrics {
   readonly duration: PromHistogramLike;
   readonly waiting: PromGaugeLike;
   readonly hold: PromGaugeLike;
+  readonly learned: PromGaugeLike;
 }
+
+/** Per throttle, the limits its keys learned last, by window and source (`learned` events), until they lapse (`performance.now()`). */
+const lastLearned = new WeakMap<
+  MetricsSource,
+  Map<string, { readonly limit: number; readonly windowMs: number; readonly source: string; readonly lapseAt: number }>
+>();
 
 /** The metrics of one registry and prefix, and the throttles attached to them. */
 interface Shared {
@@ -237,6 +245,12 @@ export function throttleMetrics(throttle: MetricsSource, options: ThrottleMetric
     subscribe(throttle, 'retried', ({ client, status }) => {
       metrics.retried.inc({ throttle: name, client, status: String(status) });
     }),
+    subscribe(throttle, 'learned', ({ learned }) => {
+      let last = lastLearned.get(throttle);
+      if (!last) lastLearned.set(throttle, (last = new Map()));
+      const now = performance.now();
+      for (const { limit, windowMs, source, lapsesInMs } of learned) last.set(`${windowMs}:${source}`, { limit, windowMs, source, lapseAt: now + lapsesInMs });
+    }),
   ];
 
   let attached = true;
@@ -247,6 +261,7 @@ export function throttleMetrics(throttle: MetricsSource, options: ThrottleMetric
       attached = false;
       for (const off of unsubscribe) off();
       shared.sources.delete(throttle);
+      lastLearned.delete(throttle);
     },
   };
 }
@@ -291,6 +306,7 @@ function metricNames(prefix: string): ThrottleMetricNames {
     duration: `${prefix}call_duration_seconds`,
     waiting: `${prefix}waiting_calls`,
     hold: `${prefix}hold_seconds`,
+    learned: `${prefix}learned_limit`,
   };
 }
 
@@ -357,6 +373,14 @@ function sharedMetrics(client: PromClientLike, registry: PromRegistryLike, prefi
       ...config(names.hold, 'How long after its start an unfinished call counts as on its way (throttle.maxHoldMs), in seconds.', ['throttle']),
       collect: () => collectHold(metrics.hold, sources),
     }),
+    learned: new client.Gauge({
+      ...config(
+        names.learned,
+        'The limit a key of this process learned last from its vendor (throttle.learn()), by the window it limits and its source, until it lapses.',
+        ['throttle', 'window', 'source'],
+      ),
+      collect: () => collectLearned(metrics.learned, sources),
+    }),
   };
   for (const metric of Object.values(metrics)) registry.registerMetric(metric);
   const created: Shared = { metrics, sources };
@@ -380,6 +404,27 @@ function collectWaiting(gauge: PromGaugeLike, sources: ReadonlySet<MetricsSource
 }
 
 /** Sets the `hold_seconds` series (the longest maxHoldMs among throttles of one name). */
+function collectLearned(gauge: PromGaugeLike, sources: ReadonlySet<MetricsSource>): void {
+  const now = performance.now();
+  const lowest = new Map<string, { labels: PromLabels; limit: number }>();
+  for (const source of sources) {
+    const last = lastLearned.get(source);
+    for (const [id, entry] of last ?? []) {
+      if (entry.lapseAt <= now) {
+        last!.delete(id);
+        continue;
+      }
+      const window = formatRule({ limit: 1, windowMs: entry.windowMs }).slice(2);
+      const labelId = `${source.name}\n${window}\n${entry.source}`;
+      const known = lowest.get(labelId);
+      if (known === undefined || entry.limit < known.limit)
+        lowest.set(labelId, { labels: { throttle: source.name, window, source: entry.source }, limit: entry.limit });
+    }
+  }
+  gauge.reset();
+  for (const { labels, limit } of lowest.values()) gauge.set(labels, limit);
+}
+
 function collectHold(gauge: PromGaugeLike, sources: ReadonlySet<MetricsSource>): void {
   const holds = new Map<string, number>();
   for (const source of sources) holds.set(source.name, Math.max(holds.get(source.name) ?? 0, source.maxHoldMs));

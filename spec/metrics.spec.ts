@@ -178,6 +178,19 @@ describe('metrics: throttleMetrics() with prom-client', () => {
     expect(listeners.size).to.equal(0);
   });
 
+  it('shows the limit a key learned last from its vendor, by window and source, until it lapses', async () => {
+    const throttle = make({ rules: ['10/s', '100/min'], learnedForMs: 5_000 });
+    const metrics = throttleMetrics(throttle, { client, registry });
+    await throttle.learn('alice', { status: 200, headers: { 'ratelimit-policy': '"s";q=6;w=1, "m";q=50;w=60' } });
+    await throttle.learn('bob', { status: 200, headers: { 'ratelimit-policy': '"s";q=4;w=1' } });
+    let text = await registry.metrics();
+    expect(sample(text, metrics.names.learned, { throttle: 'acme', window: 's', source: 'policy' })).to.equal(4);
+    expect(sample(text, metrics.names.learned, { throttle: 'acme', window: 'min', source: 'policy' })).to.equal(50);
+    await fake.clock.tickAsync(5_001);
+    text = await registry.metrics();
+    expect(samples(text, metrics.names.learned)).to.deep.equal([]);
+  });
+
   it('reads queued and sleeping calls from throttle.stats when scraped, and maxHoldMs', async () => {
     const throttle = make({ rules: ['1/s'], maxHoldMs: 2_500 });
     const metrics = throttleMetrics(throttle, { client, registry });

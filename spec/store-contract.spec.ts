@@ -758,7 +758,7 @@ for (const { name, before: connect, make } of subjects) {
       for (let i = 0; i < 5; i++) expect((await store.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('booked');
     });
 
-    it('learns from refusals: one less a refusal within a window, down to what the window took, and a tenth more a window without one', async () => {
+    it('learns from refusals: one less a refusal within a window, down to what the window took, and a tenth more a window without one (two after a refusal)', async () => {
       const { store, advance } = make();
       if (store.learn === undefined) throw new Error('Expected the store to learn limits');
       const rules = [{ limit: 10, windowMs: 150 }];
@@ -778,19 +778,25 @@ for (const { name, before: connect, make } of subjects) {
       }
       expect(limits).to.deep.equal([9, 8, 7, 6]);
       expect((await store.inspect('ns', 'k', rules)).learned?.[0]).to.deep.include({ limit: 6, windowMs: 150, source: 'refusals' });
-      // No probe up within the window of refusals.
+      // No probe up within two windows of the refusals.
+      expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(false);
+      await advance(160);
       expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(false);
       await advance(160);
       expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(true);
       expect(await limitNow()).to.equal(7);
+      // The next a window after a rise.
       expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(false);
+      await advance(160);
+      expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(true);
+      expect(await limitNow()).to.equal(8);
       // A refusal in the new window: one less than in force (no call of the window to measure by).
-      expect((await store.learn('ns', 'k', [down], 0)).learned[0]!.limit).to.equal(6);
+      expect((await store.learn('ns', 'k', [down], 0)).learned[0]!.limit).to.equal(7);
       // Never below 1.
       for (let i = 0; i < 10; i++) await store.learn('ns', 'k', [down], 0);
       expect(await limitNow()).to.equal(1);
       // Back up by a tenth (at least 1) a window, and forgotten at the configured limit.
-      for (let i = 0; i < 12; i++) {
+      for (let i = 0; i < 11; i++) {
         await advance(160);
         await store.learn('ns', 'k', [up], 0);
       }

@@ -10,9 +10,9 @@
     took: the N-th refusal of a window of refusals (one that began less than WINDOW ago) says it took
     at most C - N. The key learns min(its limit in force, C - N), and one less than its limit in
     force on a window's first refusal, never below 1.
-  - `u` (up: a probe, the vendor took calls and refused none): a limit learned from refusals whose
-    window of refusals began at least WINDOW ago rises by a tenth (at least 1), and a new window
-    begins; at LIMIT (the configured one) it is forgotten.
+  - `u` (up: a probe, the vendor took calls and refused none): a limit learned from refusals rises
+    by a tenth (at least 1) two windows after the refusals lowered it, or one after it last rose,
+    and a new window begins; at LIMIT (the configured one) it is forgotten.
 
   A limit learned lower than before applies to calls already in the log, which count against it at
   once. Slots booked ahead were booked under the old limit: they are taken out of the log and the
@@ -73,7 +73,10 @@ for e = 0, n - 1 do
       entries[at] = { entry[1], window, lapse, 'r', since, count }
     end
   elseif mode == 'u' then
-    if entry and entry[4] == 'r' and now_ms - entry[5] >= window then
+    -- Two windows after a refusal lowered it, one after a rise: a probe that was refused waits longer.
+    local wait = window
+    if entry and entry[6] > 0 then wait = 2 * window end
+    if entry and entry[4] == 'r' and now_ms - entry[5] >= wait then
       local raised = entry[1] + math.max(1, math.floor(entry[1] / 10))
       if raised >= limit then table.remove(entries, at) else entries[at] = { raised, window, lapse, 'r', now_ms, 0 } end
       changed = true

@@ -329,7 +329,8 @@ export class MemoryStore implements Store {
         continue;
       }
       if (mode === 'up') {
-        if (before?.source === 'refusals' && nowMs - before.since >= windowMs) {
+        // Two windows after a refusal lowered it, one after a rise (as lua/learn.lua).
+        if (before?.source === 'refusals' && nowMs - before.since >= (before.refusals > 0 ? 2 : 1) * windowMs) {
           const raised = before.limit + Math.max(1, Math.floor(before.limit / 10));
           if (raised >= limit) learned.splice(at, 1);
           else learned[at] = { limit: raised, windowMs, lapseAt, source: 'refusals', since: nowMs, refusals: 0 };
