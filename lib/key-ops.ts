@@ -58,6 +58,8 @@ export class KeyOps {
   readonly #taught = new Map<string, { readonly lesson: string; readonly at: number }>();
   /** Per encoded key that learned a limit from refusals, as this process last saw it: when it last changed (local time), so that a probe goes up a window after. */
   readonly #probes = new Map<string, number>();
+  /** Per encoded key, when this process last sent what the vendor says remains (a hold): at most once a fifth of the window. */
+  readonly #holds = new Map<string, number>();
 
   constructor(context: KeyOpsContext) {
     this.#c = context;
@@ -92,9 +94,13 @@ export class KeyOps {
     const { store, learnedForMs } = this.#c;
     if (store.learn === undefined) return;
     const report = (message: string): void => this.#c.notify('debug', { message: `learn(): ${message}`, key: call.key });
-    const lessons = lessonsOf(readPublishedLimits(response.headers, report), call.rules, call.retainMs, learnedForMs, report);
+    const published = lessonsOf(readPublishedLimits(response.headers, report), call.rules, call.retainMs, learnedForMs, report);
     const now = performance.now();
-    if (lessons.length === 0) {
+    const lessons = published.filter((entry) => entry.mode !== 'hold');
+    const holds = published.filter((entry) => entry.mode === 'hold');
+    const heldAt = this.#holds.get(call.encoded);
+    const holdNow = holds.length > 0 && (heldAt === undefined || now - heldAt >= Math.min(...holds.map((entry) => entry.windowMs)) / 5);
+    if (published.length === 0) {
       // A vendor that publishes nothing teaches by its refusals, on the key's shortest window.
       const shortest = call.rules.filter((rule) => rule.windowMs > 0).sort((a, b) => a.windowMs - b.windowMs)[0];
       if (shortest === undefined) return;
@@ -106,8 +112,13 @@ export class KeyOps {
     } else {
       const lesson = lessons.map((entry) => `${entry.source}:${entry.windowMs}:${entry.limit}`).join(',');
       const last = this.#taught.get(call.encoded);
-      if (last !== undefined && last.lesson === lesson && now - last.at < Math.min(learnedForMs / 4, TEACH_AGAIN_MS)) return;
-      remember(this.#taught, call.encoded, { lesson, at: now });
+      if (last !== undefined && last.lesson === lesson && now - last.at < Math.min(learnedForMs / 4, TEACH_AGAIN_MS)) lessons.length = 0;
+      else if (lessons.length > 0) remember(this.#taught, call.encoded, { lesson, at: now });
+      if (holdNow) {
+        lessons.push(...holds);
+        remember(this.#holds, call.encoded, now);
+      }
+      if (lessons.length === 0) return;
     }
     let result;
     try {
@@ -170,6 +181,7 @@ export class KeyOps {
     // What it learned goes too: the next lesson is sent at once.
     this.#taught.delete(call.encoded);
     this.#probes.delete(call.encoded);
+    this.#holds.delete(call.encoded);
     try {
       await store.reset(this.#c.name, call.encoded, call.retainMs, this.#c.maxHoldMs);
     } catch (error) {

@@ -44,14 +44,20 @@ export interface LearnedLimit {
  *   window's first refusal, never below 1;
  * - `'up'` (the vendor took calls and refused none; `limit`: the configured limit): a limit learned
  *   from refusals rises by a tenth (at least 1) two windows after the refusals lowered it, or one
- *   after it last rose, and a new window begins; at the configured limit it is forgotten.
+ *   after it last rose, and a new window begins; at the configured limit it is forgotten;
+ * - `'hold'` (the vendor says `remaining` calls remain until its reset, `lapseMs` from now; `limit`:
+ *   the rule's configured limit): where the log leaves room for more (the limit in force less the
+ *   slots that count in the window), the difference is held, as slots of calls the store did not
+ *   make, counting until the reset (within the window).
  */
 export interface LearnEntry {
   readonly limit: number;
   readonly windowMs: number;
   readonly source: LearnSource;
   readonly lapseMs: number;
-  readonly mode?: 'set' | 'down' | 'up';
+  readonly mode?: 'set' | 'down' | 'up' | 'hold';
+  /** `'hold'`: what the vendor says remains. */
+  readonly remaining?: number;
 }
 
 /**
@@ -86,6 +92,11 @@ export function applyLearned(
  *   a key with one rule of a window; with several, which it limits cannot be told, and it is
  *   `report`ed and left out (the reset counts down within the vendor's window, which need not be one
  *   of the rules').
+ *
+ * - what remains (`RateLimit`'s `r` and `t` of a policy, `X-RateLimit-Remaining` and `-Reset` for a
+ *   key of one rule) is a hold on the window's rule, when it is at most half its limit: the store
+ *   holds the room its log leaves beyond it, until the reset (calls the vendor counted and this store
+ *   did not make). Above half, the vendor's count and the log's are left to agree.
  *
  * What cannot apply is `report`ed. `lapseMs`: how long what is learned holds without being said again.
  */
@@ -127,6 +138,14 @@ export function lessonsOf(published: PublishedLimits, rules: readonly Rule[], re
     report?.(
       `ignored X-RateLimit-Limit ${published.limit}: it names no window, and the key has ${windowed.length} rules of a window (the vendor's RateLimit-Policy, or a limit written 100;w=60, names it)`,
     );
+  }
+  for (const { windowMs, remaining, resetMs } of published.remaining) {
+    const window = windowMs ?? (windowed.length === 1 ? windowed[0]!.windowMs : undefined);
+    if (window === undefined || resetMs <= 0) continue;
+    // The rule of the window, or the policy's quota for a window no rule has (within the history kept).
+    const limit = windowed.find((rule) => rule.windowMs === window)?.limit ?? (window <= retainMs ? tightest.get(window)?.quota : undefined);
+    if (limit === undefined || remaining > limit / 2) continue;
+    entries.push({ mode: 'hold', source: windowMs === undefined ? 'limit' : 'policy', windowMs: window, limit, remaining, lapseMs: Math.min(resetMs, window) });
   }
   return entries;
 }

@@ -173,6 +173,8 @@ export interface LearnResult {
   readonly learned: readonly LearnedLimit[];
   /** Slots booked ahead were taken out, and the key paused until this (store clock, ms) so that their calls book again; 0 when not. */
   readonly pausedUntil: number;
+  /** Slots held for calls the vendor counted and this store did not make (mode `'hold'`). */
+  readonly held: number;
 }
 
 /** Each rule's usage with `remaining`: calls that could start now, `limit − used − bookedAhead` (at least 0). */

@@ -391,6 +391,12 @@ export interface PublishedLimits {
   readonly policies: readonly PublishedPolicy[];
   /** `X-RateLimit-Limit` (or `RateLimit-Limit`): a limit with no window; the lowest when repeated. A value written `100;w=60` is a policy. */
   readonly limit: number | undefined;
+  /**
+   * What the vendor says remains, and when it resets (ms from now): `RateLimit` (`"burst";r=50;t=30`:
+   * of the policy of that name, whose window is `windowMs`; the dictionary form names none), and
+   * `X-RateLimit-Remaining`/`-Reset` (no window). Only those that say both.
+   */
+  readonly remaining: ReadonlyArray<{ readonly windowMs: number | undefined; readonly remaining: number; readonly resetMs: number }>;
 }
 
 /** The largest quota or limit taken from a vendor: above it a value is absurd, and ignored. */
@@ -402,8 +408,9 @@ export const MAX_PUBLISHED_LIMIT = 1_000_000_000;
  * `w`, or with a value of 0 or an absurd one, is left out and `report`ed; `pk` (the vendor's name
  * for the partition the response counted in) is not needed: the caller names the key.
  */
-export function readPublishedLimits(headers: HeaderSource, report?: ProblemReporter): PublishedLimits {
+export function readPublishedLimits(headers: HeaderSource, report?: ProblemReporter, now: number = Date.now()): PublishedLimits {
   const policies: PublishedPolicy[] = [];
+  const windows = new Map<string, number>();
   const text = headerValue(headers, 'ratelimit-policy');
   for (const member of text === undefined ? [] : splitOutsideQuotes(text, ',')) {
     const [head = '', ...rest] = splitOutsideQuotes(member, ';');
@@ -428,6 +435,7 @@ export function readPublishedLimits(headers: HeaderSource, report?: ProblemRepor
                   : undefined;
     if (why !== undefined) report?.(`ignored RateLimit-Policy member ${quote(member.trim())}: ${why}`);
     else policies.push({ name: name!, quota: quota!, windowMs: Math.ceil(window! * 1_000) });
+    if (name !== undefined && window !== undefined) windows.set(name, Math.ceil(window * 1_000));
   }
   let limit: number | undefined;
   for (const prefix of ['X-RateLimit', 'RateLimit']) {
@@ -451,5 +459,14 @@ export function readPublishedLimits(headers: HeaderSource, report?: ProblemRepor
     }
     break;
   }
-  return { policies, limit };
+  // Malformed values here are said by readVendorSignal, which reads the same headers.
+  const remaining = [
+    ...parseIetfRateLimit(headerValue(headers, 'ratelimit'), undefined).map((reported) => ({
+      ...reported,
+      windowMs: reported.name === undefined ? undefined : windows.get(reported.name),
+    })),
+    ...pairedLimit(headers, 'RateLimit', now, undefined).map((reported) => ({ ...reported, windowMs: undefined })),
+    ...pairedLimit(headers, 'X-RateLimit', now, undefined).map((reported) => ({ ...reported, windowMs: undefined })),
+  ].flatMap(({ windowMs, remaining: left, resetMs }) => (left === undefined || resetMs === undefined ? [] : [{ windowMs, remaining: left, resetMs }]));
+  return { policies, limit, remaining };
 }

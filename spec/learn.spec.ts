@@ -322,3 +322,44 @@ describe('learning while calls are booked ahead (RedisStore)', function () {
     }
   });
 });
+
+describe('learning what remains: another client on the same account (RedisStore)', function () {
+  this.timeout(20_000);
+
+  it('holds what the vendor counted and this store did not, so the next calls wait instead of being refused', async () => {
+    const outcome = async (learn: boolean): Promise<{ refused: number; ok: number }> => {
+      // 10 a second at the vendor, 4 of them taken by another client each second.
+      const performed: number[] = [];
+      let refused = 0;
+      const vendor = await startHttpVendor((arrival) => {
+        const others = 4;
+        const recent = performed.filter((at) => at > arrival.at - 1_000).length + others;
+        const reset = String(1);
+        if (recent >= 10) {
+          refused++;
+          return { status: 429, headers: { 'retry-after': '1', 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': reset } };
+        }
+        performed.push(arrival.at);
+        return { status: 200, headers: { 'x-ratelimit-remaining': String(10 - recent - 1), 'x-ratelimit-reset': reset } };
+      });
+      const throttle = new Throttle({ name: 'acme', rules: ['10/s'], store: redisStore(redisClient(), { prefix: uniquePrefix() }) });
+      try {
+        const fetchAcme = throttle.fetch({ key: () => 'u1', learn, retries: 5 });
+        // Three calls first: their answers say what remains.
+        const statuses: number[] = [];
+        for (let i = 0; i < 3; i++) statuses.push((await fetchAcme(`${vendor.url}/?user=u1`)).status);
+        statuses.push(...(await Promise.all(Array.from({ length: 9 }, () => fetchAcme(`${vendor.url}/?user=u1`).then((response) => response.status)))));
+        return { refused, ok: statuses.filter((status) => status === 200).length };
+      } finally {
+        await throttle.close();
+        await vendor.close();
+      }
+    };
+    const learning = await outcome(true);
+    const off = await outcome(false);
+    expect(learning.ok).to.equal(12);
+    expect(off.ok).to.equal(12);
+    expect(off.refused).to.be.at.least(3);
+    expect(learning.refused).to.be.below(off.refused);
+  });
+});

@@ -33,9 +33,10 @@ describe('script replies', () => {
         { limit: 3, windowMs: 5000, lapsesInMs: 800, source: 'limit' },
       ],
     });
-    expect(replies.learn([1, 0, 6, 1000, 900, 'p'])).to.deep.equal({
+    expect(replies.learn([1, 0, 2, 6, 1000, 900, 'p'])).to.deep.equal({
       changed: true,
       pausedUntil: 0,
+      held: 2,
       learned: [{ limit: 6, windowMs: 1000, lapsesInMs: 900, source: 'policy' }],
     });
     expect(replies.pause(1_700)).to.equal(1_700);
@@ -51,8 +52,8 @@ describe('script replies', () => {
       [() => replies.inspect([1, 2, 3, 0, 1, 0, '4', 5, 10, 0], 1), /lua\/inspect\.lua/],
       [() => replies.inspect([1, 2, 3, 0, 1], 1), /lua\/inspect\.lua: \[1,2,3,0,1\]/],
       [() => replies.inspect([1, 2, 3, 0, 1, 0, 4, 5, 10, 1, 6], 1), /lua\/inspect\.lua/],
-      [() => replies.learn([1]), /lua\/learn\.lua: \[1\]/],
-      [() => replies.learn([1, 0, 6, 1000, 900]), /lua\/learn\.lua/],
+      [() => replies.learn([1, 0]), /lua\/learn\.lua: \[1,0\]/],
+      [() => replies.learn([1, 0, 0, 6, 1000, 900]), /lua\/learn\.lua/],
       [() => replies.inspect(7, 1), /lua\/inspect\.lua: 7/],
       [() => replies.pause(10n), /lua\/pause\.lua: \[object BigInt\]/],
       [() => replies.epochFirst(['a@b:12']), /lua\/epoch\.lua/],

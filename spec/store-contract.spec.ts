@@ -804,6 +804,27 @@ for (const { name, before: connect, make } of subjects) {
       expect(await limitNow()).to.equal(10);
     });
 
+    it('holds the room the log leaves beyond what the vendor says remains, until its reset', async () => {
+      const { store, peer } = make();
+      if (store.learn === undefined) throw new Error('Expected the store to learn limits');
+      const rules = [{ limit: 10, windowMs: 1_000 }];
+      for (let i = 0; i < 2; i++) expect((await store.reserve(request({ rules }))).status).to.equal('booked');
+      const hold = { mode: 'hold' as const, source: 'limit' as const, limit: 10, windowMs: 1_000, remaining: 3, lapseMs: 800 };
+      // The vendor counted 7 (another client's 5 besides these 2): 5 held.
+      const result = await store.learn('ns', 'k', [hold], 0);
+      expect(result).to.deep.include({ held: 5, changed: false, pausedUntil: 0 });
+      expect(result.learned).to.deep.equal([]);
+      expect((await store.inspect('ns', 'k', rules)).rules[0]).to.deep.include({ used: 7 });
+      // Said again, nothing more to hold.
+      expect((await store.learn('ns', 'k', [hold], 0)).held).to.equal(0);
+      const other = peer?.() ?? store;
+      for (let i = 0; i < 3; i++) expect((await other.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('booked');
+      const refused = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      expect(refused.status).to.equal('refused');
+      // The held slots stop counting at the vendor's reset, before the calls made here.
+      expect(refused.waitMs).to.be.within(750, 800);
+    });
+
     it('takes slots booked ahead under a limit learned lower out of the log, and pauses the key until the last of them would have started', async () => {
       const { store } = make();
       if (store.learn === undefined || store.pausedUntil === undefined) throw new Error('Expected the store to learn limits and answer pauses');

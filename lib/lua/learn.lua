@@ -13,6 +13,10 @@
   - `u` (up: a probe, the vendor took calls and refused none): a limit learned from refusals rises
     by a tenth (at least 1) two windows after the refusals lowered it, or one after it last rose,
     and a new window begins; at LIMIT (the configured one) it is forgotten.
+  - `h` (hold: the vendor says REMAINING calls remain until its reset, LAPSE ms from now; LIMIT is
+    the rule's configured limit): where the log leaves room for more (its limit in force less the
+    slots that count in the window), the difference is held: slots of calls this store did not make
+    (the vendor counted them: another client on the same account), counting until the reset.
 
   A limit learned lower than before applies to calls already in the log, which count against it at
   once. Slots booked ahead were booked under the old limit: they are taken out of the log and the
@@ -26,10 +30,11 @@
   KEYS[4]  mark      the namespace's mark (includes/log.lua); none on a Cluster
   ARGV[1]  MAX_HOLD  the caller's maxHoldMs: a slot scored above now + MAX_HOLD was booked ahead
   ARGV[2]  CHANNEL   the namespace's pause channel ('': not announced)
-  ARGV[3]  N, then N entries: LIMIT, WINDOW (ms), LAPSE (ms from now), SOURCE (one letter), MODE
+  ARGV[3]  N, then N entries: LIMIT, WINDOW (ms), LAPSE (ms from now), SOURCE (one letter), MODE,
+           REMAINING (mode `h`; else 0)
 
-  Returns { changed (1 when a limit in force changed), pause end set (0: none), then per entry in
-  force: LIMIT, WINDOW, LAPSE_IN_MS, SOURCE }.
+  Returns { changed (1 when a limit in force changed), pause end set (0: none), slots held, then
+  per entry in force: LIMIT, WINDOW, LAPSE_IN_MS, SOURCE }.
 ]]
 --- @include "log"
 --- @include "learned"
@@ -43,16 +48,34 @@ local changed, lowered = false, false
 local max_hold = tonumber(ARGV[1])
 local above = '+inf'
 if max_hold > 0 then above = vt_booked_ahead_above(now, max_hold) end
+local held = 0
 local n = tonumber(ARGV[3])
 for e = 0, n - 1 do
-  local limit, window = tonumber(ARGV[4 + 5 * e]), tonumber(ARGV[5 + 5 * e])
-  local lapse, source, mode = now_ms + tonumber(ARGV[6 + 5 * e]), ARGV[7 + 5 * e], ARGV[8 + 5 * e]
+  local limit, window = tonumber(ARGV[4 + 6 * e]), tonumber(ARGV[5 + 6 * e])
+  local lapse, source, mode = now_ms + tonumber(ARGV[6 + 6 * e]), ARGV[7 + 6 * e], ARGV[8 + 6 * e]
   local at = nil
   for k, entry in ipairs(entries) do
     if entry[2] == window then at = k end
   end
   local entry = at and entries[at]
-  if mode == 'd' then
+  if mode == 'h' then
+    local current = limit
+    if entry then current = math.min(current, entry[1]) end
+    local counted = redis.call('ZCOUNT', log, '(' .. (math.floor(now) - window), '+inf')
+    local more = current - counted - tonumber(ARGV[9 + 6 * e])
+    if more > 0 then
+      -- Counting until the reset (within the window): released at the reset less the window.
+      local score = string.format('%d', math.min(lapse, now_ms + window) - window)
+      local args = {}
+      for k = 1, more do
+        args[2 * k - 1] = score
+        args[2 * k] = string.format('held:%d:%d', now_ms, counted + k)
+      end
+      redis.call('ZADD', log, unpack(args))
+      vt_keep(log, math.min(lapse, now_ms + window) - now_ms + 1, now_ms)
+      held, lowered = held + more, true
+    end
+  elseif mode == 'd' then
     local current, since, count = limit, now_ms, 1
     if entry then
       current = math.min(current, entry[1])
@@ -122,7 +145,7 @@ if lowered and max_hold > 0 then
   end
 end
 
-local result = { changed and 1 or 0, pause_end }
+local result = { changed and 1 or 0, pause_end, held }
 for _, entry in ipairs(entries) do
   result[#result + 1] = entry[1]
   result[#result + 1] = entry[2]

@@ -296,10 +296,25 @@ export class MemoryStore implements Store {
     let changed = false;
     let lowered = false;
     const above = maxHoldMs > 0 ? bookedAheadAbove(now, maxHoldMs) : Infinity;
-    for (const { limit, windowMs, source, lapseMs, mode = 'set' } of entries) {
+    let held = 0;
+    for (const { limit, windowMs, source, lapseMs, mode = 'set', remaining = 0 } of entries) {
       const at = learned.findIndex((entry) => entry.windowMs === windowMs);
       const lapseAt = nowMs + lapseMs;
       const before = at >= 0 ? learned[at]! : undefined;
+      if (mode === 'hold') {
+        // As lua/learn.lua: the room the log leaves beyond what the vendor says remains is held until the reset.
+        const current = Math.min(limit, before?.limit ?? Infinity);
+        const counted = countInWindow(log.scores.length, (i) => log.scores[i]!, windowMs, Math.floor(now));
+        const more = current - counted - remaining;
+        if (more > 0) {
+          const score = Math.min(lapseAt, nowMs + windowMs) - windowMs;
+          for (let k = 1; k <= more; k++) insert(log, score, `held:${nowMs}:${counted + k}`);
+          log.expiresAt = Math.max(log.expiresAt, score + windowMs + 1);
+          held += more;
+          lowered = true;
+        }
+        continue;
+      }
       if (mode === 'down') {
         let current = limit;
         let since = nowMs;
@@ -370,7 +385,12 @@ export class MemoryStore implements Store {
       }
     }
     this.#keep(id, log);
-    return { changed, pausedUntil, learned: learned.map(({ limit, windowMs, source, lapseAt }) => ({ limit, windowMs, source, lapsesInMs: lapseAt - nowMs })) };
+    return {
+      changed,
+      pausedUntil,
+      held,
+      learned: learned.map(({ limit, windowMs, source, lapseAt }) => ({ limit, windowMs, source, lapsesInMs: lapseAt - nowMs })),
+    };
   }
 
   async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind = false): Promise<number> {

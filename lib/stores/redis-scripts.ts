@@ -105,13 +105,14 @@ export const replies = {
       learned,
     };
   },
-  /** learn.lua: CHANGED, PAUSED_UNTIL, then the learned limits in force. */
+  /** learn.lua: CHANGED, PAUSED_UNTIL, HELD, then the learned limits in force. */
   learn(reply: unknown) {
-    const values = list('learn', reply, 2);
+    const values = list('learn', reply, 3);
     return {
       changed: number('learn', values[0]) === 1,
       pausedUntil: number('learn', values[1]),
-      learned: learnedOf('learn', reply, [values.length - 2, ...values.slice(2)], 4),
+      held: number('learn', values[2]),
+      learned: learnedOf('learn', reply, [values.length - 3, ...values.slice(3)], 4),
     };
   },
   /** pause.lua: the end of the pause in force (store clock ms). */

@@ -347,7 +347,14 @@ export class RedisStore implements Store {
       maxHoldMs,
       names.pauses(namespace),
       entries.length,
-      ...entries.flatMap((entry) => [entry.limit, entry.windowMs, Math.ceil(entry.lapseMs), sourceLetter(entry.source), (entry.mode ?? 'set')[0]!]),
+      ...entries.flatMap((entry) => [
+        entry.limit,
+        entry.windowMs,
+        Math.ceil(entry.lapseMs),
+        sourceLetter(entry.source),
+        (entry.mode ?? 'set')[0]!,
+        entry.remaining ?? 0,
+      ]),
     ];
     const result = replies.learn(await this.#driver.run(scripts.learn.name, [meta, log, ...names.kept(namespace)], args));
     if (result.pausedUntil > 0) this.#pauses.heard(namespace, key, result.pausedUntil);
