@@ -8,7 +8,7 @@ import type { KeyUsage, LimitOptions, LimitResult, ThrottleEvents } from './opti
 import { describe, MAX_WINDOW_MS } from './rules.js';
 import { grantOf, type Slots } from './completions.js';
 import { withRemaining, type Store } from './store.js';
-import { lessonsOf } from './learning.js';
+import { lessonsOf, type LearnEntry } from './learning.js';
 import { readPublishedLimits, readVendorSignal, type HeaderSource } from './vendor-signals.js';
 import type { Lines } from './waiting.js';
 
@@ -96,30 +96,34 @@ export class KeyOps {
     const report = (message: string): void => this.#c.notify('debug', { message: `learn(): ${message}`, key: call.key });
     const published = lessonsOf(readPublishedLimits(response.headers, report), call.rules, call.retainMs, learnedForMs, report);
     const now = performance.now();
-    const lessons = published.filter((entry) => entry.mode !== 'hold');
+    const sets = published.filter((entry) => entry.mode !== 'hold');
     const holds = published.filter((entry) => entry.mode === 'hold');
+    const lessons: LearnEntry[] = [];
+    if (sets.length > 0) {
+      // The same published limits are not sent again for a while.
+      const lesson = sets.map((entry) => `${entry.source}:${entry.windowMs}:${entry.limit}`).join(',');
+      const last = this.#taught.get(call.encoded);
+      if (last === undefined || last.lesson !== lesson || now - last.at >= Math.min(learnedForMs / 4, TEACH_AGAIN_MS)) {
+        lessons.push(...sets);
+        remember(this.#taught, call.encoded, { lesson, at: now });
+      }
+    }
     const heldAt = this.#holds.get(call.encoded);
-    const holdNow = holds.length > 0 && (heldAt === undefined || now - heldAt >= Math.min(...holds.map((entry) => entry.windowMs)) / 5);
-    if (published.length === 0) {
-      // A vendor that publishes nothing teaches by its refusals, on the key's shortest window.
-      const shortest = call.rules.filter((rule) => rule.windowMs > 0).sort((a, b) => a.windowMs - b.windowMs)[0];
-      if (shortest === undefined) return;
+    if (holds.length > 0 && (heldAt === undefined || now - heldAt >= Math.min(...holds.map((entry) => entry.windowMs)) / 5)) {
+      lessons.push(...holds);
+      remember(this.#holds, call.encoded, now);
+    }
+    // Refusals teach the key's shortest rule, unless a published limit lowers it: a vendor that
+    // publishes nothing, or its configured limit while refusing (other calls count on the account).
+    const shortest = call.rules.filter((rule) => rule.windowMs > 0).sort((a, b) => a.windowMs - b.windowMs)[0];
+    if (shortest !== undefined && !sets.some((entry) => entry.windowMs === shortest.windowMs && entry.limit > 0)) {
       const { refused } = readVendorSignal({ status: response.status, headers: response.headers, flagged: response.flagged === true });
       const probedAt = this.#probes.get(call.encoded);
-      if (!refused && (probedAt === undefined || now - probedAt < shortest.windowMs)) return;
-      const mode = refused ? 'down' : 'up';
-      lessons.push({ mode, source: 'refusals', limit: shortest.limit, windowMs: shortest.windowMs, lapseMs: learnedForMs });
-    } else {
-      const lesson = lessons.map((entry) => `${entry.source}:${entry.windowMs}:${entry.limit}`).join(',');
-      const last = this.#taught.get(call.encoded);
-      if (last !== undefined && last.lesson === lesson && now - last.at < Math.min(learnedForMs / 4, TEACH_AGAIN_MS)) lessons.length = 0;
-      else if (lessons.length > 0) remember(this.#taught, call.encoded, { lesson, at: now });
-      if (holdNow) {
-        lessons.push(...holds);
-        remember(this.#holds, call.encoded, now);
-      }
-      if (lessons.length === 0) return;
+      const entry = { source: 'refusals' as const, limit: shortest.limit, windowMs: shortest.windowMs, lapseMs: learnedForMs };
+      if (refused) lessons.push({ ...entry, mode: 'down' });
+      else if (probedAt !== undefined && now - probedAt >= shortest.windowMs) lessons.push({ ...entry, mode: 'up' });
     }
+    if (lessons.length === 0) return;
     let result;
     try {
       result = await store.learn(this.#c.name, call.encoded, lessons, this.#c.maxHoldMs);
@@ -129,7 +133,7 @@ export class KeyOps {
     }
     if (result.learned.some((entry) => entry.source === 'refusals')) {
       // A probe goes up a window after the last change, or the last probe (another process's may have gone up meanwhile).
-      if (result.changed || lessons[0]!.mode === 'up' || !this.#probes.has(call.encoded)) remember(this.#probes, call.encoded, now);
+      if (result.changed || lessons.some((entry) => entry.mode === 'up') || !this.#probes.has(call.encoded)) remember(this.#probes, call.encoded, now);
     } else {
       this.#probes.delete(call.encoded);
     }

@@ -149,6 +149,16 @@ for (const [name, make] of stores) {
       expect(await startsUntilRefused(a, 'u1')).to.equal(10);
     });
 
+    it('learns from a refusal while the vendor publishes the configured limit (other calls count on the account), not while it publishes a lower one', async () => {
+      const { a, b } = pair();
+      for (let i = 0; i < 6; i++) await a.schedule('u1', async () => undefined);
+      await a.learn('u1', { status: 429, headers: { 'x-ratelimit-limit': '10', 'x-ratelimit-remaining': '0', 'retry-after': '1' } });
+      expect((await b.inspect('u1')).learned.map(({ limit, source }) => ({ limit, source }))).to.deep.equal([{ limit: 5, source: 'refusals' }]);
+      // A published limit below the rule says more than a refusal: it is what is learned.
+      await b.learn('u2', { status: 429, headers: { 'ratelimit-policy': '"d";q=4;w=1', 'retry-after': '1' } });
+      expect((await a.inspect('u2')).learned.map(({ limit, source }) => ({ limit, source }))).to.deep.equal([{ limit: 4, source: 'policy' }]);
+    });
+
     it('rejects a response that is not one, with a ThrottleConfigError, and learns nothing', async () => {
       const { a } = pair();
       for (const response of [null, 42, { status: 200 }, { status: 200, headers: 'x' }]) {

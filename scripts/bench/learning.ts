@@ -6,8 +6,9 @@
  * through `throttle.axios()` with 5 retries. Per way the vendor speaks: requests refused, whether
  * every call ended 200, and the last arrival against the ideal at the real limit
  * (`(ceil(48 / 6) − 1)` s after the first). Then: a process that starts after the limit was
- * learned; a vendor that raises its limit back to the configured one; a silent vendor at the
- * configured limit (calls over it answered 200 and dropped).
+ * learned; a vendor that raises its limit back to the configured one; another client on the same
+ * account taking 4 of a vendor's 10 a second (`X-RateLimit-Remaining`), with a throttle told the
+ * vendor's 10/s; a silent vendor at the configured limit (calls over it answered 200 and dropped).
  *
  *     npx tsx scripts/bench/learning.ts [--runs=1]
  *
@@ -42,7 +43,8 @@ interface Vendor {
   close(): Promise<void>;
 }
 
-async function startVendor(speech: Speech, limit: number): Promise<Vendor> {
+/** `others`: calls of another client the vendor counts in every second (spread evenly over it). */
+async function startVendor(speech: Speech, limit: number, others = 0): Promise<Vendor> {
   const performed: number[] = [];
   const refused: number[] = [];
   const vendor: Vendor = {
@@ -57,8 +59,9 @@ async function startVendor(speech: Speech, limit: number): Promise<Vendor> {
     req.resume();
     const at = performance.now();
     const recent = performed.filter((time) => time > at - 1_000);
-    const over = recent.length >= vendor.limit;
-    const remaining = Math.max(0, vendor.limit - recent.length - (over ? 0 : 1));
+    const used = recent.length + others;
+    const over = used >= vendor.limit;
+    const remaining = Math.max(0, vendor.limit - used - (over ? 0 : 1));
     const resetS = recent.length === 0 ? 1 : Math.max(1, Math.ceil((recent[0]! + 1_000 - at) / 1_000));
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (speech === 'policy') {
@@ -122,8 +125,8 @@ interface Outcome {
   readonly dropped: number;
 }
 
-async function burst(redis: RedisServer, speech: Speech, learn: boolean, run: string, vendorLimit = REAL): Promise<Outcome> {
-  const vendor = await startVendor(speech, vendorLimit);
+async function burst(redis: RedisServer, speech: Speech, learn: boolean, run: string, vendorLimit = REAL, others = 0): Promise<Outcome> {
+  const vendor = await startVendor(speech, vendorLimit, others);
   const processes = Array.from({ length: PROCESSES }, () => startProcess(redis, `learn-${run}`, vendor, learn));
   try {
     const statuses = (await Promise.all(processes.map((process) => process.send(CALLS)))).flat();
@@ -232,6 +235,13 @@ if (settings) {
           `| the vendor raises its limit to ${CONFIGURED}/s (${speech === 'policy' ? 'published' : '429 only'}) | – | calls per window after the raise: ${raised.windows.join(', ')}; the last three full windows ${raised.paceAfter.toFixed(1)}/s (${((raised.paceAfter / CONFIGURED) * 100).toFixed(0)} % of ${CONFIGURED}/s) |`,
         );
       }
+      const sharedOff = await burst(redis, 'x-ratelimit', false, `shared-off-${run}`, CONFIGURED, 4);
+      const sharedOn = await burst(redis, 'x-ratelimit', true, `shared-on-${run}`, CONFIGURED, 4);
+      const shared = (outcome: Outcome): string =>
+        `${outcome.refused} of ${outcome.requests} refused${outcome.allOk ? '' : ' (not every call 200)'}, ${(outcome.spanMs / 1_000).toFixed(2)} s = ${(outcome.spanMs / idealMs(PROCESSES * CALLS, CONFIGURED - 4)).toFixed(2)}× the ideal`;
+      console.log(
+        `| another client takes 4 of the vendor's ${CONFIGURED}/s (\`X-RateLimit-*\`), the throttle told ${CONFIGURED}/s; ideal at the 6/s left | ${shared(sharedOff)} | ${shared(sharedOn)} |`,
+      );
       const silentOff = await burst(redis, 'silent', false, `silent-off-${run}`, CONFIGURED);
       const silentOn = await burst(redis, 'silent', true, `silent-on-${run}`, CONFIGURED);
       console.log(
