@@ -734,10 +734,13 @@ for (const { name, before: connect, make } of subjects) {
         ],
         0,
       );
+      const firstAt = performance.now();
       for (let i = 0; i < 3; i++) expect((await store.reserve(request({ rules, retainMs: 2_000 }))).status).to.equal('booked');
       const fourth = await store.reserve(request({ rules, retainMs: 2_000, maxDelayMs: 0 }));
+      // The first call read the store's clock after firstAt, the fourth before now.
+      const apart = Math.ceil(performance.now() - firstAt);
       expect(fourth).to.deep.include({ status: 'refused', ruleIndex: LEARNED });
-      expect(fourth.waitMs).to.be.within(900, 1_000);
+      expect(fourth.waitMs).to.be.within(1_000 - apart, 1_000);
       const usage = await store.inspect('ns', 'k', rules);
       expect(usage.rules.map(({ limit, windowMs, used }) => ({ limit, windowMs, used }))).to.deep.equal([
         { limit: 5, windowMs: 200, used: 3 },
@@ -811,6 +814,7 @@ for (const { name, before: connect, make } of subjects) {
       for (let i = 0; i < 2; i++) expect((await store.reserve(request({ rules }))).status).to.equal('booked');
       const hold = { mode: 'hold' as const, source: 'limit' as const, limit: 10, windowMs: 1_000, remaining: 3, lapseMs: 800 };
       // The vendor counted 7 (another client's 5 besides these 2): 5 held.
+      const heldAt = performance.now();
       const result = await store.learn('ns', 'k', [hold], 0);
       expect(result).to.deep.include({ held: 5, changed: false, pausedUntil: 0 });
       expect(result.learned).to.deep.equal([]);
@@ -820,9 +824,15 @@ for (const { name, before: connect, make } of subjects) {
       const other = peer?.() ?? store;
       for (let i = 0; i < 3; i++) expect((await other.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('booked');
       const refused = await store.reserve(request({ rules, maxDelayMs: 0 }));
+      // The hold read the store's clock after heldAt, the refusal before now: at most this much apart.
+      const apart = Math.ceil(performance.now() - heldAt);
       expect(refused.status).to.equal('refused');
-      // The held slots stop counting at the vendor's reset, before the calls made here.
-      expect(refused.waitMs).to.be.within(750, 800);
+      // The held slots stop counting at the vendor's reset (800 ms after the hold), before the calls made here (1 s).
+      expect(refused.waitMs).to.be.within(800 - apart, 800);
+      // A large limit holds in one step too.
+      const large = await store.learn('ns', 'large', [{ ...hold, limit: 5_000, windowMs: 60_000, remaining: 0, lapseMs: 60_000 }], 0);
+      expect(large.held).to.equal(5_000);
+      expect((await store.inspect('ns', 'large', [{ limit: 5_000, windowMs: 60_000 }])).rules[0]).to.deep.include({ used: 5_000 });
     });
 
     it('takes slots booked ahead under a limit learned lower out of the log, and pauses the key until the last of them would have started', async () => {

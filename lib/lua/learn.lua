@@ -66,12 +66,15 @@ for e = 0, n - 1 do
     if more > 0 then
       -- Counting until the reset (within the window): released at the reset less the window.
       local score = string.format('%d', math.min(lapse, now_ms + window) - window)
-      local args = {}
-      for k = 1, more do
-        args[2 * k - 1] = score
-        args[2 * k] = string.format('held:%d:%d', now_ms, counted + k)
+      -- In chunks: unpack() takes a few thousand values at most, and a limit may be large.
+      for from = 1, more, 1000 do
+        local args = {}
+        for k = from, math.min(more, from + 999) do
+          args[#args + 1] = score
+          args[#args + 1] = string.format('held:%d:%d', now_ms, counted + k)
+        end
+        redis.call('ZADD', log, unpack(args))
       end
-      redis.call('ZADD', log, unpack(args))
       vt_keep(log, math.min(lapse, now_ms + window) - now_ms + 1, now_ms)
       held, lowered = held + more, true
     end
