@@ -308,6 +308,23 @@ describe('learning while calls are booked ahead (RedisStore)', function () {
     });
   }
 
+  it('keeps what a key learned when the throttle that learned it closes (its keys tidied)', async () => {
+    const prefix = uniquePrefix();
+    const client = redisClient();
+    const throttle = new Throttle({ name: 'acme', rules: ['10/s'], store: redisStore(redisClient(), { prefix }) });
+    try {
+      await throttle.schedule('k', async () => undefined);
+      await throttle.learn('k', policy('"d";q=6;w=1'));
+    } finally {
+      await throttle.close();
+    }
+    const meta = keyNames(prefix, 'acme', encodeKey('k')).meta;
+    expect(await client.hget(meta, 'l')).to.match(/^6:1000:/);
+    // It lives until the lesson lapses (15 min), not a window after the last call.
+    expect(await client.pttl(meta)).to.be.above(800_000);
+    client.disconnect();
+  });
+
   it('keeps a learned limit of another window when a bucketed rule set folds its log', async () => {
     for (const store of [new MemoryStore(), redisStore(redisClient(), { prefix: uniquePrefix() })]) {
       // 1000/h is bucketed (above bucketAbove): its log folds down to the 100 ms rule's window.
