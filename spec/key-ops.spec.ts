@@ -5,28 +5,12 @@
  * errors.
  */
 import { expect } from 'chai';
-import { MemoryStore, RateLimitedError, Throttle, ThrottleConfigError, type Store, type ThrottleOptions } from '../lib/index.js';
-import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
+import { RateLimitedError, Throttle, ThrottleConfigError, type ThrottleOptions } from '../lib/index.js';
+import { STORE_PAIRS } from './support/throttles.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-const stores: Array<[string, () => { one: Store; other: Store }]> = [
-  [
-    'MemoryStore',
-    () => {
-      const store = new MemoryStore();
-      return { one: store, other: store };
-    },
-  ],
-  [
-    'RedisStore',
-    () => {
-      const prefix = uniquePrefix();
-      // Two clients: two processes.
-      return { one: redisStore(redisClient(), { prefix }), other: redisStore(redisClient(), { prefix }) };
-    },
-  ],
-];
+const stores = STORE_PAIRS;
 
 for (const [name, make] of stores) {
   describe(`inspect(), reset() and limit() on a ${name}`, function () {

@@ -5,30 +5,15 @@
  * apply are said in `debug` events and change nothing.
  */
 import { expect } from 'chai';
-import { MemoryStore, RateLimitedError, Throttle, type Store, type ThrottleOptions } from '../lib/index.js';
+import { MemoryStore, RateLimitedError, Throttle, type ThrottleOptions } from '../lib/index.js';
 import { lessonsOf } from '../lib/learning.js';
 import { readPublishedLimits } from '../lib/vendor-signals.js';
 import { encodeKey, keyNames } from '../lib/keys.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
+import { STORE_PAIRS } from './support/throttles.js';
 import { startHttpVendor, type Respond, type Vendor } from './support/http-vendor.js';
 
-const stores: Array<[string, () => { one: Store; other: Store }]> = [
-  [
-    'MemoryStore',
-    () => {
-      const store = new MemoryStore();
-      return { one: store, other: store };
-    },
-  ],
-  [
-    'RedisStore',
-    () => {
-      const prefix = uniquePrefix();
-      // Two clients: two processes.
-      return { one: redisStore(redisClient(), { prefix }), other: redisStore(redisClient(), { prefix }) };
-    },
-  ],
-];
+const stores = STORE_PAIRS;
 
 const policy = (text: string) => ({ status: 200, headers: { 'ratelimit-policy': text } });
 

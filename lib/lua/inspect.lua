@@ -84,11 +84,6 @@ for r = 0, count - 1 do
   result[9 + 3 * r] = limit
 end
 result[#result + 1] = #learned
-for _, entry in ipairs(learned) do
-  result[#result + 1] = entry[1]
-  result[#result + 1] = entry[2]
-  result[#result + 1] = entry[3] - now_ms
-  result[#result + 1] = entry[4]
-end
+vt_learned_reply(learned, now_ms, result)
 if start_at > now then result[2] = math.ceil(start_at - now) end
 return result

@@ -149,10 +149,5 @@ if lowered and max_hold > 0 then
 end
 
 local result = { changed and 1 or 0, pause_end, held }
-for _, entry in ipairs(entries) do
-  result[#result + 1] = entry[1]
-  result[#result + 1] = entry[2]
-  result[#result + 1] = entry[3] - now_ms
-  result[#result + 1] = entry[4]
-end
+vt_learned_reply(entries, now_ms, result)
 return result

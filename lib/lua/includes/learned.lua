@@ -28,6 +28,17 @@ local function vt_learned_format(entries)
   return table.concat(parts, ',')
 end
 
+-- Appends ENTRIES to OUT as a reply reads them (lib/stores/redis-scripts.ts): LIMIT, WINDOW,
+-- LAPSE_IN_MS (from NOW_MS), SOURCE each.
+local function vt_learned_reply(entries, now_ms, out)
+  for _, entry in ipairs(entries) do
+    out[#out + 1] = entry[1]
+    out[#out + 1] = entry[2]
+    out[#out + 1] = entry[3] - now_ms
+    out[#out + 1] = entry[4]
+  end
+end
+
 -- SET (a rule set of lua/batch.lua) with the learned limits of TEXT applied at NOW, or SET itself
 -- when none applies. The copy shares everything else with SET; its rules past CONFIG_COUNT are
 -- learned ones (a decision they bind answers VT_RULE_LEARNED).
