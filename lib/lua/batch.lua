@@ -14,7 +14,7 @@
   ARGV[4]  GRACE    ms a key is held once found to have lost data (includes/check.lua)
   ARGV[5]  FIELDS   everything else, as one MessagePack array of numbers, A below (unpacked in C:
                     far cheaper than hundreds of arguments, or a text to split; packNumbers in
-                    lib/stores/redis-batch.ts). A member's NUMBER (FIRST), a witness's SCORE and a
+                    lib/stores/resp.ts). A member's NUMBER (FIRST), a witness's SCORE and a
                     completion's RELEASE_AT come as text, their digits, when whole and >= 0 (else
                     as numbers): the script hands them to Redis as they come, where a Lua number
                     would be formatted (%.17g) on every use:
