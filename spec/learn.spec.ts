@@ -9,7 +9,8 @@ import { MemoryStore, RateLimitedError, Throttle, type ThrottleOptions } from '.
 import { lessonsOf } from '../lib/learning.js';
 import { readPublishedLimits } from '../lib/vendor-signals.js';
 import { encodeKey, keyNames } from '../lib/keys.js';
-import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
+import { redisClient, redisServer, redisStore, uniquePrefix } from './support/hooks.js';
+import { spawnWorkers } from './support/worker.js';
 import { STORE_PAIRS } from './support/throttles.js';
 import { startHttpVendor, type Respond, type Vendor } from './support/http-vendor.js';
 
@@ -294,6 +295,36 @@ describe('learning through the adapters (a loud vendor)', function () {
     // tenth a window at most (one refusal each), where a throttle that does not learn goes over every window.
     expect(learning.refused).to.be.below(off.refused);
     expect(learning.refused).to.be.at.most(6 + 3);
+  });
+});
+
+describe('learning across processes (real processes, RedisStore)', function () {
+  this.timeout(40_000);
+
+  it('what one process learned from the vendor paces a process started after it: refused nothing', async () => {
+    const accepted: number[] = [];
+    // 3 a second per user, RateLimit-Policy on every answer, 429 above it.
+    const vendor = await startHttpVendor((arrival) => {
+      const headers = { 'ratelimit-policy': '"default";q=3;w=1' };
+      if (arrival.path.startsWith('/healthz')) return { status: 200, headers };
+      if (accepted.filter((at) => at > arrival.at - 1_000).length >= 3) return { status: 429, headers: { ...headers, 'retry-after': '1' } };
+      accepted.push(arrival.at);
+      return { status: 200, headers };
+    });
+    try {
+      const config = { redisUrl: redisServer().url, vendorUrl: vendor.url, rules: '5/s' as const, keys: ['u1'], calls: 4, prefix: uniquePrefix(), learn: true };
+      const [first] = await spawnWorkers([config]);
+      const refusedFirst = vendor.arrivals.filter((arrival) => arrival.user === 'u1').length - accepted.length;
+      expect(first!.errors.length).to.equal(refusedFirst);
+      const [late] = await spawnWorkers([{ ...config, calls: 6 }]);
+      expect(late!.errors).to.deep.equal([]);
+      expect(vendor.arrivals.filter((arrival) => arrival.user === 'u1').length - accepted.length).to.equal(refusedFirst);
+      // The later process's six went at the vendor's 3 a second: the fourth a second after the first.
+      const starts = late!.starts.map((at) => at!).sort((a, b) => a - b);
+      expect(starts[3]! - starts[0]!).to.be.at.least(999);
+    } finally {
+      await vendor.close();
+    }
   });
 });
 
