@@ -4,7 +4,7 @@ import { compileRules, type RuleSource } from './rule-source.js';
 import { describe, MAX_WINDOW_MS, type RuleInput } from './rules.js';
 import type { LearnedLimit } from './learning.js';
 import type { RuleUsage, Store, StoreNotice } from './store.js';
-import { checkBoolean, checkCount, checkDelay, checkKnown, checkWhole } from './validate.js';
+import { checkBoolean, checkCount, checkDelay, checkFunction, checkKnown, checkWhole } from './validate.js';
 
 /**
  * What a call does when its slot is not free yet.
@@ -121,6 +121,19 @@ export interface ThrottleOptions {
    * @default 1
    */
   readonly learnedFloor?: number;
+  /**
+   * OpenTelemetry spans and metrics of this throttle's calls, while a tracer or meter provider is
+   * registered through `@opentelemetry/api` (docs/metrics.md). Without a provider nothing is
+   * loaded or recorded; `false` turns it off with one.
+   * @default true
+   */
+  readonly telemetry?: boolean;
+  /**
+   * The `vendor_throttle.key` attribute of a call's span: a label for its key that is safe to
+   * export (a tenant's plan, a hash), or `undefined` for none. Without it, spans carry no key: a
+   * key may be a customer's id.
+   */
+  readonly keyLabel?: (key: string) => string | undefined;
 }
 
 export interface ScheduleOptions {
@@ -154,6 +167,8 @@ export const THROTTLE_OPTIONS = [
   'learnedForMs',
   'learnAboveRules',
   'learnedFloor',
+  'telemetry',
+  'keyLabel',
 ] as const satisfies ReadonlyArray<keyof ThrottleOptions>;
 
 /** Options of `limit(key, options)`. */
@@ -296,6 +311,8 @@ export interface ThrottleSettings {
   readonly learnedForMs: number;
   readonly learnAboveRules: boolean;
   readonly learnedFloor: number;
+  readonly telemetry: boolean;
+  readonly keyLabel: ((key: string) => string | undefined) | undefined;
 }
 
 const POLICIES: readonly StoreErrorPolicy[] = ['fail', 'wait', 'local'];
@@ -354,6 +371,8 @@ export function throttleSettings(options: ThrottleOptions): ThrottleSettings {
     learnedForMs: checkWhole('learnedForMs', options.learnedForMs ?? 900_000, 1_000, MAX_WINDOW_MS),
     learnAboveRules: checkBoolean('learnAboveRules', options.learnAboveRules ?? false),
     learnedFloor: checkWhole('learnedFloor', options.learnedFloor ?? 1, 1),
+    telemetry: checkBoolean('telemetry', options.telemetry ?? true),
+    keyLabel: checkFunction('keyLabel', options.keyLabel),
   };
 }
 

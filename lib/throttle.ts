@@ -28,6 +28,7 @@ import {
 } from './options.js';
 import { Refusals } from './refusals.js';
 import { describe } from './rules.js';
+import { Telemetry, telemetryReady, type CallTrace } from './telemetry.js';
 import { sleep, withTimeout } from './time.js';
 import { MemoryStore } from './stores/memory-store.js';
 import type { Store } from './store.js';
@@ -70,6 +71,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #activity = new Activity();
   readonly #refusals = new Refusals();
   readonly #keyOps: KeyOps;
+  /** OpenTelemetry spans and metrics, while a provider is registered (none with `telemetry: false`). */
+  readonly #telemetry: Telemetry | undefined;
   /** Stops listening to the store's notices. */
   readonly #unwatch: (() => void) | undefined;
   #closed: Promise<void> | undefined;
@@ -136,8 +139,10 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       events: this.#events,
     });
     this.#unwatch = this.store.watch?.((notice) => this.#notify('storeWarning', notice));
+    this.#telemetry = settings.telemetry ? new Telemetry({ name: this.name, maxHoldMs: this.#maxHoldMs, keyLabel: settings.keyLabel }) : undefined;
     registerInternals(this, {
       notify: (event, ...args) => this.#notify(event, ...args),
+      schedule: (key, fn, options, retry, then) => this.#schedule(key, fn, options, retry, then),
       // A place in the key's line of jobs delayed outside the throttle (lib/adapters/bullmq.ts).
       lineUp: (key, fromMs, { holdMs = 0, cost = 1, behind = false } = {}) => this.#keyOps.lineUp(key, fromMs, holdMs, cost, behind),
       shortestWindow: (key) => this.#keyOps.shortestWindow(key),
@@ -166,7 +171,22 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * `ThrottleConfigError` (a bad key, fn or options, cost above a limit); with
    * `CallTimeoutError` when `fn` outlasts `timeoutMs` (its slot keeps counting to its bound).
    */
-  async schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>> {
+  schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>> {
+    return this.#schedule(key, fn, options, false, undefined);
+  }
+
+  /**
+   * `schedule()`, and for the HTTP adapters: `retry` (a request sent again after the vendor refused
+   * it), and `then`, what the adapter does with `fn`'s value (reads the vendor's answer, learns,
+   * pauses) within the call's span, once its completion is written.
+   */
+  async #schedule<T, U = Awaited<T>>(
+    key: KeysInput,
+    fn: () => T | PromiseLike<T>,
+    options: ScheduleOptions | undefined,
+    retry: boolean,
+    then: ((value: Awaited<T>) => Promise<U>) | undefined,
+  ): Promise<U> {
     if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`);
     this.#activity.entered();
     try {
@@ -176,6 +196,13 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       if (call.also.length > 0 && !this.store.multiKey)
         throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
       const life = this.#listened() ? new CallLife(this.#events, call) : undefined;
+      let trace: CallTrace | undefined;
+      if (this.#telemetry !== undefined) {
+        // The OpenTelemetry API is loaded once a provider is registered: the first calls wait for it.
+        const loading = telemetryReady();
+        if (loading !== undefined) await loading;
+        trace = this.#telemetry.begin(call.key, call.cost, retry);
+      }
       let grant: Grant;
       try {
         grant = await this.#book(call);
@@ -184,22 +211,50 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         if (this.#lateBy(grant) > this.#maxHoldMs / 2 || !this.#mayStart(grant)) grant = await this.#rebook(call, grant);
       } catch (error) {
         life?.notStarted(error);
+        trace?.notStarted(error);
         throw error;
       }
       life?.started();
+      trace?.started(grant.result.waitMs > 0 ? reasonOf(call, grant.result) : undefined);
       this.#activity.started();
       try {
+        if (trace !== undefined) return await trace.run(() => this.#traced(call, grant, fn, life, trace, then));
         const value = await this.#run(call, grant, fn);
         life?.ran(value);
-        return value;
+        return then === undefined ? (value as U) : await then(value);
       } catch (error) {
-        life?.threw(error);
+        if (trace === undefined) life?.threw(error);
         throw error;
       } finally {
         this.#activity.ran();
       }
     } finally {
       this.#activity.left();
+    }
+  }
+
+  /** A call's run in its span: `then` (an adapter's reading of the answer) before the span ends. */
+  async #traced<T, U>(
+    call: Call,
+    grant: Grant,
+    fn: () => T | PromiseLike<T>,
+    life: CallLife | undefined,
+    trace: CallTrace,
+    then: ((value: Awaited<T>) => Promise<U>) | undefined,
+  ): Promise<U> {
+    let value: Awaited<T>;
+    try {
+      value = await this.#run(call, grant, fn);
+    } catch (error) {
+      life?.threw(error);
+      trace.threw(error);
+      throw error;
+    }
+    life?.ran(value);
+    try {
+      return then === undefined ? (value as U) : await then(value);
+    } finally {
+      trace.ran(value);
     }
   }
 
@@ -297,6 +352,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * I/O event is. The listeners after the one that threw do not run, as with `emit()`.
    */
   #notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void {
+    this.#telemetry?.heard(event, args[0]);
     if (this.listenerCount(event) === 0) return;
     try {
       (this.emit as (event: E, ...args: ThrottleEvents[E]) => boolean)(event, ...args);
@@ -321,6 +377,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     const closed = new ThrottleClosedError();
     this.#closing.abort(closed);
     this.#unwatch?.();
+    this.#telemetry?.close();
     const { lines, listed } = this.#lines.drain();
     // Asks under way answer first: slots booked for calls just rejected are given back. This
     // process leaves the waiting lists it may be on, so that the next process is woken.

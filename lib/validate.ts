@@ -22,6 +22,12 @@ export function checkBoolean(what: string, value: unknown): boolean {
   return value;
 }
 
+/** An optional function: `undefined`, or a function. */
+export function checkFunction<F extends (...args: never[]) => unknown>(what: string, value: F | undefined): F | undefined {
+  if (value !== undefined && typeof value !== 'function') throw new ThrottleConfigError(`Expected ${what} to be a function, got ${describe(value)}`);
+  return value;
+}
+
 export function checkCount(what: string, value: unknown, min = 1): number {
   if (value === Infinity) return value;
   return checkWhole(what, value, min);

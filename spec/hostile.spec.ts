@@ -116,6 +116,8 @@ const validOptions = fc.record(
     learnedForMs: fc.integer({ min: 1_000, max: 3_600_000 }),
     learnAboveRules: fc.boolean(),
     learnedFloor: fc.integer({ min: 1, max: 100 }),
+    telemetry: fc.boolean(),
+    keyLabel: fc.constantFrom(undefined, (key: string) => key.slice(0, 1)),
   },
   { requiredKeys: ['rules'] },
 );
@@ -141,6 +143,8 @@ const hostileFields: { readonly [name in OptionName]: fc.Arbitrary<unknown> } = 
   learnedForMs: fc.oneof(oddNumber, jsonish),
   learnAboveRules: fc.oneof(fc.constantFrom(0, 1, 'true', 'false', ''), jsonish),
   learnedFloor: fc.oneof(oddNumber, jsonish),
+  telemetry: fc.oneof(fc.constantFrom(0, 1, 'true', 'false', ''), jsonish),
+  keyLabel: fc.oneof(fc.constantFrom('key', 0, {}), jsonish),
 };
 const hostileOptions = fc.record(hostileFields);
 

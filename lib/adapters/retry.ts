@@ -53,6 +53,14 @@ function checkMs(value: unknown, what: string, infinite: boolean): number {
   return value;
 }
 
+/** An attempt's outcome and what its answer said: refused, and the pause asked for. */
+interface Reaction<R> {
+  readonly outcome: Outcome<R>;
+  readonly answer: { readonly status: number; readonly headers: HeaderSource } | undefined;
+  readonly refused: boolean;
+  readonly pauseMs: number | undefined;
+}
+
 /** What one attempt gave: the client's value, or what it threw. */
 export type Outcome<R> = { readonly ok: true; readonly value: R } | { readonly ok: false; readonly error: unknown; readonly [CALL_FAILED]: unknown };
 
@@ -98,20 +106,10 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
       'debug',
       error === undefined ? { message: `${request.client}: ${message}`, key } : { message: `${request.client}: ${message}`, key, error },
     );
-  let last: Outcome<R> | undefined;
-  for (let attempt = 0; ; attempt++) {
-    let outcome: Outcome<R>;
-    try {
-      outcome = await throttle.schedule(request.key, () => attemptOnce(exchange, attempt), attempt === 0 ? request.schedule : retryOptions(request.schedule));
-    } catch (error) {
-      if (last === undefined || request.schedule.signal?.aborted) throw error;
-      debug(`retry ${attempt} was not sent (${error instanceof Error ? error.message : String(error)}); returning the vendor's last answer`, error);
-      return settle(last);
-    }
-    last = outcome;
+  /** What the attempt's answer says, read within the attempt's span (never throws). */
+  const react = async (outcome: Outcome<R>, attempt: number): Promise<Reaction<R>> => {
     const answer = exchange.answer(outcome);
-    if (answer === undefined) return settle(outcome);
-
+    if (answer === undefined) return { outcome, answer, refused: false, pauseMs: undefined };
     let flagged = false;
     if (settings.isThrottled !== undefined) {
       try {
@@ -122,12 +120,9 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
     }
     const signal = readVendorSignal({ status: answer.status, headers: answer.headers, flagged, report: (problem) => debug(problem) });
     if (settings.learn) {
-      const learning = throttle
-        .learn(first as KeyInput, { ...answer, flagged })
-        .catch((error: unknown) => debug('could not learn the vendor limits in the store', error));
-      // A refusal's lesson is in the store before the retry asks for its slot; any other answer
-      // comes back without waiting for it.
-      if (signal.refused) await learning;
+      // In the store before the answer comes back (and within the call's span): the next call, and
+      // a retry, count under what was learned. Most answers repeat a lesson and cost no round trip.
+      await throttle.learn(first as KeyInput, { ...answer, flagged }).catch((error: unknown) => debug('could not learn the vendor limits in the store', error));
     }
     let pauseMs = signal.pauseMs ?? (signal.refused ? settings.fallbackPauseMs * 2 ** attempt : undefined);
     if (pauseMs !== undefined && pauseMs > settings.maxPauseMs) {
@@ -141,7 +136,28 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
         debug('could not pause the key in the store', error);
       }
     }
-    if (!signal.refused) return settle(outcome);
+    return { outcome, answer, refused: signal.refused, pauseMs };
+  };
+  const internals = internalsOf(throttle);
+  let last: Outcome<R> | undefined;
+  for (let attempt = 0; ; attempt++) {
+    let reaction: Reaction<R>;
+    try {
+      reaction = await internals.schedule(
+        request.key,
+        () => attemptOnce(exchange, attempt),
+        attempt === 0 ? request.schedule : retryOptions(request.schedule),
+        attempt > 0,
+        (outcome) => react(outcome, attempt),
+      );
+    } catch (error) {
+      if (last === undefined || request.schedule.signal?.aborted) throw error;
+      debug(`retry ${attempt} was not sent (${error instanceof Error ? error.message : String(error)}); returning the vendor's last answer`, error);
+      return settle(last);
+    }
+    const { outcome, answer, refused, pauseMs } = reaction;
+    last = outcome;
+    if (answer === undefined || !refused) return settle(outcome);
     if (attempt >= request.retries) {
       debug(`refused by the vendor; no retries left (${request.retries})`);
       return settle(outcome);
@@ -155,7 +171,7 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
       return settle(outcome);
     }
     exchange.discard?.(outcome);
-    internalsOf(throttle).notify('retried', {
+    internals.notify('retried', {
       key,
       client: request.client,
       attempt: attempt + 1,

@@ -25,6 +25,18 @@ export interface LineUpOptions {
 export interface ThrottleInternals {
   /** Emits an event; a listener's error is thrown again on its own (a microtask), never into the caller. */
   notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void;
+  /**
+   * `schedule()`, with `then` (what the adapter does with the answer: never throws) run once the
+   * call's completion is written and before its span ends, and `retry`: a request sent again after
+   * the vendor refused it (a span attribute).
+   */
+  schedule<T, U>(
+    key: KeysInput,
+    fn: () => T | PromiseLike<T>,
+    options: ScheduleOptions | undefined,
+    retry: boolean,
+    then: (value: Awaited<T>) => Promise<U>,
+  ): Promise<U>;
   /** ms from now until a place in `key`'s line of delayed jobs, shared by every process (undefined with `behind`: no place). */
   lineUp(key: KeyInput, fromMs: number, options?: LineUpOptions): Promise<number | undefined>;
   /** The shortest window of `key`'s rules, ms (0 for a key under caps on calls in flight alone). */
