@@ -165,14 +165,14 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * `CallTimeoutError` when `fn` outlasts `timeoutMs` (its slot keeps counting to its bound).
    */
   async schedule<T>(key: KeysInput, fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>> {
-    if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`);
+    if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`, 'fn');
     this.#activity.entered();
     try {
       // Synchronous for fixed rules: awaited only when rules depend on the key.
       const prepared = prepareCall(this.#callDefaults, key, options);
       const call = prepared instanceof Promise ? await prepared : prepared;
       if (call.also.length > 0 && !this.store.multiKey)
-        throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
+        throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call', 'key');
       const life = this.#listened() ? new CallLife(this.#events, call) : undefined;
       let grant: Grant;
       try {

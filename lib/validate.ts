@@ -1,18 +1,26 @@
 import { ThrottleConfigError } from './errors.js';
 import { describe } from './rules.js';
 
-/** Validation at the library's boundary: every failure is a `ThrottleConfigError` that says what was expected. */
+/**
+ * Validation at the library's boundary: every failure is a `ThrottleConfigError` that says what was
+ * expected and names the argument (its `argument`).
+ */
+
+/** The argument a check's `what` names, its last word: `'axios option retries'` → `'retries'`, `'pause ms'` → `'ms'`. */
+export function argumentOf(what: string): string {
+  return what.slice(what.lastIndexOf(' ') + 1);
+}
 
 export function checkDelay(what: string, value: unknown): number {
   if (typeof value !== 'number' || Number.isNaN(value) || value < 0) {
-    throw new ThrottleConfigError(`Expected ${what} to be a number of ms from 0 up (Infinity allowed), got ${describe(value)}`);
+    throw new ThrottleConfigError(`Expected ${what} to be a number of ms from 0 up (Infinity allowed), got ${describe(value)}`, argumentOf(what));
   }
   return value;
 }
 
 export function checkWhole(what: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new ThrottleConfigError(`Expected ${what} to be a whole number from ${min} to ${max}, got ${describe(value)}`);
+    throw new ThrottleConfigError(`Expected ${what} to be a whole number from ${min} to ${max}, got ${describe(value)}`, argumentOf(what));
   }
   return value;
 }
@@ -30,7 +38,10 @@ export function checkKnown(what: string, options: object, known: readonly string
   for (const name of Object.keys(options)) {
     if (known.includes(name)) continue;
     const hint = closestName(name, known);
-    throw new ThrottleConfigError(`Unknown ${what} option '${name}'${hint === undefined ? '' : ` (did you mean '${hint}'?)`}; known: ${known.join(', ')}`);
+    throw new ThrottleConfigError(
+      `Unknown ${what} option '${name}'${hint === undefined ? '' : ` (did you mean '${hint}'?)`}; known: ${known.join(', ')}`,
+      name,
+    );
   }
 }
 
