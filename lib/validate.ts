@@ -31,18 +31,66 @@ export function checkCount(what: string, value: unknown, min = 1): number {
 }
 
 /**
+ * Names users write for an option of the library, by what they mean: tried before spelling, so that
+ * `maxWaitMs` is answered `maxDelayMs`, not `maxHoldMs` (the closer by spelling). Keys are
+ * compared as {@link suggestName} compares names; a target the receiver does not take is skipped.
+ */
+export const OPTION_SYNONYMS: Readonly<Record<string, string>> = {
+  maxWait: 'maxDelayMs',
+  maxWaitMs: 'maxDelayMs',
+  wait: 'maxDelayMs',
+  waitMs: 'maxDelayMs',
+  deadline: 'maxDelayMs',
+  timeout: 'timeoutMs',
+  limit: 'rules',
+  limits: 'rules',
+  rate: 'rules',
+  rateLimit: 'rules',
+  rule: 'rules',
+  namespace: 'name',
+  maxRetries: 'retries',
+  retry: 'retries',
+  attempts: 'retries',
+  retryDelay: 'fallbackPauseMs',
+  retryDelayMs: 'fallbackPauseMs',
+  backoff: 'fallbackPauseMs',
+  backoffMs: 'fallbackPauseMs',
+  weight: 'cost',
+};
+
+/**
  * Refuses option names the receiver does not know (a typo such as `maxDelay` for `maxDelayMs` would
- * otherwise be ignored), naming the closest known one.
+ * otherwise be ignored), naming the one meant: by {@link OPTION_SYNONYMS}, else the closest by spelling.
  */
 export function checkKnown(what: string, options: object, known: readonly string[]): void {
   for (const name of Object.keys(options)) {
     if (known.includes(name)) continue;
-    const hint = closestName(name, known);
+    const hint = suggestName(name, known, OPTION_SYNONYMS);
     throw new ThrottleConfigError(
       `Unknown ${what} option '${name}'${hint === undefined ? '' : ` (did you mean '${hint}'?)`}; known: ${known.join(', ')}`,
       name,
     );
   }
+}
+
+/**
+ * The known name meant by `name`, if any: the same name in another spelling (case, `-` and `_` set
+ * aside: `--maxDelayMs` is `--max-delay-ms`), else the one `synonyms` gives it (by meaning), else the
+ * closest by spelling ({@link closestName}).
+ */
+export function suggestName(name: string, known: readonly string[], synonyms: Readonly<Record<string, string>> = {}): string | undefined {
+  const bare = plain(name);
+  const same = known.find((candidate) => plain(candidate) === bare);
+  if (same !== undefined) return same;
+  for (const [synonym, meant] of Object.entries(synonyms)) {
+    if (plain(synonym) === bare && known.includes(meant)) return meant;
+  }
+  return closestName(name, known);
+}
+
+/** A name without leading dashes, case, `-` and `_`. */
+function plain(name: string): string {
+  return name.replace(/^-+/, '').replace(/[-_]/g, '').toLowerCase();
 }
 
 /** The known name closest to `name`, when it is close enough to be the one meant. */
