@@ -130,7 +130,7 @@ export const RENAMED_RUN_FLAGS = {
 /**
  * Flags users write for a flag of the command, by what they mean (the library's names and other
  * tools' names among them): an unknown flag is answered with the flag meant before the closest by
- * spelling (`--max-delay` → `--max-delay-ms`, not `--retry-delay`). Compared without case, `-` and `_`.
+ * spelling (`--wait` → `--max-delay-ms`, where spelling says `--name`). Compared without case, `-` and `_`.
  */
 export const RUN_SYNONYMS: Readonly<Record<string, string>> = {
   '--max-delay': '--max-delay-ms',
