@@ -20,6 +20,10 @@ export interface KeyOpsContext {
   readonly maxHoldMs: number;
   /** How long a learned limit holds unless said again. */
   readonly learnedForMs: number;
+  /** A published limit applies above the configured rule of its window. */
+  readonly learnAboveRules: boolean;
+  /** The fewest calls per window of the shortest rule that refusals teach. */
+  readonly learnedFloor: number;
   readonly closing: AbortSignal;
   /** The throttle's lines: `limit()` asks the store through them, as a call does. */
   readonly lines: Lines;
@@ -91,10 +95,16 @@ export class KeyOps {
     if (response === null || typeof response !== 'object' || response.headers === null || typeof response.headers !== 'object') {
       throw new ThrottleConfigError(`Expected learn() response to be an object with headers, got ${describe(response)}`, 'response');
     }
-    const { store, learnedForMs } = this.#c;
+    const { store, learnedForMs, learnAboveRules, learnedFloor } = this.#c;
     if (store.learn === undefined) return;
     const report = (message: string): void => this.#c.notify('debug', { message: `learn(): ${message}`, key: call.key });
-    const published = lessonsOf(readPublishedLimits(response.headers, report), call.rules, call.retainMs, learnedForMs, report);
+    const published = lessonsOf(
+      readPublishedLimits(response.headers, report),
+      call.rules,
+      call.retainMs,
+      { lapseMs: learnedForMs, aboveRules: learnAboveRules },
+      report,
+    );
     const now = performance.now();
     const sets = published.filter((entry) => entry.mode !== 'hold');
     const holds = published.filter((entry) => entry.mode === 'hold');
@@ -120,7 +130,7 @@ export class KeyOps {
       const { refused } = readVendorSignal({ status: response.status, headers: response.headers, flagged: response.flagged === true });
       const probedAt = this.#probes.get(call.encoded);
       const entry = { source: 'refusals' as const, limit: shortest.limit, windowMs: shortest.windowMs, lapseMs: learnedForMs };
-      if (refused) lessons.push({ ...entry, mode: 'down' });
+      if (refused) lessons.push({ ...entry, mode: 'down', floor: learnedFloor });
       else if (probedAt !== undefined && now - probedAt >= shortest.windowMs) lessons.push({ ...entry, mode: 'up' });
     }
     if (lessons.length === 0) return;

@@ -12,15 +12,16 @@ import type { ProblemReporter, PublishedLimits, PublishedPolicy } from './vendor
 /** Where a learned limit came from: `RateLimit-Policy`, `X-RateLimit-Limit` (`RateLimit-Limit`), or the vendor's refusals. */
 export type LearnSource = 'policy' | 'limit' | 'refusals';
 
-/** The letter each source is stored as. */
+/** The letter each source is stored as; in capitals, a published limit that applies above the rule of its window (`learnAboveRules`). */
 const LETTERS: Readonly<Record<LearnSource, string>> = { policy: 'p', limit: 'x', refusals: 'r' };
 
-export function sourceLetter(source: LearnSource): string {
-  return LETTERS[source];
+export function sourceLetter(source: LearnSource, aboveRules = false): string {
+  return aboveRules ? LETTERS[source].toUpperCase() : LETTERS[source];
 }
 
 export function sourceOfLetter(letter: unknown): LearnSource {
-  return letter === 'p' ? 'policy' : letter === 'r' ? 'refusals' : 'limit';
+  const lower = typeof letter === 'string' ? letter.toLowerCase() : letter;
+  return lower === 'p' ? 'policy' : lower === 'r' ? 'refusals' : 'limit';
 }
 
 /** A limit a key learned, as the store holds it. */
@@ -58,22 +59,30 @@ export interface LearnEntry {
   readonly mode?: 'set' | 'down' | 'up' | 'hold';
   /** `'hold'`: what the vendor says remains. */
   readonly remaining?: number;
+  /** `'down'`: the fewest calls per window it learns. @default 1 */
+  readonly floor?: number;
+  /** `'set'`: the limit applies even above the configured rule of its window (`learnAboveRules`). */
+  readonly aboveRules?: boolean;
 }
 
 /**
  * The rules a decision counts a key under: each of `rules` with the tighter of its limit and what was
- * learned for its window; then each learned limit of another window, within `retainMs` (the history
- * the key keeps), as a rule of its own. `configured`: how many of them are `rules`'.
+ * learned for its window (what was learned, for a limit learned `aboveRules`); then each learned limit
+ * of another window, within `retainMs` (the history the key keeps), as a rule of its own.
+ * `configured`: how many of them are `rules`'.
  */
 export function applyLearned(
   rules: readonly Rule[],
-  learned: ReadonlyArray<{ readonly limit: number; readonly windowMs: number }>,
+  learned: ReadonlyArray<{ readonly limit: number; readonly windowMs: number; readonly aboveRules?: boolean }>,
   retainMs: number,
 ): { readonly rules: readonly Rule[]; readonly configured: number } {
   if (learned.length === 0) return { rules, configured: rules.length };
   const effective = rules.map((rule) => {
-    const lower = learned.filter((entry) => entry.windowMs === rule.windowMs).reduce((least, entry) => Math.min(least, entry.limit), rule.limit);
-    return lower < rule.limit ? { ...rule, limit: lower } : rule;
+    let limit = rule.limit;
+    for (const entry of learned) {
+      if (entry.windowMs === rule.windowMs && (entry.aboveRules === true || entry.limit < limit)) limit = entry.limit;
+    }
+    return limit === rule.limit ? rule : { ...rule, limit };
   });
   for (const entry of learned) {
     if (entry.windowMs <= retainMs && !rules.some((rule) => rule.windowMs === entry.windowMs)) effective.push({ limit: entry.limit, windowMs: entry.windowMs });
@@ -86,7 +95,8 @@ export function applyLearned(
  *
  * - each `RateLimit-Policy` policy of a configured rule's window lowers that rule to its quota, or,
  *   at or above the rule's limit, forgets what the policy taught there before (the configured rule
- *   is the ceiling); a policy of another window within the history kept becomes a rule of its own,
+ *   is the ceiling; with `aboveRules`, the quota applies there too, and only one equal to the rule's
+ *   limit forgets); a policy of another window within the history kept becomes a rule of its own,
  *   unless the configured rules already keep to it;
  * - `X-RateLimit-Limit` names no window (unless written `100;w=60`, read as a policy): it applies to
  *   a key with one rule of a window; with several, which it limits cannot be told, and it is
@@ -98,14 +108,22 @@ export function applyLearned(
  *   holds the room its log leaves beyond it, until the reset (calls the vendor counted and this store
  *   did not make). Above half, the vendor's count and the log's are left to agree.
  *
- * What cannot apply is `report`ed. `lapseMs`: how long what is learned holds without being said again.
+ * What cannot apply is `report`ed. `lapseMs`: how long what is learned holds without being said again;
+ * `aboveRules`: a published limit applies above the configured rule of its window.
  */
-export function lessonsOf(published: PublishedLimits, rules: readonly Rule[], retainMs: number, lapseMs: number, report?: ProblemReporter): LearnEntry[] {
+export function lessonsOf(
+  published: PublishedLimits,
+  rules: readonly Rule[],
+  retainMs: number,
+  { lapseMs, aboveRules = false }: { readonly lapseMs: number; readonly aboveRules?: boolean },
+  report?: ProblemReporter,
+): LearnEntry[] {
   const windowed = rules.filter((rule) => rule.windowMs > 0);
   const entries: LearnEntry[] = [];
+  /** `ceiling`: the configured limit of the window (none: a window no rule has). */
   const teach = (source: LearnSource, windowMs: number, limit: number, ceiling: number | undefined): void => {
-    const lowers = ceiling === undefined || limit < ceiling;
-    entries.push({ source, windowMs, limit: lowers ? limit : 0, lapseMs });
+    if (ceiling !== undefined && aboveRules && limit !== ceiling) entries.push({ source, windowMs, limit, lapseMs, aboveRules });
+    else entries.push({ source, windowMs, limit: ceiling === undefined || limit < ceiling ? limit : 0, lapseMs });
   };
   // Several policies of one window: the tightest.
   const tightest = new Map<number, PublishedPolicy>();
@@ -142,8 +160,12 @@ export function lessonsOf(published: PublishedLimits, rules: readonly Rule[], re
   for (const { windowMs, remaining, resetMs } of published.remaining) {
     const window = windowMs ?? (windowed.length === 1 ? windowed[0]!.windowMs : undefined);
     if (window === undefined || resetMs <= 0) continue;
-    // The rule of the window, or the policy's quota for a window no rule has (within the history kept).
-    const limit = windowed.find((rule) => rule.windowMs === window)?.limit ?? (window <= retainMs ? tightest.get(window)?.quota : undefined);
+    // The limit of the window: one published above its rule (`aboveRules`), the rule's, or the
+    // policy's quota for a window no rule has (within the history kept).
+    const limit =
+      entries.find((entry) => entry.aboveRules === true && entry.windowMs === window)?.limit ??
+      windowed.find((rule) => rule.windowMs === window)?.limit ??
+      (window <= retainMs ? tightest.get(window)?.quota : undefined);
     if (limit === undefined || remaining > limit / 2) continue;
     entries.push({ mode: 'hold', source: windowMs === undefined ? 'limit' : 'policy', windowMs: window, limit, remaining, lapseMs: Math.min(resetMs, window) });
   }

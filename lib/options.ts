@@ -4,7 +4,7 @@ import { compileRules, type RuleSource } from './rule-source.js';
 import { describe, MAX_WINDOW_MS, type RuleInput } from './rules.js';
 import type { LearnedLimit } from './learning.js';
 import type { RuleUsage, Store, StoreNotice } from './store.js';
-import { checkCount, checkDelay, checkKnown, checkWhole } from './validate.js';
+import { checkBoolean, checkCount, checkDelay, checkKnown, checkWhole } from './validate.js';
 
 /**
  * What a call does when its slot is not free yet.
@@ -106,6 +106,21 @@ export interface ThrottleOptions {
    * @default 900_000 (15 minutes)
    */
   readonly learnedForMs?: number;
+  /**
+   * Use a limit the vendor publishes (`RateLimit-Policy`, `X-RateLimit-Limit`) for a configured
+   * rule's window even where it is above the rule: the vendor's word becomes the limit. Off, the
+   * configured rules are the ceiling and learning only lowers. Refusals never raise a limit above
+   * the rules either way.
+   * @default false
+   */
+  readonly learnAboveRules?: boolean;
+  /**
+   * The fewest calls per window of the key's shortest rule that refusals can teach: a vendor that
+   * refuses everything slows the key down to this, never to a stop (`maxDelayMs` and `timeoutMs`
+   * still bound each call). At or above the rule's limit, refusals teach nothing.
+   * @default 1
+   */
+  readonly learnedFloor?: number;
 }
 
 export interface ScheduleOptions {
@@ -137,6 +152,8 @@ export const THROTTLE_OPTIONS = [
   'onStoreError',
   'localShare',
   'learnedForMs',
+  'learnAboveRules',
+  'learnedFloor',
 ] as const satisfies ReadonlyArray<keyof ThrottleOptions>;
 
 /** Options of `limit(key, options)`. */
@@ -277,6 +294,8 @@ export interface ThrottleSettings {
   readonly onStoreError: StoreErrorPolicy;
   readonly localShare: number;
   readonly learnedForMs: number;
+  readonly learnAboveRules: boolean;
+  readonly learnedFloor: number;
 }
 
 const POLICIES: readonly StoreErrorPolicy[] = ['fail', 'wait', 'local'];
@@ -333,6 +352,8 @@ export function throttleSettings(options: ThrottleOptions): ThrottleSettings {
     onStoreError,
     localShare,
     learnedForMs: checkWhole('learnedForMs', options.learnedForMs ?? 900_000, 1_000, MAX_WINDOW_MS),
+    learnAboveRules: checkBoolean('learnAboveRules', options.learnAboveRules ?? false),
+    learnedFloor: checkWhole('learnedFloor', options.learnedFloor ?? 1, 1),
   };
 }
 

@@ -122,6 +122,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       callDefaults: this.#callDefaults,
       maxHoldMs: this.#maxHoldMs,
       learnedForMs: settings.learnedForMs,
+      learnAboveRules: settings.learnAboveRules,
+      learnedFloor: settings.learnedFloor,
       closing: this.#closing.signal,
       lines: this.#lines,
       slots: this.#slots,

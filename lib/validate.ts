@@ -25,6 +25,11 @@ export function checkWhole(what: string, value: unknown, min: number, max = Numb
   return value;
 }
 
+export function checkBoolean(what: string, value: unknown): boolean {
+  if (typeof value !== 'boolean') throw new ThrottleConfigError(`Expected ${what} to be true or false, got ${describe(value)}`);
+  return value;
+}
+
 export function checkCount(what: string, value: unknown, min = 1): number {
   if (value === Infinity) return value;
   return checkWhole(what, value, min);

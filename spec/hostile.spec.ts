@@ -114,6 +114,8 @@ const validOptions = fc.record(
     onStoreError: fc.constantFrom('fail', 'wait', 'local'),
     localShare: fc.double({ min: 0.01, max: 1, noNaN: true }),
     learnedForMs: fc.integer({ min: 1_000, max: 3_600_000 }),
+    learnAboveRules: fc.boolean(),
+    learnedFloor: fc.integer({ min: 1, max: 100 }),
   },
   { requiredKeys: ['rules'] },
 );
@@ -137,6 +139,8 @@ const hostileFields: { readonly [name in OptionName]: fc.Arbitrary<unknown> } = 
   onStoreError: fc.oneof(fc.constantFrom('FAIL', 'retry', ''), jsonish),
   localShare: fc.oneof(oddNumber, jsonish),
   learnedForMs: fc.oneof(oddNumber, jsonish),
+  learnAboveRules: fc.oneof(fc.constantFrom(0, 1, 'true', 'false', ''), jsonish),
+  learnedFloor: fc.oneof(oddNumber, jsonish),
 };
 const hostileOptions = fc.record(hostileFields);
 

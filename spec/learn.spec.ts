@@ -9,7 +9,8 @@ import { MemoryStore, RateLimitedError, Throttle, type ThrottleOptions } from '.
 import { lessonsOf } from '../lib/learning.js';
 import { readPublishedLimits } from '../lib/vendor-signals.js';
 import { encodeKey, keyNames } from '../lib/keys.js';
-import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
+import { redisClient, redisServer, redisStore, uniquePrefix } from './support/hooks.js';
+import { spawnWorkers } from './support/worker.js';
 import { STORE_PAIRS } from './support/throttles.js';
 import { startHttpVendor, type Respond, type Vendor } from './support/http-vendor.js';
 
@@ -79,6 +80,27 @@ for (const [name, make] of stores) {
       expect(learned[0]!.learned).to.deep.equal([]);
       expect((await a.inspect('u1')).rules[0]!.limit).to.equal(10);
       expect(await startsUntilRefused(a, 'u1')).to.equal(10);
+    });
+
+    it('with learnAboveRules, paces at a published limit above the rule in every process, and a refusal lowers from there', async () => {
+      const { a, b } = pair({ learnAboveRules: true });
+      await a.learn('u1', policy('"burst";q=14;w=1'));
+      expect((await b.inspect('u1')).rules[0]).to.deep.include({ limit: 14 });
+      expect(await startsUntilRefused(b, 'u1')).to.equal(14);
+      // X-RateLimit-Limit too, for a key of one rule.
+      await b.learn('u2', { status: 200, headers: { 'x-ratelimit-limit': '12' } });
+      expect(await startsUntilRefused(a, 'u2')).to.equal(12);
+      // A refusal teaches below what is in force, and probing goes back up to the rule only.
+      await a.learn('u2', { status: 429, headers: { 'retry-after': '1' } });
+      const learned = (await b.inspect('u2')).learned;
+      expect(learned.map(({ limit, source }) => ({ limit, source }))).to.deep.equal([{ limit: 11, source: 'refusals' }]);
+    });
+
+    it('from refusals, slows a key down to learnedFloor and no further', async () => {
+      const { a, b } = pair({ learnedFloor: 4 });
+      for (let i = 0; i < 12; i++) await a.learn('u1', { status: 429, headers: {} });
+      expect((await b.inspect('u1')).rules[0]).to.deep.include({ limit: 4 });
+      expect(await startsUntilRefused(b, 'u1')).to.equal(4);
     });
 
     it('takes a policy of another window as a rule of its own, within the history kept, and reset() forgets it', async () => {
@@ -160,25 +182,38 @@ describe('what a response teaches (lessonsOf)', () => {
     { limit: 100, windowMs: 60_000 },
     { limit: 1_000, windowMs: 86_400_000 },
   ];
-  const lessons = (headers: Record<string, string>) => lessonsOf(readPublishedLimits(headers), rules, 86_400_000, 5_000);
+  const lessons = (headers: Record<string, string>) => lessonsOf(readPublishedLimits(headers), rules, 86_400_000, { lapseMs: 5_000 });
 
   it('applies X-RateLimit-Limit to a key of one rule, reads 100;w=60 as a policy, and says why it cannot choose among several rules', () => {
     const one = [{ limit: 100, windowMs: 60_000 }];
-    expect(lessonsOf(readPublishedLimits({ 'x-ratelimit-limit': '60', 'x-ratelimit-reset': '30' }), one, 60_000, 5_000)).to.deep.equal([
+    expect(lessonsOf(readPublishedLimits({ 'x-ratelimit-limit': '60', 'x-ratelimit-reset': '30' }), one, 60_000, { lapseMs: 5_000 })).to.deep.equal([
       { source: 'limit', windowMs: 60_000, limit: 60, lapseMs: 5_000 },
     ]);
     // At or above the rule: what it taught before is forgotten (limit 0).
-    expect(lessonsOf(readPublishedLimits({ 'x-ratelimit-limit': '100' }), one, 60_000, 5_000)).to.deep.equal([
+    expect(lessonsOf(readPublishedLimits({ 'x-ratelimit-limit': '100' }), one, 60_000, { lapseMs: 5_000 })).to.deep.equal([
       { source: 'limit', windowMs: 60_000, limit: 0, lapseMs: 5_000 },
     ]);
     const said: string[] = [];
     expect(
-      lessonsOf(readPublishedLimits({ 'x-ratelimit-limit': '60', 'x-ratelimit-reset': '30' }), rules, 86_400_000, 5_000, (m) => said.push(m)),
+      lessonsOf(readPublishedLimits({ 'x-ratelimit-limit': '60', 'x-ratelimit-reset': '30' }), rules, 86_400_000, { lapseMs: 5_000 }, (m) => said.push(m)),
     ).to.deep.equal([]);
     expect(said.join('\n')).to.match(/ignored X-RateLimit-Limit 60: it names no window, and the key has 2 rules/);
     expect(lessons({ 'ratelimit-limit': '100, 60;w=60, 500;w=86400' })).to.deep.equal([
       { source: 'policy', windowMs: 60_000, limit: 60, lapseMs: 5_000 },
       { source: 'policy', windowMs: 86_400_000, limit: 500, lapseMs: 5_000 },
+    ]);
+  });
+
+  it('with aboveRules, teaches a published limit above the rule of its window, and its remaining counts against it', () => {
+    const one = [{ limit: 10, windowMs: 60_000 }];
+    const taught = (headers: Record<string, string>) => lessonsOf(readPublishedLimits(headers), one, 60_000, { lapseMs: 5_000, aboveRules: true });
+    expect(taught({ 'ratelimit-policy': '"m";q=50;w=60' })).to.deep.equal([
+      { source: 'policy', windowMs: 60_000, limit: 50, lapseMs: 5_000, aboveRules: true },
+    ]);
+    expect(taught({ 'x-ratelimit-limit': '10' })).to.deep.equal([{ source: 'limit', windowMs: 60_000, limit: 0, lapseMs: 5_000 }]);
+    // 20 remaining is below half of 50 (not of the rule's 10): a hold on the window's 50.
+    expect(taught({ 'ratelimit-policy': '"m";q=50;w=60', ratelimit: '"m";r=20;t=30' }).filter((entry) => entry.mode === 'hold')).to.deep.equal([
+      { mode: 'hold', source: 'policy', windowMs: 60_000, limit: 50, remaining: 20, lapseMs: 30_000 },
     ]);
   });
 
@@ -189,7 +224,7 @@ describe('what a response teaches (lessonsOf)', () => {
 
   it('lets a policy of the same window win over X-RateLimit-Limit, and skips a window the rules already keep to', () => {
     const one = [{ limit: 100, windowMs: 60_000 }];
-    expect(lessonsOf(readPublishedLimits({ 'ratelimit-policy': '"m";q=50;w=60', 'x-ratelimit-limit': '40' }), one, 60_000, 5_000)).to.deep.equal([
+    expect(lessonsOf(readPublishedLimits({ 'ratelimit-policy': '"m";q=50;w=60', 'x-ratelimit-limit': '40' }), one, 60_000, { lapseMs: 5_000 })).to.deep.equal([
       { source: 'policy', windowMs: 60_000, limit: 50, lapseMs: 5_000 },
     ]);
     // 100 a minute never makes more than 6,000 an hour: a policy of 10,000 an hour teaches nothing new.
@@ -260,6 +295,36 @@ describe('learning through the adapters (a loud vendor)', function () {
     // tenth a window at most (one refusal each), where a throttle that does not learn goes over every window.
     expect(learning.refused).to.be.below(off.refused);
     expect(learning.refused).to.be.at.most(6 + 3);
+  });
+});
+
+describe('learning across processes (real processes, RedisStore)', function () {
+  this.timeout(40_000);
+
+  it('what one process learned from the vendor paces a process started after it: refused nothing', async () => {
+    const accepted: number[] = [];
+    // 3 a second per user, RateLimit-Policy on every answer, 429 above it.
+    const vendor = await startHttpVendor((arrival) => {
+      const headers = { 'ratelimit-policy': '"default";q=3;w=1' };
+      if (arrival.path.startsWith('/healthz')) return { status: 200, headers };
+      if (accepted.filter((at) => at > arrival.at - 1_000).length >= 3) return { status: 429, headers: { ...headers, 'retry-after': '1' } };
+      accepted.push(arrival.at);
+      return { status: 200, headers };
+    });
+    try {
+      const config = { redisUrl: redisServer().url, vendorUrl: vendor.url, rules: '5/s' as const, keys: ['u1'], calls: 4, prefix: uniquePrefix(), learn: true };
+      const [first] = await spawnWorkers([config]);
+      const refusedFirst = vendor.arrivals.filter((arrival) => arrival.user === 'u1').length - accepted.length;
+      expect(first!.errors.length).to.equal(refusedFirst);
+      const [late] = await spawnWorkers([{ ...config, calls: 6 }]);
+      expect(late!.errors).to.deep.equal([]);
+      expect(vendor.arrivals.filter((arrival) => arrival.user === 'u1').length - accepted.length).to.equal(refusedFirst);
+      // The later process's six went at the vendor's 3 a second: the fourth a second after the first.
+      const starts = late!.starts.map((at) => at!).sort((a, b) => a - b);
+      expect(starts[3]! - starts[0]!).to.be.at.least(999);
+    } finally {
+      await vendor.close();
+    }
   });
 });
 

@@ -807,6 +807,44 @@ for (const { name, before: connect, make } of subjects) {
       expect(await limitNow()).to.equal(10);
     });
 
+    it('learns from refusals down to the floor asked, and nothing with a floor at the rule', async () => {
+      const { store } = make();
+      if (store.learn === undefined) throw new Error('Expected the store to learn limits');
+      const rules = [{ limit: 10, windowMs: 60_000 }];
+      const down = { mode: 'down' as const, limit: 10, windowMs: 60_000, source: 'refusals' as const, lapseMs: 60_000, floor: 4 };
+      for (let i = 0; i < 10; i++) await store.learn('ns', 'k', [down], 0);
+      expect((await store.inspect('ns', 'k', rules)).rules[0]).to.deep.include({ limit: 4 });
+      for (let i = 0; i < 4; i++) expect((await store.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('booked');
+      expect((await store.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('refused');
+      const at = await store.learn('ns', 'other', [{ ...down, floor: 10 }], 0);
+      expect(at).to.deep.include({ changed: false, learned: [] });
+    });
+
+    it('applies a published limit above the rule when asked to (aboveRules), for every process, and refusals bring it down', async () => {
+      const { store, peer } = make();
+      if (store.learn === undefined) throw new Error('Expected the store to learn limits');
+      const rules = [{ limit: 3, windowMs: 60_000 }];
+      const above = { limit: 5, windowMs: 60_000, source: 'policy' as const, lapseMs: 60_000, aboveRules: true };
+      const result = await store.learn('ns', 'k', [above], 0);
+      expect(result.changed).to.equal(true);
+      expect(result.learned.map(({ limit, source }) => ({ limit, source }))).to.deep.equal([{ limit: 5, source: 'policy' }]);
+      const other = peer?.() ?? store;
+      for (let i = 0; i < 5; i++) expect((await (i % 2 === 0 ? store : other).reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('booked');
+      expect(await other.reserve(request({ rules, maxDelayMs: 0 }))).to.deep.include({ status: 'refused', ruleIndex: 0 });
+      expect((await store.inspect('ns', 'k', rules)).rules[0]).to.deep.include({ limit: 5, used: 5 });
+      // A refusal lowers from the limit in force (5 calls taken, the first refusal: 4), not from the rule's.
+      const down = { mode: 'down' as const, limit: 3, windowMs: 60_000, source: 'refusals' as const, lapseMs: 60_000 };
+      expect((await store.learn('ns', 'k', [down], 0)).learned[0]).to.deep.include({ limit: 4, source: 'refusals' });
+      // Said again, the vendor's word wins; forgotten by its source whatever the case it was stored in.
+      await store.learn('ns', 'k', [above], 0);
+      expect((await store.inspect('ns', 'k', rules)).rules[0]).to.deep.include({ limit: 5 });
+      expect((await store.learn('ns', 'k', [{ ...above, limit: 0, aboveRules: false }], 0)).changed).to.equal(true);
+      expect((await store.inspect('ns', 'k', rules)).rules[0]).to.deep.include({ limit: 3 });
+      // Without it, the same limit is capped at the rule.
+      await store.learn('ns', 'k2', [{ ...above, aboveRules: false }], 0);
+      expect((await store.inspect('ns', 'k2', rules)).rules[0]).to.deep.include({ limit: 3 });
+    });
+
     it('holds the room the log leaves beyond what the vendor says remains, until its reset', async () => {
       const { store, peer } = make();
       if (store.learn === undefined) throw new Error('Expected the store to learn limits');
@@ -939,7 +977,7 @@ for (const { name, before: connect, make } of subjects) {
         { weight: 1, arbitrary: fc.record({ kind: fc.constant('release' as const), pick: fc.nat() }) },
         { weight: 3, arbitrary: fc.record({ kind: fc.constant('wait' as const), ms: fc.integer({ min: 1, max: 12 }), half: fc.boolean() }) },
         { weight: 1, arbitrary: fc.record({ kind: fc.constant('pause' as const), key: fc.constantFrom('a', 'b'), ms: fc.integer({ min: 1, max: 20 }) }) },
-        // A limit learned from the vendor (0 forgets it); a window of 120 ms lies beyond the history kept.
+        // A limit learned from the vendor (0 forgets it; aboveRules: it may raise a rule); a window of 120 ms lies beyond the history kept.
         {
           weight: 1,
           arbitrary: fc.record({
@@ -948,6 +986,7 @@ for (const { name, before: connect, make } of subjects) {
             windowMs: fc.constantFrom(15, 30, 40, 60, 120),
             limit: fc.integer({ min: 0, max: 3 }),
             source: fc.constantFrom('policy' as const, 'limit' as const),
+            aboveRules: fc.boolean(),
           }),
         },
       );
@@ -973,7 +1012,7 @@ for (const { name, before: connect, make } of subjects) {
             } else if (step.kind === 'learn') {
               // Slots booked ahead leave under a lowered limit where the model can tell which (a clock the test reads).
               const hold = subject.clock ? maxHoldMs : 0;
-              const entries = [{ limit: step.limit, windowMs: step.windowMs, source: step.source, lapseMs: 60_000 }];
+              const entries = [{ limit: step.limit, windowMs: step.windowMs, source: step.source, lapseMs: 60_000, aboveRules: step.aboveRules }];
               const learned = await store.learn!(namespace, step.key, entries, hold);
               const expected = model.learn(step.key, subject.clock?.() ?? 0, entries, hold);
               expect({ changed: learned.changed, pausedUntil: learned.pausedUntil }, 'learn').to.deep.equal({

@@ -11,7 +11,7 @@
   Returns { now_ms, next_free_in_ms, paused_for_ms, booked_ahead, stored, X, then per rule (the R
   given, then X learned rules of other windows): used, reset_in_ms, limit; then L learned entries
   (includes/learned.lua): LIMIT, WINDOW, LAPSE_IN_MS, SOURCE each }. A rule's limit is the tighter
-  of its own and what the key learned for its window. A call in flight is taken to end now (the
+  of its own and what the key learned for its window (vt_learned_limit). A call in flight is taken to end now (the
   earliest it can), so next_free_in_ms is the soonest one more call could start (a vendor pause,
   or a hold after a loss, included), and reset_in_ms when the oldest counted call stops counting at
   the soonest. used leaves out the slots booked ahead (0 without MAX_HOLD); stored is 1 when the key
@@ -49,7 +49,7 @@ for _, entry in ipairs(learned) do
   for r = 0, rule_count - 1 do
     if windows[r] == entry[2] then
       found = true
-      limits[r] = math.min(limits[r], entry[1])
+      limits[r] = vt_learned_limit(limits[r], entry)
     end
   end
   if not found then

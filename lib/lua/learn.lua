@@ -4,17 +4,18 @@
 
   - `s` (set: a limit the vendor published): replaces what the key learned for the window, and
     lapses LAPSE ms from now unless learned again; LIMIT 0 forgets what SOURCE taught there (the
-    vendor allows the configured rule again).
+    vendor allows the configured rule again). SOURCE in capitals: the limit applies even above the
+    configured rule of its window (learnAboveRules).
   - `d` (down: the vendor refused a call): LIMIT is the rule's configured limit. The calls of the
     key that started within the window (C, slots booked ahead left out) were more than the vendor
     took: the N-th refusal of a window of refusals (one that began less than WINDOW ago) says it took
     at most C - N. The key learns min(its limit in force, C - N), and one less than its limit in
-    force on a window's first refusal, never below 1.
+    force on a window's first refusal, never below FLOOR (ARG).
   - `u` (up: a probe, the vendor took calls and refused none): a limit learned from refusals rises
     by a tenth (at least 1) two windows after the refusals lowered it, or one after it last rose,
     and a new window begins; at LIMIT (the configured one) it is forgotten.
-  - `h` (hold: the vendor says REMAINING calls remain until its reset, LAPSE ms from now; LIMIT is
-    the rule's configured limit): where the log leaves room for more (its limit in force less the
+  - `h` (hold: the vendor says REMAINING (ARG) calls remain until its reset, LAPSE ms from now;
+    LIMIT is the window's limit): where the log leaves room for more (its limit in force less the
     slots that count in the window), the difference is held: slots of calls this store did not make
     (the vendor counted them: another client on the same account), counting until the reset.
 
@@ -31,7 +32,7 @@
   ARGV[1]  MAX_HOLD  the caller's maxHoldMs: a slot scored above now + MAX_HOLD was booked ahead
   ARGV[2]  CHANNEL   the namespace's pause channel ('': not announced)
   ARGV[3]  N, then N entries: LIMIT, WINDOW (ms), LAPSE (ms from now), SOURCE (one letter), MODE,
-           REMAINING (mode `h`; else 0)
+           ARG (mode `h`: REMAINING; mode `d`: FLOOR; else 0)
 
   Returns { changed (1 when a limit in force changed), pause end set (0: none), slots held, then
   per entry in force: LIMIT, WINDOW, LAPSE_IN_MS, SOURCE }.
@@ -59,8 +60,7 @@ for e = 0, n - 1 do
   end
   local entry = at and entries[at]
   if mode == 'h' then
-    local current = limit
-    if entry then current = math.min(current, entry[1]) end
+    local current = vt_learned_limit(limit, entry)
     local counted = redis.call('ZCOUNT', log, '(' .. (math.floor(now) - window), '+inf')
     local more = current - counted - tonumber(ARGV[9 + 6 * e])
     if more > 0 then
@@ -79,18 +79,15 @@ for e = 0, n - 1 do
       held, lowered = held + more, true
     end
   elseif mode == 'd' then
-    local current, since, count = limit, now_ms, 1
-    if entry then
-      current = math.min(current, entry[1])
-      if entry[4] == 'r' and now_ms - entry[5] < window then since, count = entry[5], entry[6] + 1 end
-    end
+    local current, since, count = vt_learned_limit(limit, entry), now_ms, 1
+    if entry and entry[4] == 'r' and now_ms - entry[5] < window then since, count = entry[5], entry[6] + 1 end
     local started = redis.call('ZCOUNT', log, '(' .. (math.floor(now) - window), above)
     -- The refused calls not all in the window (a call that outlasted it): no measure, one less.
     local measured = started - count
     if measured < 1 then measured = current - 1 end
     local learned = math.min(current, measured)
     if count == 1 then learned = math.min(learned, current - 1) end
-    learned = math.max(1, learned)
+    learned = math.max(math.max(1, tonumber(ARGV[9 + 6 * e])), learned)
     if learned < current then
       changed, lowered = true, true
       entries[at or #entries + 1] = { learned, window, lapse, 'r', since, count }
@@ -108,7 +105,7 @@ for e = 0, n - 1 do
       changed = true
     end
   elseif limit == 0 then
-    if at ~= nil and entries[at][4] == source then
+    if at ~= nil and string.lower(entries[at][4]) == string.lower(source) then
       table.remove(entries, at)
       changed = true
     end

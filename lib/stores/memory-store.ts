@@ -41,13 +41,15 @@ interface KeyLog {
   buckets: Map<string, number>;
   /**
    * Limits learned from the vendor (as meta `l`, lua/includes/learned.lua): each until `lapseAt`
-   * (store clock); one learned from refusals with when its window of refusals began and the refusals in it.
+   * (store clock); one learned from refusals with when its window of refusals began and the refusals
+   * in it; `aboveRules`: a published limit that applies above the configured rule of its window.
    */
   learned: Array<{
     readonly limit: number;
     readonly windowMs: number;
     readonly lapseAt: number;
     readonly source: LearnSource;
+    readonly aboveRules?: boolean;
     readonly since: number;
     readonly refusals: number;
   }>;
@@ -297,13 +299,13 @@ export class MemoryStore implements Store {
     let lowered = false;
     const above = maxHoldMs > 0 ? bookedAheadAbove(now, maxHoldMs) : Infinity;
     let held = 0;
-    for (const { limit, windowMs, source, lapseMs, mode = 'set', remaining = 0 } of entries) {
+    for (const { limit, windowMs, source, lapseMs, mode = 'set', remaining = 0, floor = 1, aboveRules = false } of entries) {
       const at = learned.findIndex((entry) => entry.windowMs === windowMs);
       const lapseAt = nowMs + lapseMs;
       const before = at >= 0 ? learned[at]! : undefined;
       if (mode === 'hold') {
         // As lua/learn.lua: the room the log leaves beyond what the vendor says remains is held until the reset.
-        const current = Math.min(limit, before?.limit ?? Infinity);
+        const current = limitInForce(limit, before);
         const counted = countInWindow(log.scores.length, (i) => log.scores[i]!, windowMs, Math.floor(now));
         const more = current - counted - remaining;
         if (more > 0) {
@@ -316,15 +318,12 @@ export class MemoryStore implements Store {
         continue;
       }
       if (mode === 'down') {
-        let current = limit;
+        const current = limitInForce(limit, before);
         let since = nowMs;
         let refusals = 1;
-        if (before !== undefined) {
-          current = Math.min(current, before.limit);
-          if (before.source === 'refusals' && nowMs - before.since < windowMs) {
-            since = before.since;
-            refusals = before.refusals + 1;
-          }
+        if (before?.source === 'refusals' && nowMs - before.since < windowMs) {
+          since = before.since;
+          refusals = before.refusals + 1;
         }
         // Calls that started within the window (slots booked ahead left out), as ZCOUNT in lua/learn.lua.
         const started = log.scores.filter((score) => score > Math.floor(now) - windowMs && score <= above).length;
@@ -332,7 +331,7 @@ export class MemoryStore implements Store {
         const measured = started - refusals < 1 ? current - 1 : started - refusals;
         let lower = Math.min(current, measured);
         if (refusals === 1) lower = Math.min(lower, current - 1);
-        lower = Math.max(1, lower);
+        lower = Math.max(1, floor, lower);
         const entry = { limit: lower, windowMs, lapseAt, source: 'refusals' as const, since, refusals };
         if (lower < current) {
           changed = lowered = true;
@@ -360,7 +359,7 @@ export class MemoryStore implements Store {
         }
         continue;
       }
-      const entry = { limit, windowMs, source, lapseAt, since: 0, refusals: 0 };
+      const entry = { limit, windowMs, source, lapseAt, since: 0, refusals: 0, aboveRules };
       if (at < 0) {
         learned.push(entry);
         changed = lowered = true;
@@ -447,6 +446,12 @@ export class MemoryStore implements Store {
       if (log.expiresAt <= at) this.#logs.delete(id);
     }
   }
+}
+
+/** The limit in force for a window whose configured limit is `limit`, given what it learned there (as `vt_learned_limit`). */
+function limitInForce(limit: number, learned: KeyLog['learned'][number] | undefined): number {
+  if (learned === undefined) return limit;
+  return learned.aboveRules === true ? learned.limit : Math.min(limit, learned.limit);
 }
 
 /** The key's learned limits that still apply at `now` (as `vt_learned_parse`). */

@@ -351,9 +351,9 @@ export class RedisStore implements Store {
         entry.limit,
         entry.windowMs,
         Math.ceil(entry.lapseMs),
-        sourceLetter(entry.source),
+        sourceLetter(entry.source, entry.aboveRules),
         (entry.mode ?? 'set')[0]!,
-        entry.remaining ?? 0,
+        entry.mode === 'down' ? (entry.floor ?? 1) : (entry.remaining ?? 0),
       ]),
     ];
     const result = replies.learn(await this.#driver.run(scripts.learn.name, [meta, log, ...names.kept(namespace)], args));

@@ -8,7 +8,8 @@
  * (`(ceil(48 / 6) − 1)` s after the first). Then: a process that starts after the limit was
  * learned; a vendor that raises its limit back to the configured one; another client on the same
  * account taking 4 of a vendor's 10 a second (`X-RateLimit-Remaining`), with a throttle told the
- * vendor's 10/s; a silent vendor at the configured limit (calls over it answered 200 and dropped).
+ * vendor's 10/s; a throttle told half the vendor's published limit, with `learnAboveRules` off and on;
+ * a silent vendor at the configured limit (calls over it answered 200 and dropped).
  *
  *     npx tsx scripts/bench/learning.ts [--runs=1]
  *
@@ -97,9 +98,21 @@ interface Process {
   send(calls: number): Promise<number[]>;
 }
 
-function startProcess(redis: RedisServer, prefix: string, vendor: Vendor, learn: boolean): Process {
+/** How a throttle is set up: the rule it is told (calls/s), and whether a published limit may raise it. */
+interface Setup {
+  readonly configured?: number;
+  readonly learnAboveRules?: boolean;
+}
+
+function startProcess(
+  redis: RedisServer,
+  prefix: string,
+  vendor: Vendor,
+  learn: boolean,
+  { configured = CONFIGURED, learnAboveRules = false }: Setup = {},
+): Process {
   const client = new Redis(redis.port, '127.0.0.1', { lazyConnect: false });
-  const throttle = new Throttle({ name: 'acme', rules: [`${CONFIGURED}/s`], store: new RedisStore(client, { prefix }) });
+  const throttle = new Throttle({ name: 'acme', rules: [`${configured}/s`], store: new RedisStore(client, { prefix }), learnAboveRules });
   const http = axios.create({ baseURL: vendor.url, validateStatus: () => true });
   throttle.axios(http, { key: () => 'user-1', retries: 5, learn });
   return {
@@ -125,9 +138,9 @@ interface Outcome {
   readonly dropped: number;
 }
 
-async function burst(redis: RedisServer, speech: Speech, learn: boolean, run: string, vendorLimit = REAL, others = 0): Promise<Outcome> {
+async function burst(redis: RedisServer, speech: Speech, learn: boolean, run: string, vendorLimit = REAL, others = 0, setup: Setup = {}): Promise<Outcome> {
   const vendor = await startVendor(speech, vendorLimit, others);
-  const processes = Array.from({ length: PROCESSES }, () => startProcess(redis, `learn-${run}`, vendor, learn));
+  const processes = Array.from({ length: PROCESSES }, () => startProcess(redis, `learn-${run}`, vendor, learn, setup));
   try {
     const statuses = (await Promise.all(processes.map((process) => process.send(CALLS)))).flat();
     const times = [...vendor.performed].sort((a, b) => a - b);
@@ -241,6 +254,12 @@ if (settings) {
         `${outcome.refused} of ${outcome.requests} refused${outcome.allOk ? '' : ' (not every call 200)'}, ${(outcome.spanMs / 1_000).toFixed(2)} s = ${(outcome.spanMs / idealMs(PROCESSES * CALLS, CONFIGURED - 4)).toFixed(2)}× the ideal`;
       console.log(
         `| another client takes 4 of the vendor's ${CONFIGURED}/s (\`X-RateLimit-*\`), the throttle told ${CONFIGURED}/s; ideal at the 6/s left | ${shared(sharedOff)} | ${shared(sharedOn)} |`,
+      );
+      const low = { configured: REAL / 2 };
+      const lowOff = await burst(redis, 'policy', true, `low-off-${run}`, REAL, 0, low);
+      const lowOn = await burst(redis, 'policy', true, `low-on-${run}`, REAL, 0, { ...low, learnAboveRules: true });
+      console.log(
+        `| a throttle told ${REAL / 2}/s, below the vendor's published ${REAL}/s: \`learnAboveRules\` off, on (learning on) | ${row('', lowOff, REAL)} | ${row('', lowOn, REAL)} |`,
       );
       const silentOff = await burst(redis, 'silent', false, `silent-off-${run}`, CONFIGURED);
       const silentOn = await burst(redis, 'silent', true, `silent-on-${run}`, CONFIGURED);

@@ -25,7 +25,7 @@ interface KeyState {
   slots: Slot[];
   pausedUntil: number;
   /** Limits learned from the vendor, by window (no lapse: the property runs well within one). */
-  learned: Map<number, { limit: number; source: string }>;
+  learned: Map<number, { limit: number; source: string; aboveRules: boolean }>;
   /** A decision was deferred: the next settle on the key announces itself. */
   waiting: boolean;
 }
@@ -77,7 +77,7 @@ export class ReferenceModel {
     const all = keys.flatMap(({ key, rules }) => {
       const state = this.#state(key);
       const own = rules.map((rule, r) => ({
-        rule: { ...rule, limit: Math.min(rule.limit, state.learned.get(rule.windowMs)?.limit ?? Infinity) },
+        rule: { ...rule, limit: limitInForce(rule.limit, state.learned.get(rule.windowMs)) },
         slots: state.slots,
         index: r,
       }));
@@ -169,13 +169,13 @@ export class ReferenceModel {
   learn(
     key: string,
     now: number,
-    entries: ReadonlyArray<{ readonly limit: number; readonly windowMs: number; readonly source: string }>,
+    entries: ReadonlyArray<{ readonly limit: number; readonly windowMs: number; readonly source: string; readonly aboveRules?: boolean }>,
     maxHoldMs: number,
   ): { changed: boolean; pausedUntil: number; removed: string[] } {
     const state = this.#state(key);
     let changed = false;
     let lowered = false;
-    for (const { limit, windowMs, source } of entries) {
+    for (const { limit, windowMs, source, aboveRules = false } of entries) {
       const before = state.learned.get(windowMs);
       if (limit === 0) {
         if (before?.source === source) {
@@ -186,7 +186,7 @@ export class ReferenceModel {
       }
       if (before === undefined || limit < before.limit) lowered = true;
       if (before === undefined || limit !== before.limit) changed = true;
-      state.learned.set(windowMs, { limit, source });
+      state.learned.set(windowMs, { limit, source, aboveRules });
     }
     const above = Math.ceil(now) + maxHoldMs + 1;
     const ahead = state.slots.filter((slot) => slot.score > above);
@@ -201,4 +201,10 @@ export class ReferenceModel {
     if (!state) this.#keys.set(key, (state = { slots: [], pausedUntil: 0, waiting: false, learned: new Map() }));
     return state;
   }
+}
+
+/** A window's limit in force: the learned one above the rule (`aboveRules`), else the tighter. */
+function limitInForce(limit: number, learned: { readonly limit: number; readonly aboveRules: boolean } | undefined): number {
+  if (learned === undefined) return limit;
+  return learned.aboveRules ? learned.limit : Math.min(limit, learned.limit);
 }

@@ -63,6 +63,8 @@ export interface WorkerConfig {
   readonly appRules?: RuleInput | readonly RuleInput[];
   /** The Redis client library of this process. @default 'ioredis' */
   readonly client?: 'ioredis' | 'node-redis';
+  /** Each response teaches the throttle (`throttle.learn(key, response)`). @default false */
+  readonly learn?: boolean;
 }
 
 export interface WorkerResult {
@@ -148,6 +150,7 @@ async function runWorker(config: WorkerConfig, report: (result: WorkerResult) =>
             url.searchParams.set('user', key);
             const response = await fetch(url);
             await response.text();
+            if (config.learn === true) await throttle.learn(key, response);
             if (!response.ok) throw new Error(`vendor answered ${response.status}`);
             completions[i] = now();
           });

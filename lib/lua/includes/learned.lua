@@ -2,9 +2,10 @@
   learned: the limits a key learned from its vendor (Throttle.learn, lua/learn.lua), kept in its
   meta's field `l` as entries LIMIT:WINDOW:LAPSE:SOURCE joined by ',' (LAPSE: store clock ms after
   which the entry no longer applies; SOURCE: one letter, lib/learning.ts), and for one learned from
-  refusals (`r`) :SINCE:N (when its window of refusals began, and the refusals in it). A learned limit only
+  refusals (`r`) :SINCE:N (when its window of refusals began, and the refusals in it). A learned limit
   lowers: a decision counts the key under the tighter of each rule and what was learned for its
-  window, and under a learned limit of another window as a rule of its own (within the history the
+  window (what was learned, when SOURCE is a capital: a published limit the user let apply above the
+  rules, learnAboveRules), and under a learned limit of another window as a rule of its own (within the history the
   key keeps). Needs nothing else.
 ]]
 
@@ -39,6 +40,13 @@ local function vt_learned_reply(entries, now_ms, out)
   end
 end
 
+-- The limit in force for a window whose configured limit is LIMIT, given its learned ENTRY (or nil).
+local function vt_learned_limit(limit, entry)
+  if not entry then return limit end
+  if string.byte(entry[4]) < 97 then return entry[1] end
+  return math.min(limit, entry[1])
+end
+
 -- SET (a rule set of lua/batch.lua) with the learned limits of TEXT applied at NOW, or SET itself
 -- when none applies. The copy shares everything else with SET; its rules past CONFIG_COUNT are
 -- learned ones (a decision they bind answers VT_RULE_LEARNED).
@@ -58,7 +66,7 @@ local function vt_learned_set(set, text, now)
     for r = 0, set.rule_count - 1 do
       if windows[r] == window then
         found = true
-        if limit < limits[r] then limits[r] = limit end
+        limits[r] = vt_learned_limit(limits[r], entry)
       end
     end
     if not found and window <= set.retain then
