@@ -26,7 +26,7 @@ export function checkWhole(what: string, value: unknown, min: number, max = Numb
 }
 
 export function checkBoolean(what: string, value: unknown): boolean {
-  if (typeof value !== 'boolean') throw new ThrottleConfigError(`Expected ${what} to be true or false, got ${describe(value)}`);
+  if (typeof value !== 'boolean') throw new ThrottleConfigError(`Expected ${what} to be true or false, got ${describe(value)}`, argumentOf(what));
   return value;
 }
 
