@@ -233,6 +233,8 @@ describe('one vocabulary: the command speaks the library', function () {
         ['a bad rule', () => new Throttle({ rules: '5/mn' as never }), 'rules'],
         ['a bad maxHoldMs', () => new Throttle({ rules: '5/s', maxHoldMs: 0 }), 'maxHoldMs'],
         ['a bad name', () => new Throttle({ rules: '5/s', name: 'a:b' }), 'name'],
+        ['learnAboveRules that is text', () => new Throttle({ rules: '5/s', learnAboveRules: 'yes' as never }), 'learnAboveRules'],
+        ['learnedFloor of 0', () => new Throttle({ rules: '5/s', learnedFloor: 0 }), 'learnedFloor'],
         ['an empty key from wrap()', () => throttle.wrap(() => 1, { key: () => '' })(), 'key'],
         ['fetch() retries of -1', () => throttle.fetch({ key: () => 'u', retries: -1 }), 'retries'],
         ['fetch() fallbackPauseMs of Infinity', () => throttle.fetch({ key: () => 'u', fallbackPauseMs: Infinity }), 'fallbackPauseMs'],
