@@ -50,7 +50,7 @@ function defaultsOf(defaults: CallDefaults): Checked {
 
 function checkOptions(defaults: CallDefaults, options: ScheduleOptions): Checked {
   if (options === null || typeof options !== 'object') {
-    throw new ThrottleConfigError(`Expected schedule options to be an object, got ${describe(options)}`);
+    throw new ThrottleConfigError(`Expected schedule options to be an object, got ${describe(options)}`, 'options');
   }
   checkKnown('schedule', options, SCHEDULE_OPTIONS);
   const cost = checkCount('cost', options.cost ?? 1);
@@ -59,11 +59,11 @@ function checkOptions(defaults: CallDefaults, options: ScheduleOptions): Checked
   const timeoutMs = options.timeoutMs === undefined ? defaults.timeoutMs : checkDelay('timeoutMs', options.timeoutMs);
   const priority = options.priority ?? 0;
   if (typeof priority !== 'number' || !Number.isFinite(priority)) {
-    throw new ThrottleConfigError(`Expected priority to be a finite number, got ${describe(priority)}`);
+    throw new ThrottleConfigError(`Expected priority to be a finite number, got ${describe(priority)}`, 'priority');
   }
   const signal = options.signal;
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
-    throw new ThrottleConfigError(`Expected signal to be an AbortSignal, got ${describe(signal)}`);
+    throw new ThrottleConfigError(`Expected signal to be an AbortSignal, got ${describe(signal)}`, 'signal');
   }
   return { cost, maxDelayMs, timeoutMs, priority, signal };
 }
@@ -101,7 +101,7 @@ function callOf(defaults: CallDefaults, userKeys: readonly string[], keyRules: R
     const rules = keyRules[i]!;
     const { least, longest } = factsOf(rules);
     if (cost > least) {
-      throw new ThrottleConfigError(`Expected cost to be at most ${least} (the smallest limit of key "${userKey}"), got ${cost}`);
+      throw new ThrottleConfigError(`Expected cost to be at most ${least} (the smallest limit of key "${userKey}"), got ${cost}`, 'cost');
     }
     return { key: userKey, encoded: encodeKey(userKey), rules, retainMs: Math.max(longest, defaults.retainMs) };
   });
@@ -145,7 +145,7 @@ const NO_PARTS: readonly CallKey[] = [];
 function callKeys(keys: unknown): string[] {
   if (!Array.isArray(keys)) return [normalizeKey(keys)];
   if (keys.length === 1) return [normalizeKey(keys[0])];
-  if (keys.length === 0) throw new ThrottleConfigError('Expected at least one key, got an empty list');
+  if (keys.length === 0) throw new ThrottleConfigError('Expected at least one key, got an empty list', 'key');
   const seen = new Set<string>();
   for (const key of keys) seen.add(normalizeKey(key));
   return [...seen];
@@ -153,7 +153,7 @@ function callKeys(keys: unknown): string[] {
 
 /** `inspect()` and `pause()` take one key. */
 export function oneKey(what: string, key: KeyInput): KeyInput {
-  if (Array.isArray(key)) throw new ThrottleConfigError(`Expected ${what}() to be given one key, got a list`);
+  if (Array.isArray(key)) throw new ThrottleConfigError(`Expected ${what}() to be given one key, got a list`, 'key');
   return key;
 }
 

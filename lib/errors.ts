@@ -21,10 +21,21 @@ export class ThrottleError extends Error {
   }
 }
 
-/** Options, rules, keys or call arguments that cannot work. Raised before anything is reserved. */
+/**
+ * A bad argument: options, rules, keys or call arguments that cannot work, or a flag of the
+ * `vendor-throttle` command. Raised before anything is reserved (the command: before anything is sent).
+ */
 export class ThrottleConfigError extends ThrottleError {
-  constructor(message: string) {
+  /**
+   * The argument that is wrong, as the caller wrote it: an option (`maxDelayMs`, `recovery.graceMs`,
+   * `retries`, an unknown one such as `maxDelay`), a parameter (`key`, `fn`, `options`), or a flag of
+   * the command (`--max-delay-ms`, `<file>` for its input file).
+   */
+  readonly argument: string;
+
+  constructor(message: string, argument: string) {
     super('ERR_THROTTLE_CONFIG', message);
+    this.argument = argument;
   }
 }
 

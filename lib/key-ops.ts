@@ -93,7 +93,7 @@ export class KeyOps {
   async learn(key: KeyInput, response: { readonly status: number; readonly headers: HeaderSource; readonly flagged?: boolean }): Promise<void> {
     const call = await prepareCall(this.#c.callDefaults, oneKey('learn', key), {});
     if (response === null || typeof response !== 'object' || response.headers === null || typeof response.headers !== 'object') {
-      throw new ThrottleConfigError(`Expected learn() response to be an object with headers, got ${describe(response)}`);
+      throw new ThrottleConfigError(`Expected learn() response to be an object with headers, got ${describe(response)}`, 'response');
     }
     const { store, learnedForMs, learnAboveRules, learnedFloor } = this.#c;
     if (store.learn === undefined) return;
@@ -153,7 +153,7 @@ export class KeyOps {
   async pause(key: KeyInput, ms: number, source: string): Promise<void> {
     const call = await prepareCall(this.#c.callDefaults, oneKey('pause', key), {});
     checkDelay('pause ms', ms);
-    if (ms > MAX_WINDOW_MS) throw new ThrottleConfigError(`Expected pause ms to be at most ${MAX_WINDOW_MS} (366 days), got ${ms}`);
+    if (ms > MAX_WINDOW_MS) throw new ThrottleConfigError(`Expected pause ms to be at most ${MAX_WINDOW_MS} (366 days), got ${ms}`, 'ms');
     try {
       await this.#c.store.pause(this.#c.name, call.encoded, ms, this.#c.maxHoldMs);
     } catch (error) {
@@ -191,7 +191,7 @@ export class KeyOps {
   async reset(key: KeyInput): Promise<void> {
     const call = await prepareCall(this.#c.callDefaults, oneKey('reset', key), {});
     const { store } = this.#c;
-    if (store.reset === undefined) throw new ThrottleConfigError('Expected a store that can reset a key (Store.reset), got one without it');
+    if (store.reset === undefined) throw new ThrottleConfigError('Expected a store that can reset a key (Store.reset), got one without it', 'store');
     // What it learned goes too: the next lesson is sent at once.
     this.#taught.delete(call.encoded);
     this.#probes.delete(call.encoded);
@@ -205,7 +205,8 @@ export class KeyOps {
   }
 
   async limit(key: KeyInput, options: LimitOptions = {}): Promise<LimitResult> {
-    if (options === null || typeof options !== 'object') throw new ThrottleConfigError(`Expected limit options to be an object, got ${describe(options)}`);
+    if (options === null || typeof options !== 'object')
+      throw new ThrottleConfigError(`Expected limit options to be an object, got ${describe(options)}`, 'options');
     checkKnown('limit', options, LIMIT_OPTIONS);
     // Now or never, as a call in 'throw' mode.
     const call = await prepareCall({ ...this.#c.callDefaults, mode: 'throw' }, oneKey('limit', key), options.cost === undefined ? {} : { cost: options.cost });

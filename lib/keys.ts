@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { ThrottleConfigError } from './errors.js';
 import { describe } from './rules.js';
+import { argumentOf } from './validate.js';
 
 /** What `schedule()` accepts as a key: a user id as string or number. */
 export type KeyInput = string | number;
@@ -17,10 +18,10 @@ const MAX_PLAIN_LENGTH = 200;
  * is empty is almost always a missing one: every such call would share one key).
  */
 export function normalizeKey(key: unknown): string {
-  if (key === '') throw new ThrottleConfigError("Expected key to be a non-empty string or a finite number, got ''");
+  if (key === '') throw new ThrottleConfigError("Expected key to be a non-empty string or a finite number, got ''", 'key');
   if (typeof key === 'string') return key;
   if (typeof key === 'number' && Number.isFinite(key)) return String(key);
-  throw new ThrottleConfigError(`Expected key to be a string or a finite number, got ${describe(key)}`);
+  throw new ThrottleConfigError(`Expected key to be a string or a finite number, got ${describe(key)}`, 'key');
 }
 
 /**
@@ -64,7 +65,7 @@ const NAME = /^[A-Za-z0-9._\-/]{1,100}$/;
 /** Checks a namespace or prefix part: printable, no hash-tag braces, no separators that could forge keys. */
 export function checkNamespace(what: string, value: unknown): string {
   if (typeof value !== 'string' || !NAME.test(value)) {
-    throw new ThrottleConfigError(`Expected ${what} to be 1-100 characters of letters, digits, '.', '_', '-' or '/', got ${describe(value)}`);
+    throw new ThrottleConfigError(`Expected ${what} to be 1-100 characters of letters, digits, '.', '_', '-' or '/', got ${describe(value)}`, argumentOf(what));
   }
   return value;
 }

@@ -179,7 +179,7 @@ const registries = new WeakMap<object, Map<string, Shared>>();
  */
 export function throttleMetrics(throttle: MetricsSource, options: ThrottleMetricsOptions): ThrottleMetrics {
   if (options === null || typeof options !== 'object') {
-    throw new ThrottleConfigError(`Expected throttleMetrics options to be an object, got ${String(options)}`);
+    throw new ThrottleConfigError(`Expected throttleMetrics options to be an object, got ${String(options)}`, 'options');
   }
   checkKnown('throttleMetrics', options, ['client', 'registry', 'prefix', 'buckets']);
   const { client } = options;
@@ -190,20 +190,20 @@ export function throttleMetrics(throttle: MetricsSource, options: ThrottleMetric
     typeof client.Histogram !== 'function' ||
     typeof client.Gauge !== 'function'
   ) {
-    throw new ThrottleConfigError("Expected options.client to be the prom-client module (import * as client from 'prom-client')");
+    throw new ThrottleConfigError("Expected options.client to be the prom-client module (import * as client from 'prom-client')", 'client');
   }
   const registry = options.registry ?? client.register;
   if (registry === null || typeof registry !== 'object' || typeof registry.getSingleMetric !== 'function' || typeof registry.registerMetric !== 'function') {
-    throw new ThrottleConfigError('Expected options.registry to be a prom-client Registry');
+    throw new ThrottleConfigError('Expected options.registry to be a prom-client Registry', 'registry');
   }
   const prefix = options.prefix ?? 'vendor_throttle_';
   if (typeof prefix !== 'string' || !METRIC_PREFIX.test(prefix)) {
-    throw new ThrottleConfigError(`Expected prefix to be letters, digits, '_' or ':', not starting with a digit, got ${JSON.stringify(prefix)}`);
+    throw new ThrottleConfigError(`Expected prefix to be letters, digits, '_' or ':', not starting with a digit, got ${JSON.stringify(prefix)}`, 'prefix');
   }
   const names = metricNames(prefix);
   const shared = sharedMetrics(client, registry, prefix, options.buckets ?? DEFAULT_WAIT_BUCKETS);
   if (shared.sources.has(throttle)) {
-    throw new ThrottleConfigError(`Throttle '${throttle.name}' already has metrics on this registry with prefix '${prefix}': detach them first`);
+    throw new ThrottleConfigError(`Throttle '${throttle.name}' already has metrics on this registry with prefix '${prefix}': detach them first`, 'prefix');
   }
   shared.sources.add(throttle);
 
@@ -326,7 +326,7 @@ function sharedMetrics(client: PromClientLike, registry: PromRegistryLike, prefi
   if (known && kinds.every((kind) => registry.getSingleMetric(names[kind]) === known.metrics[kind])) return known;
   const taken = kinds.find((kind) => registry.getSingleMetric(names[kind]) !== undefined);
   if (taken !== undefined) {
-    throw new ThrottleConfigError(`Metric ${names[taken]} is already registered on this registry by other code: pass another prefix`);
+    throw new ThrottleConfigError(`Metric ${names[taken]} is already registered on this registry by other code: pass another prefix`, 'prefix');
   }
 
   const sources = new Set<MetricsSource>();

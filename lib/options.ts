@@ -327,13 +327,13 @@ const DEFAULT_BUCKET_ABOVE = 48;
 /** Checks `new Throttle()`'s options: a `ThrottleConfigError` that says what was expected, or the settings. */
 export function throttleSettings(options: ThrottleOptions): ThrottleSettings {
   if (options === null || typeof options !== 'object') {
-    throw new ThrottleConfigError(`Expected Throttle options to be an object, got ${describe(options)}`);
+    throw new ThrottleConfigError(`Expected Throttle options to be an object, got ${describe(options)}`, 'options');
   }
   checkKnown('Throttle', options, THROTTLE_OPTIONS);
   const name = checkNamespace('name', options.name ?? 'default');
   const given = options.mode ?? 'wait';
   if (given !== 'wait' && given !== 'throw' && given !== 'delay' && given !== 'queue') {
-    throw new ThrottleConfigError(`Expected mode to be 'wait' or 'throw', got ${describe(options.mode)}`);
+    throw new ThrottleConfigError(`Expected mode to be 'wait' or 'throw', got ${describe(options.mode)}`, 'mode');
   }
   const mode = given === 'throw' ? 'throw' : 'wait';
   const bucketAbove = checkCount('bucketAbove', options.bucketAbove ?? DEFAULT_BUCKET_ABOVE, 0);
@@ -347,14 +347,14 @@ export function throttleSettings(options: ThrottleOptions): ThrottleSettings {
   const maxQueued = checkCount('maxQueued', options.maxQueued ?? Infinity, 0);
   const onStoreError = options.onStoreError ?? 'fail';
   if (!POLICIES.includes(onStoreError)) {
-    throw new ThrottleConfigError(`Expected onStoreError to be 'fail', 'wait' or 'local', got ${describe(options.onStoreError)}`);
+    throw new ThrottleConfigError(`Expected onStoreError to be 'fail', 'wait' or 'local', got ${describe(options.onStoreError)}`, 'onStoreError');
   }
   const localShare = options.localShare ?? 1 / 4;
   if (typeof localShare !== 'number' || !(localShare > 0 && localShare <= 1)) {
-    throw new ThrottleConfigError(`Expected localShare to be a number in (0, 1], got ${describe(localShare)}`);
+    throw new ThrottleConfigError(`Expected localShare to be a number in (0, 1], got ${describe(localShare)}`, 'localShare');
   }
   if (options.store !== undefined && !isStore(options.store)) {
-    throw new ThrottleConfigError(`Expected store to be a MemoryStore, a RedisStore or another Store, got ${describe(options.store)}`);
+    throw new ThrottleConfigError(`Expected store to be a MemoryStore, a RedisStore or another Store, got ${describe(options.store)}`, 'store');
   }
   return {
     name,

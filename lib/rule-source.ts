@@ -13,7 +13,7 @@ export type RuleSource = (key: string) => Promise<readonly Rule[]> | readonly Ru
 export function compileRules(option: RulesOption, bucketAbove: number, buckets: number): RuleSource {
   const finish = (input: unknown): readonly Rule[] => bucketRules(parseRules(input as RuleInput | readonly RuleInput[]), bucketAbove, buckets);
   if (typeof option !== 'function') {
-    if (option === undefined) throw new ThrottleConfigError("Expected rules, e.g. ['30/min'], got undefined");
+    if (option === undefined) throw new ThrottleConfigError("Expected rules, e.g. ['30/min'], got undefined", 'rules');
     const rules = finish(option);
     return () => rules;
   }

@@ -63,12 +63,12 @@ export const MAX_LIMIT = 10_000_000;
 export function parseRule(input: RuleInput): Rule {
   if (typeof input === 'string') return parseShorthand(input);
   if (input === null || typeof input !== 'object') {
-    throw new ThrottleConfigError(`Expected a rule like '30/min', { limit, windowMs } or { concurrent }, got ${describe(input)}`);
+    throw new ThrottleConfigError(`Expected a rule like '30/min', { limit, windowMs } or { concurrent }, got ${describe(input)}`, 'rules');
   }
   if ('concurrent' in input) {
     const { concurrent } = input;
     if ('limit' in input || 'windowMs' in input) {
-      throw new ThrottleConfigError(`Expected a rule to be { limit, windowMs } or { concurrent }, not both, got ${describe(input)}`);
+      throw new ThrottleConfigError(`Expected a rule to be { limit, windowMs } or { concurrent }, not both, got ${describe(input)}`, 'rules');
     }
     checkLimit(concurrent, input);
     return { limit: concurrent, windowMs: 0 };
@@ -87,7 +87,7 @@ export function isConcurrent(rule: Rule): boolean {
 /** Parses a non-empty list of rules; duplicates are kept (harmless), order is preserved. */
 export function parseRules(input: readonly RuleInput[] | RuleInput): Rule[] {
   const list = Array.isArray(input) ? input : [input as RuleInput];
-  if (list.length === 0) throw new ThrottleConfigError('Expected at least one rule, got an empty list');
+  if (list.length === 0) throw new ThrottleConfigError('Expected at least one rule, got an empty list', 'rules');
   return list.map(parseRule);
 }
 
@@ -108,6 +108,7 @@ function parseShorthand(text: string): Rule {
   if (!match || unitMs === undefined) {
     throw new ThrottleConfigError(
       `Expected a rule like '30/min', '5/s', '10000/day', '30/90s' (units: ${Object.keys(UNIT_MS).join(', ')}) or '4 concurrent', got '${text}'`,
+      'rules',
     );
   }
   const limit = Number(match[1]);
@@ -119,7 +120,7 @@ function parseShorthand(text: string): Rule {
 
 function checkLimit(limit: unknown, input: unknown): asserts limit is number {
   if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
-    throw new ThrottleConfigError(`Expected rule limit to be a whole number from 1 to ${MAX_LIMIT}, got ${describe(limit)} in ${describe(input)}`);
+    throw new ThrottleConfigError(`Expected rule limit to be a whole number from 1 to ${MAX_LIMIT}, got ${describe(limit)} in ${describe(input)}`, 'rules');
   }
 }
 
@@ -128,6 +129,7 @@ function checkWindow(windowMs: unknown, input: unknown): asserts windowMs is num
     const hint = windowMs === 0 ? ' (a cap on calls in flight is written { concurrent: N })' : '';
     throw new ThrottleConfigError(
       `Expected rule windowMs to be a whole number of milliseconds from 1 to ${MAX_WINDOW_MS}, got ${describe(windowMs)} in ${describe(input)}${hint}`,
+      'rules',
     );
   }
 }

@@ -187,14 +187,14 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     retry: boolean,
     then: ((value: Awaited<T>) => Promise<U>) | undefined,
   ): Promise<U> {
-    if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`);
+    if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`, 'fn');
     this.#activity.entered();
     try {
       // Synchronous for fixed rules: awaited only when rules depend on the key.
       const prepared = prepareCall(this.#callDefaults, key, options);
       const call = prepared instanceof Promise ? await prepared : prepared;
       if (call.also.length > 0 && !this.store.multiKey)
-        throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call');
+        throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call', 'key');
       const life = this.#listened() ? new CallLife(this.#events, call) : undefined;
       let trace: CallTrace | undefined;
       if (this.#telemetry !== undefined) {

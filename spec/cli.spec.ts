@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { INSPECT_FLAGS, parseRunArgs, RUN_FLAGS } from '../lib/cli/args.js';
 import { CliError } from '../lib/cli/errors.js';
+import { ThrottleConfigError } from '../lib/errors.js';
 import { loadRequests } from '../lib/cli/input.js';
 import { compileKey } from '../lib/cli/key-template.js';
 import { redisServer, uniquePrefix } from './support/hooks.js';
@@ -85,7 +86,7 @@ function parseResults(text: string): Array<Record<string, unknown>> {
     .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
-/** The last line of each id: its outcome (a request refused by --max-wait and resumed has two). */
+/** The last line of each id: its outcome (a request refused by --max-delay-ms and resumed has two). */
 function lastOfEach(results: ReadonlyArray<Record<string, unknown>>): Map<unknown, Record<string, unknown>> {
   return new Map(results.map((result) => [result.id, result]));
 }
@@ -135,7 +136,7 @@ describe('vendor-throttle command line', function () {
     writeFileSync(join(dir, 'requests.ndjson'), ndjson(server, list));
     const out = join(dir, 'results.ndjson');
 
-    const { code, stderr } = await cli('run', '--rule', '4/400ms', '--retry-delay', '50ms', '--out', out, join(dir, 'requests.ndjson'));
+    const { code, stderr } = await cli('run', '--rule', '4/400ms', '--fallback-pause-ms', '50', '--out', out, join(dir, 'requests.ndjson'));
     expect(code, stderr).to.equal(0);
     const results = readResults(out);
     expect(results.map((result) => result.id).sort()).to.deep.equal(list.map((row) => row.id).sort());
@@ -404,9 +405,9 @@ describe('vendor-throttle command line', function () {
     } catch (caught) {
       error = caught;
     }
-    expect(error).to.be.instanceOf(CliError);
-    expect((error as CliError).exitCode).to.equal(2);
-    expect((error as CliError).message).to.match(/standard input, which is a terminal.*pipe them in/);
+    expect(error).to.be.instanceOf(ThrottleConfigError);
+    expect(error).to.include({ argument: '<file>' });
+    expect((error as ThrottleConfigError).message).to.match(/standard input, which is a terminal.*pipe them in/);
     // The same stream as a pipe is read.
     const pipe = Readable.from([`${JSON.stringify({ url: 'http://127.0.0.1:1/x', key: 'a' })}\n`]);
     const requests = await loadRequests({ file: '-', format: 'ndjson', key: compileKey(undefined), baseUrl: undefined, headers: {}, stdin: pipe });
@@ -449,25 +450,25 @@ describe('vendor-throttle command line', function () {
     expect(worstWindow(server, 600)).to.be.at.most(2);
   });
 
-  it('--max-wait refuses what would wait too long (a retry after a 429 too), sends the rest, and --resume sends the refused', async () => {
+  it('--max-delay-ms refuses what would wait too long (a retry after a 429 too), sends the rest, and --resume sends the refused', async () => {
     const seen = new Set<string>();
     const server = await useVendor((arrival) => {
       const id = idOf(arrival)!;
       const first = !seen.has(id);
       seen.add(id);
-      // The vendor pauses carl for 5 s: far beyond --max-wait, so the retry is not sent.
+      // The vendor pauses carl for 5 s: far beyond --max-delay-ms, so the retry is not sent.
       if (first && arrival.user === 'carl') return { status: 429, headers: { 'retry-after': '5' }, body: { error: 'slow down' } };
       return { status: 200, body: { id } };
     });
     // ann: 2 now, 2 more once the 400 ms window has room (a wait of about 400 ms), the last 2 would
-    // wait about 800 ms: refused under --max-wait 600ms. bob's 2 go at once.
+    // wait about 800 ms: refused under --max-delay-ms 600. bob's 2 go at once.
     const list = [...rows(['ann'], 6, 'a'), ...rows(['bob'], 2, 'b'), ...rows(['carl'], 1, 'c')];
     const input = join(dir, 'requests.ndjson');
     writeFileSync(input, ndjson(server, list));
     const out = join(dir, 'results.ndjson');
-    const args = ['run', '--rule', '2/400ms', '--retry-delay', '50ms', '--out', out, input];
+    const args = ['run', '--rule', '2/400ms', '--fallback-pause-ms', '50', '--out', out, input];
 
-    const first = await cli(...args, '--max-wait', '600ms');
+    const first = await cli(...args, '--max-delay-ms', '600');
     expect(first.code, first.stderr).to.equal(1);
     const results = readResults(out);
     expect(results).to.have.length(list.length);
@@ -476,7 +477,7 @@ describe('vendor-throttle command line', function () {
     expect(neverSent.map((result) => result.key)).to.deep.equal(['ann', 'ann']);
     for (const result of neverSent) {
       expect(result).to.include({ status: null, startedAt: null, ms: null });
-      expect(result.refused).to.match(/no slot within --max-wait \(600 ms\): rule 2\/400ms is full/);
+      expect(result.refused).to.match(/no slot within --max-delay-ms \(600 ms\): rule 2\/400ms is full/);
       expect(result.retryAfterMs).to.be.a('number').above(600);
     }
     const carl = results.find((result) => result.key === 'carl')!;
@@ -490,11 +491,11 @@ describe('vendor-throttle command line', function () {
     for (const result of neverSent) expect(sentIds.has(result.id as string)).to.equal(false);
     expect(results.filter((result) => result.refused === undefined).every((result) => result.status === 200)).to.equal(true);
     expect(worstWindow(server, 400)).to.be.at.most(2);
-    expect(first.stderr).to.match(/6 sent in .*: 6 ok, 0 failed; 3 refused: no slot within --max-wait \(--resume --out .* sends them again\)/);
+    expect(first.stderr).to.match(/6 sent in .*: 6 ok, 0 failed; 3 refused: no slot within --max-delay-ms \(--resume --out .* sends them again\)/);
 
     const resumed = await cli(...args, '--resume');
     expect(resumed.code, resumed.stderr).to.equal(0);
-    expect(resumed.stderr).to.include('3 requests for 2 keys').and.to.include('6 done earlier, skipped; 3 refused earlier by --max-wait, sent again');
+    expect(resumed.stderr).to.include('3 requests for 2 keys').and.to.include('6 done earlier, skipped; 3 refused earlier by --max-delay-ms, sent again');
     const outcomes = lastOfEach(readResults(out));
     expect([...outcomes.keys()].sort()).to.deep.equal(list.map((row) => row.id).sort());
     expect([...outcomes.values()].every((result) => result.status === 200 && result.refused === undefined)).to.equal(true);
@@ -519,11 +520,13 @@ describe('vendor-throttle command line', function () {
     const cases: Array<[args: string[], message: RegExp]> = [
       [['run', '--rule', '5/s', join(dir, 'missing.ndjson')], /missing\.ndjson: no such file/],
       [['run', '--rule', '5/s', join(dir, 'missing.csv')], /missing\.csv: no such file/],
-      [['run', '--rule', '5/s', '--max-wait', 'soon', good], /--max-wait: expected a duration such as 500ms, 30s or 2m/],
+      [['run', '--rule', '5/s', '--max-delay-ms', 'soon', good], /--max-delay-ms: expected a number of ms such as 500, or a duration such as 30s or 2m/],
+      [['run', '--rule', '5/s', '--max-delay', '30s', good], /Unknown option '--max-delay' \(did you mean '--max-delay-ms'\?\)/],
       [['run', '--rule', '5/s', malformed], /malformed\.ndjson:2: not valid JSON/],
       [['run', '--rule', '5/s', '--out', existing, good], /already holds results: pass --resume/],
       [['run', '--rule', '5/mn', '--bogus', good], /Unknown option '--bogus'/],
       [['frobnicate'], /unknown command 'frobnicate'/],
+      [['inspct'], /unknown command 'inspct' \(did you mean 'inspect'\?\)/],
     ];
     const exits = await Promise.all(cases.map(([args]) => cli(...args)));
     exits.forEach((exit, i) => {
@@ -537,51 +540,55 @@ describe('vendor-throttle command line', function () {
   });
 
   it('says which flag is wrong and why (the parser the command runs)', () => {
-    const fails = (args: string[], message: RegExp): void => {
+    // Every bad flag is a ThrottleConfigError, as a bad library option is, naming the flag in `argument`.
+    const fails = (args: string[], message: RegExp, argument: string): void => {
       let error: unknown;
       try {
-        parseRunArgs(args);
+        parseRunArgs(args, () => undefined);
       } catch (caught) {
         error = caught;
       }
-      expect(error, args.join(' ')).to.be.instanceOf(CliError);
-      expect((error as CliError).exitCode).to.equal(2);
-      expect((error as CliError).message).to.match(message);
+      expect(error, args.join(' ')).to.be.instanceOf(ThrottleConfigError);
+      expect((error as ThrottleConfigError).message).to.match(message);
+      expect(error, args.join(' ')).to.include({ argument, code: 'ERR_THROTTLE_CONFIG' });
     };
-    fails(['--rule', '5/mn', 'f.ndjson'], /--rule '5\/mn': Expected a rule like/);
-    fails(['f.ndjson'], /at least one --rule is required/);
-    fails(['--rule', '5/s', '--workers', 'two', 'f.ndjson'], /--workers: expected a whole number/);
-    fails(['--rule', '5/s', '--resume', 'f.ndjson'], /--resume needs --out/);
-    fails(['--rule', '5/s', '--timeout', 'soon', 'f.ndjson'], /--timeout: expected a duration/);
-    fails(['--rule', '5/s', '--mode', 'throw', 'f.ndjson'], /--mode: expected 'wait'/);
-    fails(['--rule', '5/s', '--redis', 'localhost:6379', 'f.ndjson'], /--redis: expected a URL/);
-    fails(['--rule', '5/s', '--name', 'a:b', 'f.ndjson'], /--name/);
-    fails(['--rule', '5/s', 'a.ndjson', 'b.ndjson'], /expected one input file, got 2/);
-    fails(['--rule', '5/s'], /missing the input file .*'-' reads standard input/);
-    fails(['--rule', '5/s', '--max-wait', 'a while', '-'], /--max-wait: expected a duration/);
-    fails(['--rule', '5/s', '--max-wait=-1s', '-'], /--max-wait: expected a duration/);
-    fails(['--rule', '5/s', '--max-wait', '2d', '-'], /--max-wait: expected a duration/);
-    fails(['--rule', '5/s', '--max-wait', '25h', '-'], /--max-wait: .*up to a day/);
-    fails(['--rule', '5/s', '--format', 'tsv', '-'], /--format: expected 'ndjson' or 'csv', got 'tsv'/);
-    fails(['--rule', '5/s', '--rule', '=5/s', '-'], /--rule '=5\/s': expected a key before '='/);
-    fails(['--rule', '5/s', '--key', 'a', '--key', 'b', '--workers', '2', '-'], /need --redis/);
-    fails(['--rule', '5/s', '--key', 'a', '--key', 'b', '--redis', 'redis://127.0.0.1:7000', '--cluster', '-'], /needs --hash-tag name/);
-    fails(['--rule', '5/s', '--hash-tag', 'slot', '-'], /--hash-tag: expected 'key' or 'name'/);
-    fails(['--rule', '5/s', '--hash-tag', 'name', '-'], /--hash-tag needs --redis/);
+    fails(['--rule', '5/mn', 'f.ndjson'], /--rule '5\/mn': Expected a rule like/, '--rule');
+    fails(['f.ndjson'], /at least one --rule is required/, '--rule');
+    fails(['--rule', '5/s', '--workers', 'two', 'f.ndjson'], /--workers: expected a whole number/, '--workers');
+    fails(['--rule', '5/s', '--resume', 'f.ndjson'], /--resume needs --out/, '--resume');
+    fails(['--rule', '5/s', '--timeout-ms', 'soon', 'f.ndjson'], /--timeout-ms: expected a number of ms from 1/, '--timeout-ms');
+    fails(['--rule', '5/s', '--mode', 'throw', 'f.ndjson'], /--mode: expected 'wait'/, '--mode');
+    fails(['--rule', '5/s', '--redis', 'localhost:6379', 'f.ndjson'], /--redis: expected a URL/, '--redis');
+    fails(['--rule', '5/s', '--name', 'a:b', 'f.ndjson'], /--name/, '--name');
+    fails(['--rule', '5/s', 'a.ndjson', 'b.ndjson'], /expected one input file, got 2/, '<file>');
+    fails(['--rule', '5/s'], /missing the input file .*'-' reads standard input/, '<file>');
+    fails(['--rule', '5/s', '--max-delay-ms', 'a while', '-'], /--max-delay-ms: expected a number of ms/, '--max-delay-ms');
+    fails(['--rule', '5/s', '--max-delay-ms=-1s', '-'], /--max-delay-ms: expected a number of ms/, '--max-delay-ms');
+    fails(['--rule', '5/s', '--max-delay-ms', '2d', '-'], /--max-delay-ms: expected a number of ms/, '--max-delay-ms');
+    fails(['--rule', '5/s', '--max-delay-ms', '25h', '-'], /--max-delay-ms: .*up to a day/, '--max-delay-ms');
+    fails(['--rule', '5/s', '--fallback-pause-ms=-5', '-'], /--fallback-pause-ms: expected a number of ms/, '--fallback-pause-ms');
+    fails(['--rule', '5/s', '--format', 'tsv', '-'], /--format: expected 'ndjson' or 'csv', got 'tsv'/, '--format');
+    fails(['--rule', '5/s', '--rule', '=5/s', '-'], /--rule '=5\/s': expected a key before '='/, '--rule');
+    fails(['--rule', '5/s', '--key', 'a', '--key', 'b', '--workers', '2', '-'], /need --redis/, '--key');
+    fails(['--rule', '5/s', '--key', 'a', '--key', 'b', '--redis', 'redis://127.0.0.1:7000', '--cluster', '-'], /needs --hash-tag name/, '--key');
+    fails(['--rule', '5/s', '--hash-tag', 'slot', '-'], /--hash-tag: expected 'key' or 'name'/, '--hash-tag');
+    fails(['--rule', '5/s', '--hash-tag', 'name', '-'], /--hash-tag needs --redis/, '--hash-tag');
+    fails(['--rule', '5/s', '--bogus', '-'], /Unknown option '--bogus'/, '--bogus');
+    fails(['--rule', '5/s', '--rule'], /'-r, --rule <value>' argument missing/, '--rule');
     expect(
       parseRunArgs(['-r', '5/s', '-r', 'app=20/s', '-k', '{user}', '-k', 'app', '--redis', 'redis://127.0.0.1:7000', '--cluster', '--hash-tag', 'name', '-']),
     )
       .to.deep.include({ keys: ['{user}', 'app'] })
       .and.to.have.nested.property('throttle.hashTag', 'name');
-    const stdin = parseRunArgs(['-r', '5/s', '--max-wait', '2m', '-']);
+    const stdin = parseRunArgs(['-r', '5/s', '--max-delay-ms', '2m', '-']);
     expect(stdin).to.deep.include({ file: '-', format: 'ndjson' });
-    expect(stdin).to.have.nested.property('send.maxWaitMs', 120_000);
-    expect(parseRunArgs(['-r', '5/s', '--format', 'csv', '--max-wait', '1500', '-']))
+    expect(stdin).to.have.nested.property('send.maxDelayMs', 120_000);
+    expect(parseRunArgs(['-r', '5/s', '--format', 'csv', '--max-delay-ms', '1500', '-']))
       .to.deep.include({ format: 'csv' })
-      .and.to.have.nested.property('send.maxWaitMs', 1500);
-    expect(parseRunArgs(['-r', '5/s', '--max-wait', '0', 'in.ndjson'])).to.have.nested.property('send.maxWaitMs', 0);
-    expect(parseRunArgs(['-r', '5/s', 'in.ndjson'])).to.have.nested.property('send.maxWaitMs', undefined);
-    const options = parseRunArgs(['-r', '30/min', '-r', '10000/day', '--timeout', '2m', '-H', 'Authorization: Bearer x', 'in.CSV']);
+      .and.to.have.nested.property('send.maxDelayMs', 1500);
+    expect(parseRunArgs(['-r', '5/s', '--max-delay-ms', '0', 'in.ndjson'])).to.have.nested.property('send.maxDelayMs', 0);
+    expect(parseRunArgs(['-r', '5/s', 'in.ndjson'])).to.have.nested.property('send.maxDelayMs', undefined);
+    const options = parseRunArgs(['-r', '30/min', '-r', '10000/day', '--timeout-ms', '2m', '-H', 'Authorization: Bearer x', 'in.CSV']);
     expect(options).to.deep.include({ format: 'csv', headers: { authorization: 'Bearer x' } });
     expect(options).to.have.nested.property('send.timeoutMs', 120_000);
     expect(options).to.have.nested.property('throttle.rules').that.deep.equals(['30/min', '10000/day']);

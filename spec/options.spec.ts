@@ -9,7 +9,6 @@ import axios from 'axios';
 import * as promClient from 'prom-client';
 import { MemoryStore, RedisStore, Throttle, ThrottleConfigError, throttleMetrics } from '../lib/index.js';
 import { parseInspectArgs, parseRunArgs } from '../lib/cli/args.js';
-import { CliError } from '../lib/cli/errors.js';
 import { redisClient } from './support/hooks.js';
 
 describe('unknown option names are refused everywhere, with the closest known one', () => {
@@ -56,7 +55,7 @@ describe('unknown option names are refused everywhere, with the closest known on
   });
 
   it('the CLI: an unknown flag names the closest known one', () => {
-    expect(() => parseRunArgs(['--rules', '5/s'])).to.throw(CliError, /Unknown option '--rules' \(did you mean '--rule'\?\)/);
-    expect(() => parseInspectArgs(['--nmae', 'acme'])).to.throw(CliError, /Unknown option '--nmae' \(did you mean '--name'\?\)/);
+    expect(() => parseRunArgs(['--rules', '5/s'])).to.throw(ThrottleConfigError, /Unknown option '--rules' \(did you mean '--rule'\?\)/);
+    expect(() => parseInspectArgs(['--nmae', 'acme'])).to.throw(ThrottleConfigError, /Unknown option '--nmae' \(did you mean '--name'\?\)/);
   });
 });

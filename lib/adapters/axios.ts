@@ -41,13 +41,13 @@ const wrappedSettings = new WeakMap<AxiosAdapter, AdapterSetting>();
  */
 export function throttleAxios<I extends AxiosInstanceType>(throttle: Scheduler, instance: I, options: AxiosThrottleOptions): AxiosThrottleHandle<I> {
   if (!isAxiosInstance(instance)) {
-    throw new ThrottleConfigError(`Expected an axios instance (axios, or one from axios.create()), got ${describe(instance)}`);
+    throw new ThrottleConfigError(`Expected an axios instance (axios, or one from axios.create()), got ${describe(instance)}`, 'instance');
   }
   checkCallOptions(options, 'axios', [...VENDOR_SIGNAL_OPTIONS, 'getAdapter']);
   const settings = vendorSettings(options, 'axios');
   const getAdapter = options.getAdapter ?? (instance as Partial<AxiosStatic>).getAdapter;
   if (getAdapter !== undefined && typeof getAdapter !== 'function') {
-    throw new ThrottleConfigError(`Expected axios option getAdapter to be a function (axios.getAdapter), got ${describe(getAdapter)}`);
+    throw new ThrottleConfigError(`Expected axios option getAdapter to be a function (axios.getAdapter), got ${describe(getAdapter)}`, 'getAdapter');
   }
   const mine = new WeakSet<AxiosAdapter>();
   let ejected = false;
@@ -58,7 +58,7 @@ export function throttleAxios<I extends AxiosInstanceType>(throttle: Scheduler, 
     if (typeof setting === 'function') return setting;
     if (getAdapter) return getAdapter(setting, config);
     if (typeof instance.create !== 'function') {
-      throw new ThrottleConfigError('Cannot resolve axios adapter names for this instance: pass getAdapter: axios.getAdapter');
+      throw new ThrottleConfigError('Cannot resolve axios adapter names for this instance: pass getAdapter: axios.getAdapter', 'getAdapter');
     }
     copy ??= interceptorFree(instance);
     return viaCopy(copy, setting);
@@ -145,7 +145,7 @@ async function sendRequest(
 function requestOptions(value: unknown): AxiosRequestThrottleOptions {
   if (value === undefined) return {};
   if (value === null || typeof value !== 'object') {
-    throw new ThrottleConfigError(`Expected config.throttle to be an object, got ${describe(value)}`);
+    throw new ThrottleConfigError(`Expected config.throttle to be an object, got ${describe(value)}`, 'config.throttle');
   }
   return value as AxiosRequestThrottleOptions;
 }

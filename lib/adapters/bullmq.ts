@@ -81,16 +81,17 @@ export function throttleProcessor<J extends ThrottledJob, R>(
   processor: JobProcessor<J, R>,
   options: ThrottleProcessorOptions<J>,
 ): JobProcessor<J, R> {
-  if (typeof processor !== 'function') throw new ThrottleConfigError(`Expected processor to be a function, got ${describe(processor)}`);
+  if (typeof processor !== 'function') throw new ThrottleConfigError(`Expected processor to be a function, got ${describe(processor)}`, 'processor');
   if (options === null || typeof options !== 'object')
-    throw new ThrottleConfigError(`Expected throttleProcessor options to be an object, got ${describe(options)}`);
+    throw new ThrottleConfigError(`Expected throttleProcessor options to be an object, got ${describe(options)}`, 'options');
   checkKnown('throttleProcessor', options, OPTIONS);
   const internals = internalsOf(throttle);
   // A throttle that never waits could not hold a job in the worker for its slot, its last resort.
-  if (throttle.mode !== 'wait') throw new ThrottleConfigError(`Expected a throttle in 'wait' mode for throttleProcessor(), got '${throttle.mode}'`);
-  if (typeof options.key !== 'function') throw new ThrottleConfigError(`Expected throttleProcessor option key to be a function, got ${describe(options.key)}`);
+  if (throttle.mode !== 'wait') throw new ThrottleConfigError(`Expected a throttle in 'wait' mode for throttleProcessor(), got '${throttle.mode}'`, 'throttle');
+  if (typeof options.key !== 'function')
+    throw new ThrottleConfigError(`Expected throttleProcessor option key to be a function, got ${describe(options.key)}`, 'key');
   if (options.cost !== undefined && typeof options.cost !== 'function')
-    throw new ThrottleConfigError(`Expected throttleProcessor option cost to be a function, got ${describe(options.cost)}`);
+    throw new ThrottleConfigError(`Expected throttleProcessor option cost to be a function, got ${describe(options.cost)}`, 'cost');
   const waitMs = options.waitMs ?? 250;
   checkDelay('throttleProcessor waitMs', waitMs);
   const { maxStartedAttempts } = options;

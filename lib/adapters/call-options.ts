@@ -15,15 +15,15 @@ export const VENDOR_SIGNAL_OPTIONS = ['retries', 'isThrottled', 'fallbackPauseMs
  */
 export function checkCallOptions(options: unknown, what: string, known: readonly string[]): void {
   if (options === null || typeof options !== 'object') {
-    throw new ThrottleConfigError(`Expected ${what} options to be an object, got ${describe(options)}`);
+    throw new ThrottleConfigError(`Expected ${what} options to be an object, got ${describe(options)}`, 'options');
   }
   checkKnown(what, options, ['key', ...PER_CALL, ...known]);
   const { key } = options as { key?: unknown };
-  if (typeof key !== 'function') throw new ThrottleConfigError(`Expected ${what} option key to be a function, got ${describe(key)}`);
+  if (typeof key !== 'function') throw new ThrottleConfigError(`Expected ${what} option key to be a function, got ${describe(key)}`, 'key');
   for (const name of PER_CALL) {
     const value = (options as Record<string, unknown>)[name];
     if (value !== undefined && typeof value !== 'number' && typeof value !== 'function') {
-      throw new ThrottleConfigError(`Expected ${what} option ${name} to be a number or a function, got ${describe(value)}`);
+      throw new ThrottleConfigError(`Expected ${what} option ${name} to be a number or a function, got ${describe(value)}`, name);
     }
   }
 }

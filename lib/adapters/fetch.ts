@@ -31,14 +31,14 @@ interface ResponseExtras {
 export function throttleFetch<F extends FetchLike>(throttle: Scheduler, options: FetchThrottleOptions<F>): F {
   checkCallOptions(options, 'fetch', [...VENDOR_SIGNAL_OPTIONS, 'fetch']);
   if (options.fetch !== undefined && typeof options.fetch !== 'function') {
-    throw new ThrottleConfigError(`Expected fetch option fetch to be a function, got ${describe(options.fetch)}`);
+    throw new ThrottleConfigError(`Expected fetch option fetch to be a function, got ${describe(options.fetch)}`, 'fetch');
   }
   const settings = vendorSettings(options, 'fetch');
   type Answer = Awaited<ReturnType<F>>;
 
   const throttled = async (input: Parameters<F>[0], init?: Parameters<F>[1]): Promise<Answer> => {
     const send = (options.fetch ?? globalThis.fetch) as unknown as (input: unknown, init?: unknown) => Promise<Answer>;
-    if (typeof send !== 'function') throw new ThrottleConfigError('There is no global fetch: pass the fetch to use as option fetch');
+    if (typeof send !== 'function') throw new ThrottleConfigError('There is no global fetch: pass the fetch to use as option fetch', 'fetch');
     const key = await options.key(input, init);
     const request = requestLike(input);
     const requestInit = init as { signal?: SignalLike | null; body?: unknown } | undefined;

@@ -4,6 +4,7 @@ import { ThrottleConfigError } from '../errors.js';
 import type { KeyInput, KeysInput } from '../keys.js';
 import type { ScheduleOptions } from '../options.js';
 import { describe } from '../rules.js';
+import { argumentOf } from '../validate.js';
 import { internalsOf, type Scheduler } from './scheduler.js';
 import { readVendorSignal, type HeaderSource } from '../vendor-signals.js';
 import type { VendorSignalOptions } from './options.js';
@@ -22,7 +23,7 @@ export interface VendorSettings<R> {
 export function vendorSettings<R>(options: VendorSignalOptions<R>, what: string): VendorSettings<R> {
   const { isThrottled } = options;
   if (isThrottled !== undefined && typeof isThrottled !== 'function') {
-    throw new ThrottleConfigError(`Expected ${what} option isThrottled to be a function, got ${describe(isThrottled)}`);
+    throw new ThrottleConfigError(`Expected ${what} option isThrottled to be a function, got ${describe(isThrottled)}`, 'isThrottled');
   }
   return {
     retries: checkRetries(options.retries ?? 2, `${what} option retries`),
@@ -36,19 +37,22 @@ export function vendorSettings<R>(options: VendorSignalOptions<R>, what: string)
 
 export function checkRetries(value: unknown, what: string): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) {
-    throw new ThrottleConfigError(`Expected ${what} to be a whole number from 0 up, got ${describe(value)}`);
+    throw new ThrottleConfigError(`Expected ${what} to be a whole number from 0 up, got ${describe(value)}`, argumentOf(what));
   }
   return value;
 }
 
 function checkFlag(value: unknown, what: string): boolean {
-  if (typeof value !== 'boolean') throw new ThrottleConfigError(`Expected ${what} to be true or false, got ${describe(value)}`);
+  if (typeof value !== 'boolean') throw new ThrottleConfigError(`Expected ${what} to be true or false, got ${describe(value)}`, argumentOf(what));
   return value;
 }
 
 function checkMs(value: unknown, what: string, infinite: boolean): number {
   if (typeof value !== 'number' || Number.isNaN(value) || value < 0 || (!infinite && !Number.isFinite(value))) {
-    throw new ThrottleConfigError(`Expected ${what} to be a number of ms from 0 up${infinite ? ' (Infinity allowed)' : ''}, got ${describe(value)}`);
+    throw new ThrottleConfigError(
+      `Expected ${what} to be a number of ms from 0 up${infinite ? ' (Infinity allowed)' : ''}, got ${describe(value)}`,
+      argumentOf(what),
+    );
   }
   return value;
 }

@@ -53,6 +53,6 @@ export function registerInternals(throttle: object, internals: ThrottleInternals
 /** The internals of a throttle made by this library. */
 export function internalsOf(throttle: object): ThrottleInternals {
   const internals = registered.get(throttle);
-  if (internals === undefined) throw new ThrottleConfigError(`Expected a Throttle made by vendor-throttle, got ${describe(throttle)}`);
+  if (internals === undefined) throw new ThrottleConfigError(`Expected a Throttle made by vendor-throttle, got ${describe(throttle)}`, 'throttle');
   return internals;
 }

@@ -11,10 +11,10 @@ import type { Throttled, WrapOptions } from './options.js';
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any function
 export function throttleWrap<F extends (...args: any[]) => unknown>(throttle: Scheduler, fn: F, options: WrapOptions<Parameters<F>>): Throttled<F> {
-  if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`);
+  if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`, 'fn');
   checkCallOptions(options, 'wrap', ['signal']);
   if (options.signal !== undefined && typeof options.signal !== 'function') {
-    throw new ThrottleConfigError(`Expected wrap option signal to be a function, got ${describe(options.signal)}`);
+    throw new ThrottleConfigError(`Expected wrap option signal to be a function, got ${describe(options.signal)}`, 'signal');
   }
   const throttled = async function (this: ThisParameterType<F>, ...args: Parameters<F>): Promise<Awaited<ReturnType<F>>> {
     const key = await options.key(...args);

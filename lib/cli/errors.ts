@@ -2,7 +2,7 @@
  * Exit codes of the `vendor-throttle` command (docs/cli.md lists them):
  * - `ok`: every request has a result and none failed;
  * - `failed`: every request has a result, some failed (no response, or a status of 400 or more, after retries);
- * - `usage`: bad flags, a bad input or results file: nothing was sent;
+ * - `usage`: bad flags (a `ThrottleConfigError`), a bad input or results file: nothing was sent;
  * - `fatal`: the run could not go on (Redis unreachable or failing, a worker died, the results file
  *   could not be written); what was done is in the results file, `--resume` goes on from there;
  * - `interrupted`: stopped by SIGINT or SIGTERM; same as `fatal` for what is recorded.
@@ -11,7 +11,12 @@ export const EXIT = { ok: 0, failed: 1, usage: 2, fatal: 3, interrupted: 130 } a
 
 export type ExitCode = (typeof EXIT)[keyof typeof EXIT];
 
-/** An error the command reports as one message on stderr (no stack), with the exit code it ends with. */
+/**
+ * A failure of the command that is not a bad argument (those are the library's
+ * `ThrottleConfigError`, whose `argument` names the flag, exit 2): a bad line of the input or of the
+ * results file to resume (exit 2), Redis unreachable, a worker that died, results that cannot be
+ * written (exit 3). Reported as one message on stderr (no stack), with the exit code it ends with.
+ */
 export class CliError extends Error {
   readonly exitCode: ExitCode;
 

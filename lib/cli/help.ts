@@ -49,10 +49,12 @@ Sending:
   -w, --workers <n>        worker processes; a key's requests all go to one worker (default: 1)
       --retries <n>        attempts after a 429, a 5xx or a network error, each through the
                            throttle again (default: 2)
-      --retry-delay <d>    wait before a retry after a 5xx or a network error, doubled each time;
-                           also the pause of a key after a 429 without Retry-After (default: 1s)
-      --timeout <d>        per attempt, from sending to the end of the body (default: 30s)
-      --max-wait <d>       longest wait of an attempt for its slot, a vendor's pause included
+      --fallback-pause-ms <ms>
+                           the pause of a key after a 429 that does not say how long (no
+                           Retry-After), and the wait before a retry after a 5xx or a network
+                           error, doubled each time (default: 1000)
+      --timeout-ms <ms>    per attempt, from sending to the end of the body (default: 30000)
+      --max-delay-ms <ms>  longest wait of an attempt for its slot, a vendor's pause included
                            (default: no limit); a request that would wait longer is not sent: its
                            result says "refused", it counts as failed, --resume sends it again
       --base-url <url>     resolve relative request URLs against it
@@ -62,18 +64,21 @@ Sending:
 Results:
   -o, --out <file>         results file (default: standard output); one JSON line per request:
                            {"id","key","status","startedAt","ms","attempts","body"|"error"},
-                           and "refused","retryAfterMs" for an attempt refused by --max-wait
+                           and "refused","retryAfterMs" for an attempt refused by --max-delay-ms
       --resume             go on with an earlier run: skip the ids <file> of --out already holds,
-                           but send those refused by --max-wait again (with -: pipe the same input)
+                           but send those refused by --max-delay-ms again (with -: pipe the same
+                           input)
       --overwrite          replace an existing results file (without it, a non-empty one is refused)
       --no-body            leave response bodies out of the results
-  -q, --quiet              no progress and no summary on stderr (errors still)
+  -q, --quiet              no progress and no summary on stderr (errors and deprecations still)
   -h, --help               this help
 
-Durations: 500ms, 30s, 2m, 1h (a bare number is ms).
+Flags have the names of the library's options (--max-delay-ms is maxDelayMs): a bare number is
+ms, as there; a unit may be given instead: 500ms, 30s, 2m, 1h. Old spellings, read until the next
+minor version with a deprecation line: --max-wait, --timeout, --retry-delay.
 Ctrl-C (SIGINT) or SIGTERM: no new requests; those in flight finish and are written; exit 130.
 A second one cancels those in flight (written as interrupted). Then: --resume.
-Exit codes: 0 all ok, 1 some failed (no answer, status >= 400, or refused by --max-wait), 2 bad
+Exit codes: 0 all ok, 1 some failed (no answer, status >= 400, or refused by --max-delay-ms), 2 bad
 flags or input (nothing sent), 3 the run could not go on (Redis, a worker, the results file),
 130 interrupted.
 

@@ -2,6 +2,7 @@ import { createReadStream } from 'node:fs';
 import type { Readable } from 'node:stream';
 import { parse as parseCsv } from 'csv-parse';
 import { STDIN } from './args.js';
+import { ThrottleConfigError } from '../errors.js';
 import { CliError } from './errors.js';
 import { readJsonLines } from './json-lines.js';
 import type { KeyReader } from './key-template.js';
@@ -46,17 +47,18 @@ const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 /**
  * Reads and checks every request of an NDJSON or CSV file — or of standard input, for `-` — before
  * anything is sent. Throws `CliError` (exit 2) naming `file:line` (`stdin:line`) and the reason for
- * each bad line (the first 10), for a missing or unreadable file, for duplicate ids, for input
- * without requests, and for `-` when standard input is a terminal (nobody is piping requests in:
- * waiting for them would look like a hang).
+ * each bad line (the first 10), for duplicate ids and for input without requests; and
+ * `ThrottleConfigError` (a bad argument, `<file>`) for a missing or unreadable file, and for `-`
+ * when standard input is a terminal (nobody is piping requests in: waiting for them would look like a hang).
  */
 export async function loadRequests(options: InputOptions): Promise<BatchRequest[]> {
   const fromStdin = options.file === STDIN;
   const name = fromStdin ? 'stdin' : options.file;
   const stdin = options.stdin ?? process.stdin;
   if (fromStdin && stdin.isTTY) {
-    throw new CliError(
+    throw new ThrottleConfigError(
       "'-' reads the requests from standard input, which is a terminal here: pipe them in (jq -c … | vendor-throttle run … -) or give the file name",
+      '<file>',
     );
   }
   const requests: BatchRequest[] = [];
@@ -83,7 +85,7 @@ export async function loadRequests(options: InputOptions): Promise<BatchRequest[
     if (options.format === 'csv') await readCsv(source, add, report);
     else await readNdjson(source, add, report);
   } catch (error) {
-    throw new CliError(`cannot read ${name}: ${readError(error)}`);
+    throw new ThrottleConfigError(`cannot read ${name}: ${readError(error)}`, '<file>');
   }
   if (problemCount > 0) {
     const more = problemCount > problems.length ? `\n… and ${problemCount - problems.length} more` : '';

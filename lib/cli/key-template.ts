@@ -1,4 +1,4 @@
-import { CliError } from './errors.js';
+import { ThrottleConfigError } from '../errors.js';
 
 /** What a key is read from: the request's fields as given in the file, its URL and its headers. */
 export interface KeySource {
@@ -21,7 +21,7 @@ const PLACEHOLDER = /\{([^{}]*)\}/g;
  * - `path:<n>`: the n-th segment of the URL path (1 = first);
  * - anything else: a template whose `{field}` parts (`{user.id}` for nested NDJSON fields) are
  *   replaced by the request's fields: `{user_id}`, `acme-{account}-{user}`; no braces: one key for all.
- * Throws `CliError` for a template that cannot work.
+ * Throws `ThrottleConfigError` (its `argument`: `--key`) for a template that cannot work.
  */
 export function compileKey(template: string | undefined): KeyReader {
   if (template === undefined) {
@@ -40,25 +40,26 @@ export function compileKey(template: string | undefined): KeyReader {
   const arg = rest.join(':');
   if (kind === 'header' && rest.length > 0) {
     const name = arg.trim().toLowerCase();
-    if (name === '') throw new CliError(`--key '${template}': expected a header name after 'header:'`);
+    if (name === '') throw new ThrottleConfigError(`--key '${template}': expected a header name after 'header:'`, '--key');
     return ({ headers }) => nonEmpty(headers[name], `no '${name}' header (--key ${template})`);
   }
   if (kind === 'query' && rest.length > 0) {
-    if (arg === '') throw new CliError(`--key '${template}': expected a query parameter after 'query:'`);
+    if (arg === '') throw new ThrottleConfigError(`--key '${template}': expected a query parameter after 'query:'`, '--key');
     return ({ url }) => nonEmpty(url.searchParams.get(arg) ?? undefined, `no '${arg}' query parameter in the URL (--key ${template})`);
   }
   if (kind === 'path' && rest.length > 0) {
     const index = Number(arg);
-    if (!/^\d+$/.test(arg) || index < 1) throw new CliError(`--key '${template}': expected a path segment number from 1 up after 'path:'`);
+    if (!/^\d+$/.test(arg) || index < 1) throw new ThrottleConfigError(`--key '${template}': expected a path segment number from 1 up after 'path:'`, '--key');
     return ({ url }) => {
       const segment = url.pathname.split('/').filter((part) => part !== '')[index - 1];
       return nonEmpty(segment === undefined ? undefined : safeDecode(segment), `the URL path has no segment ${index} (--key ${template})`);
     };
   }
   const stripped = template.replace(PLACEHOLDER, '');
-  if (stripped.includes('{') || stripped.includes('}')) throw new CliError(`--key '${template}': unbalanced braces; write fields as {name}`);
+  if (stripped.includes('{') || stripped.includes('}'))
+    throw new ThrottleConfigError(`--key '${template}': unbalanced braces; write fields as {name}`, '--key');
   const names = [...template.matchAll(PLACEHOLDER)].map((match) => match[1]!.trim());
-  if (names.some((name) => name === '')) throw new CliError(`--key '${template}': empty {} in the template; write fields as {name}`);
+  if (names.some((name) => name === '')) throw new ThrottleConfigError(`--key '${template}': empty {} in the template; write fields as {name}`, '--key');
   if (names.length === 0) return () => template;
   return ({ fields }) =>
     template.replace(PLACEHOLDER, (_whole, name: string) => {

@@ -103,7 +103,7 @@ export class Progress {
   }
 
   /**
-   * One more result: a success, a failure, or a request refused by `--max-wait` (not sent). With
+   * One more result: a success, a failure, or a request refused by `--max-delay-ms` (not sent). With
    * `result`, its request's slots leave the keys' work and enter their current windows.
    */
   tick(outcome: 'ok' | 'failed' | 'refused', result?: TickResult): void {
@@ -215,7 +215,7 @@ export class Progress {
   #payload(now = performance.now()): { rate: string; eta_text: string; failures: string } {
     const rate = this.rate();
     const left = this.#options.total - this.#done;
-    // Refusals only when there are some: most runs have no --max-wait.
+    // Refusals only when there are some: most runs have no --max-delay-ms.
     const failures = `${this.#failed} failed${this.#refused > 0 ? `, ${this.#refused} refused` : ''}`;
     return { rate: rate.toFixed(1), eta_text: left === 0 ? '0 s' : this.#etaText(now), failures };
   }

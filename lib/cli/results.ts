@@ -1,5 +1,6 @@
 import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, openSync, readSync, statSync, writeSync } from 'node:fs';
 import { readJsonLines } from './json-lines.js';
+import { ThrottleConfigError } from '../errors.js';
 import { CliError, EXIT } from './errors.js';
 
 /** One line of the results file: the outcome of one request, after its retries. */
@@ -8,7 +9,7 @@ export interface ResultLine {
   readonly key: string;
   /** HTTP status of the last answer; null when there was none (network error, timeout, interrupted, never sent). */
   readonly status: number | null;
-  /** When the last attempt was sent (ISO 8601, ms); null when it was never sent (refused by `--max-wait`). */
+  /** When the last attempt was sent (ISO 8601, ms); null when it was never sent (refused by `--max-delay-ms`). */
   readonly startedAt: string | null;
   /** From sending the last attempt to the end of its response body, in ms; null when it was never sent. */
   readonly ms: number | null;
@@ -19,7 +20,7 @@ export interface ResultLine {
   /** Why there is no answer. */
   readonly error?: string;
   /**
-   * Why an attempt was not sent: it could not get a slot within `--max-wait` (`rule 30/min is full`,
+   * Why an attempt was not sent: it could not get a slot within `--max-delay-ms` (`rule 30/min is full`,
    * `the key is paused`, …). The request's last word is not in yet: `--resume` sends it again.
    */
   readonly refused?: string;
@@ -29,13 +30,13 @@ export interface ResultLine {
 
 /**
  * A request that did not succeed: no answer, a status of 400 or more after its retries, or an
- * attempt refused by `--max-wait`.
+ * attempt refused by `--max-delay-ms`.
  */
 export function isFailure(result: ResultLine): boolean {
   return result.error !== undefined || result.status === null || result.status >= 400 || isRefused(result);
 }
 
-/** An attempt was refused by `--max-wait`: `--resume` sends the request again instead of skipping it. */
+/** An attempt was refused by `--max-delay-ms`: `--resume` sends the request again instead of skipping it. */
 export function isRefused(result: ResultLine): boolean {
   return result.refused !== undefined;
 }
@@ -56,13 +57,16 @@ export interface ResultsSink {
 export function openResults(path: string | undefined, mode: { readonly resume: boolean; readonly overwrite: boolean }): ResultsSink {
   if (path === undefined) return stdoutSink();
   if (!mode.resume && !mode.overwrite && existsSync(path) && statSync(path).size > 0) {
-    throw new CliError(`${path} already holds results: pass --resume to go on with that run (skipping the ids it holds), or --overwrite to start over`);
+    throw new ThrottleConfigError(
+      `${path} already holds results: pass --resume to go on with that run (skipping the ids it holds), or --overwrite to start over`,
+      '--out',
+    );
   }
   let fd: number;
   try {
     fd = openSync(path, mode.resume ? 'a' : 'w');
   } catch (error) {
-    throw new CliError(`cannot write ${path}: ${(error as Error).message}`);
+    throw new ThrottleConfigError(`cannot write ${path}: ${(error as Error).message}`, '--out');
   }
   let closed = false;
   return {
@@ -102,7 +106,7 @@ function stdoutSink(): ResultsSink {
 
 /** What an earlier run recorded: its results by id (as text), and whether a torn last line was cut. */
 export interface DoneResults {
-  /** The last line of each id: a request refused by `--max-wait` and sent again by a `--resume` has two. */
+  /** The last line of each id: a request refused by `--max-delay-ms` and sent again by a `--resume` has two. */
   readonly results: Map<string, ResultLine>;
   /** Every line, in file order: each attempt any of them records counts against the rules. */
   readonly lines: readonly ResultLine[];

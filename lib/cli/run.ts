@@ -14,7 +14,7 @@ import type { RuleString } from '../rules.js';
 /**
  * `vendor-throttle run`: reads and checks every request of the file or of standard input (nothing
  * is sent if one is bad), skips the ids the results file already holds (`--resume`; but not those
- * refused by `--max-wait`, which are sent again), sends the rest through the throttle (in this
+ * refused by `--max-delay-ms`, which are sent again), sends the rest through the throttle (in this
  * process or in `--workers` processes, which get their requests from this one), writes each result
  * as it comes, and says how it went.
  * SIGINT/SIGTERM: the first stops starting requests and lets those in flight finish and be written;
@@ -40,7 +40,7 @@ export async function run(options: RunOptions): Promise<ExitCode> {
   if (options.resume) {
     const done = await readDone(options.out!);
     if (done.repaired) say(`${options.out} ended with a line cut short (the run was killed while writing it): removed; that request is sent again`);
-    // An id is done when its last line is an outcome; a refusal by --max-wait is not one: sent again.
+    // An id is done when its last line is an outcome; a refusal by --max-delay-ms is not one: sent again.
     todo = requests.filter((request) => {
       const result = done.results.get(String(request.id));
       return result === undefined || isRefused(result);
@@ -67,7 +67,7 @@ export async function run(options: RunOptions): Promise<ExitCode> {
   const skipped = requests.length - todo.length;
   const earlier = [
     ...(skipped > 0 ? [`${skipped} done earlier, skipped`] : []),
-    ...(refusedBefore > 0 ? [`${refusedBefore} refused earlier by --max-wait, sent again`] : []),
+    ...(refusedBefore > 0 ? [`${refusedBefore} refused earlier by --max-delay-ms, sent again`] : []),
   ];
   const rules = options.throttle.rules
     .map((given) => {
@@ -81,7 +81,7 @@ export async function run(options: RunOptions): Promise<ExitCode> {
       ? 'in-memory limits'
       : `limits shared through ${redact(options.throttle.redis)} (${options.throttle.prefix}:${options.throttle.name})`;
   say(
-    `${todo.length} request${todo.length === 1 ? '' : 's'} for ${keys} key${keys === 1 ? '' : 's'}${earlier.length > 0 ? ` (${earlier.join('; ')})` : ''}; rules ${rules}; ${where}; ${options.workers > 1 ? `${options.workers} workers × ` : ''}concurrency ${options.send.concurrency}, ${options.throttle.mode} mode${options.send.maxWaitMs === undefined ? '' : `; at most ${options.send.maxWaitMs} ms waiting for a slot (--max-wait)`}`,
+    `${todo.length} request${todo.length === 1 ? '' : 's'} for ${keys} key${keys === 1 ? '' : 's'}${earlier.length > 0 ? ` (${earlier.join('; ')})` : ''}; rules ${rules}; ${where}; ${options.workers > 1 ? `${options.workers} workers × ` : ''}concurrency ${options.send.concurrency}, ${options.throttle.mode} mode${options.send.maxDelayMs === undefined ? '' : `; at most ${options.send.maxDelayMs} ms waiting for a slot (--max-delay-ms)`}`,
   );
   if (options.workers > 1 && options.throttle.redis === undefined) {
     say(
@@ -163,7 +163,7 @@ export async function run(options: RunOptions): Promise<ExitCode> {
   const refusals =
     refused === 0
       ? ''
-      : `; ${refused} refused: no slot within --max-wait${options.out === undefined ? '' : ` (--resume --out ${options.out} sends them again${again ? ' from the same input' : ''})`}`;
+      : `; ${refused} refused: no slot within --max-delay-ms${options.out === undefined ? '' : ` (--resume --out ${options.out} sends them again${again ? ' from the same input' : ''})`}`;
   const summary = `${sent} sent in ${formatSeconds(seconds)} (${(sent / Math.max(seconds, 1e-3)).toFixed(1)}/s): ${sent - failed} ok, ${failed} failed${refusals}${skipped > 0 ? `; ${skipped} done earlier` : ''}${options.out === undefined ? '' : `; results in ${options.out}`}`;
   if (outcome.fatal !== undefined) {
     process.stderr.write(`vendor-throttle: ${outcome.fatal instanceof CliError ? outcome.fatal.message : `the run stopped: ${errorText(outcome.fatal)}`}\n`);

@@ -65,10 +65,10 @@ const INTERRUPTED = 'interrupted while in flight (second SIGINT/SIGTERM): the ve
  * Sends requests through `throttle.fetch()`: each attempt waits for its slot, a vendor's refusal (a
  * 429, or a 403/503 with `Retry-After` or rate-limit headers saying the limit is used up) pauses the
  * key for every process sharing the store, and `retries` more attempts follow a refusal, a 5xx or a
- * network error, each through the throttle again (after `retryDelayMs`, doubled each time, for a 5xx
+ * network error, each through the throttle again (after `fallbackPauseMs`, doubled each time, for a 5xx
  * or a network error).
  *
- * With `maxWaitMs`, every attempt — a retry after a 429 too, whose wait includes the vendor's pause
+ * With `maxDelayMs`, every attempt — a retry after a 429 too, whose wait includes the vendor's pause
  * — waits at most that long for its slot (the throttle's `maxDelayMs`). One that would wait longer
  * is not sent: the result says `refused` and when the slot would have come (`retryAfterMs`), with the
  * last answer if there was one; `--resume` sends such a request again.
@@ -80,9 +80,9 @@ export function createSender(throttle: Throttle, settings: SendSettings, signals
   const send = throttle.fetch({
     key: (_url: string, init: SendInit) => (init.also.length === 0 ? init.key : [init.key, ...init.also]),
     cost: (_url: string, init: SendInit) => init.cost,
-    maxDelayMs: settings.maxWaitMs,
+    maxDelayMs: settings.maxDelayMs,
     retries: 0,
-    fallbackPauseMs: settings.retryDelayMs,
+    fallbackPauseMs: settings.fallbackPauseMs,
     fetch: (url: string, init: SendInit) => attempt(url, init, settings.timeoutMs, signals.abort),
   });
 
@@ -94,7 +94,7 @@ export function createSender(throttle: Throttle, settings: SendSettings, signals
     for (let n = 0; n <= settings.retries; n++) {
       if (n > 0 && last !== undefined && backsOff(last)) {
         try {
-          await sleep(Math.min(MAX_RETRY_DELAY_MS, settings.retryDelayMs * 2 ** (n - 1)), [signals.stop]);
+          await sleep(Math.min(MAX_RETRY_DELAY_MS, settings.fallbackPauseMs * 2 ** (n - 1)), [signals.stop]);
         } catch {
           break;
         }
@@ -112,7 +112,7 @@ export function createSender(throttle: Throttle, settings: SendSettings, signals
       } catch (error) {
         if (error instanceof NoAnswer) last = error;
         else if (error instanceof RateLimitedError) {
-          // No slot within --max-wait: not sent this time.
+          // No slot within --max-delay-ms: not sent this time.
           refusal = error;
           break;
         } else {
@@ -130,7 +130,7 @@ export function createSender(throttle: Throttle, settings: SendSettings, signals
   };
 }
 
-/** An attempt the throttle refused (`--max-wait`): the last answer, if any, and why the next one was not sent. */
+/** An attempt the throttle refused (`--max-delay-ms`): the last answer, if any, and why the next one was not sent. */
 function refusedResult(
   request: BatchRequest,
   last: Answer | NoAnswer | undefined,
@@ -150,7 +150,7 @@ function refusedResult(
     last === undefined
       ? { id: request.id, key: request.key, status: null, startedAt: null, ms: null, attempts: 0 }
       : resultOf(request, last, attempts, settings.keepBody);
-  return { ...base, refused: `no slot within --max-wait (${settings.maxWaitMs} ms): ${why}`, retryAfterMs: refusal.retryAfterMs };
+  return { ...base, refused: `no slot within --max-delay-ms (${settings.maxDelayMs} ms): ${why}`, retryAfterMs: refusal.retryAfterMs };
 }
 
 /** A 5xx or no answer: wait before the next attempt (a 429 waits for the pause it set on the key instead). */

@@ -32,7 +32,7 @@ const MIN_HOLD_MS = 10_000;
  * Builds the throttle of a run: on a `RedisStore` when `--redis` is given (connecting first, exit 3
  * when Redis cannot be reached), else on a `MemoryStore` of this process. For the in-memory store,
  * `recent` puts back the calls an interrupted run made that still count, so that a resumed run keeps
- * the rules across the restart (Redis keeps them by itself). `maxHoldMs` is at least `--timeout`,
+ * the rules across the restart (Redis keeps them by itself). `maxHoldMs` is at least `--timeout-ms`,
  * as docs/api.md advises, so a slow request keeps counting as in flight until it times out.
  */
 export async function openThrottle(config: ThrottleConfig, send: SendSettings, recent: readonly RecentCall[] = []): Promise<OpenThrottle> {

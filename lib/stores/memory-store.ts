@@ -80,7 +80,7 @@ export class MemoryStore implements Store {
   readonly multiKey = true;
 
   constructor(options: MemoryStoreOptions = {}) {
-    if (options === null || typeof options !== 'object') throw new ThrottleConfigError('Expected MemoryStore options to be an object');
+    if (options === null || typeof options !== 'object') throw new ThrottleConfigError('Expected MemoryStore options to be an object', 'options');
     checkKnown('MemoryStore', options, ['now']);
     this.#now = options.now ?? (() => performance.timeOrigin + performance.now());
   }

@@ -72,15 +72,15 @@ export interface RedisStoreSettings {
 
 /** Checks the options of `new RedisStore()`: a `ThrottleConfigError` names what is wrong. */
 export function redisStoreSettings(options: RedisStoreOptions): RedisStoreSettings {
-  if (options === null || typeof options !== 'object') throw new ThrottleConfigError('Expected RedisStore options to be an object');
+  if (options === null || typeof options !== 'object') throw new ThrottleConfigError('Expected RedisStore options to be an object', 'options');
   checkKnown('RedisStore', options, ['prefix', 'hashTag', 'commandTimeoutMs', 'recovery']);
   const prefix = checkNamespace('RedisStore prefix', options.prefix ?? 'vt');
   const hashTag = options.hashTag ?? 'key';
-  if (hashTag !== 'key' && hashTag !== 'name') throw new ThrottleConfigError(`Expected hashTag to be 'key' or 'name', got ${String(hashTag)}`);
+  if (hashTag !== 'key' && hashTag !== 'name') throw new ThrottleConfigError(`Expected hashTag to be 'key' or 'name', got ${String(hashTag)}`, 'hashTag');
   const timeoutMs = positive('commandTimeoutMs', options.commandTimeoutMs ?? 5_000);
   const recovery = options.recovery ?? {};
   if (recovery !== false && (recovery === null || typeof recovery !== 'object')) {
-    throw new ThrottleConfigError('Expected recovery to be false or an object');
+    throw new ThrottleConfigError('Expected recovery to be false or an object', 'recovery');
   }
   if (recovery === false) return { prefix, hashTag, timeoutMs, recovery };
   checkKnown('RedisStore recovery', recovery, ['heartbeatMs', 'graceMs']);
@@ -89,14 +89,17 @@ export function redisStoreSettings(options: RedisStoreOptions): RedisStoreSettin
   // A process finds a loss within about two heartbeats of its last check, and needs time to put
   // its calls back.
   if (graceMs < 3 * heartbeatMs) {
-    throw new ThrottleConfigError(`Expected recovery.graceMs (${graceMs}) to be at least three times recovery.heartbeatMs (${heartbeatMs})`);
+    throw new ThrottleConfigError(
+      `Expected recovery.graceMs (${graceMs}) to be at least three times recovery.heartbeatMs (${heartbeatMs})`,
+      'recovery.graceMs',
+    );
   }
   return { prefix, hashTag, timeoutMs, recovery: { heartbeatMs, graceMs } };
 }
 
 function positive(what: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) {
-    throw new ThrottleConfigError(`Expected ${what} to be a whole number of ms above 0, got ${String(value)}`);
+    throw new ThrottleConfigError(`Expected ${what} to be a whole number of ms above 0, got ${String(value)}`, what);
   }
   return value;
 }

@@ -64,7 +64,7 @@ export class RedisStore implements Store {
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
     if (clientKind(client) === undefined) {
-      throw new ThrottleConfigError('Expected an ioredis Redis or Cluster client, or a node-redis client (createClient() or createCluster())');
+      throw new ThrottleConfigError('Expected an ioredis Redis or Cluster client, or a node-redis client (createClient() or createCluster())', 'client');
     }
     const { prefix, hashTag, timeoutMs, recovery } = redisStoreSettings(options);
     this.prefix = prefix;
@@ -228,7 +228,7 @@ export class RedisStore implements Store {
     const also = request.also ?? NONE;
     if (also.length > 0 && this.#cluster && this.hashTag === 'key') {
       return Promise.reject(
-        new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }"),
+        new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }", 'key'),
       );
     }
     const stay = request.stay === true;
