@@ -54,4 +54,15 @@ describe('examples', function () {
     const secondWindow = [...times.get('heavy')!].sort((a, b) => a - b)[5]!;
     for (const user of ['ann', 'ben', 'cal']) for (const at of times.get(user)!) expect(at).to.be.below(secondWindow);
   });
+
+  it('opentelemetry: prints three spans of the throttle, each the parent of its HTTP span, the third held by 2/s, then the metrics', async () => {
+    const output = (await runExample('opentelemetry.ts', {})).join('\n');
+    const spans = output.split(/\n(?=\{)/).filter((block) => block.includes("name: 'schedule acme'"));
+    expect(spans).to.have.length(3);
+    expect(spans[2]).to.include("'vendor_throttle.reason': '2/s'");
+    const ids = spans.map((block) => /\n {2}id: '([0-9a-f]+)'/.exec(block)?.[1]);
+    const http = output.split(/\n(?=\{)/).filter((block) => block.includes("name: 'GET'"));
+    expect(http.map((block) => /parentSpanContext: \{[^}]*spanId: '([0-9a-f]+)'/.exec(block)?.[1])).to.deep.equal(ids);
+    expect(output).to.include("name: 'vendor_throttle.calls'");
+  });
 });
