@@ -49,6 +49,10 @@ interface MeterLike {
     options: { description: string; unit: string; advice?: { explicitBucketBoundaries: number[] } },
   ): { record(value: number, attributes: Attributes): void };
   createObservableGauge(name: string, options: { description: string; unit: string }): { addCallback(callback: (result: ObservableResultLike) => void): void };
+  createObservableUpDownCounter(
+    name: string,
+    options: { description: string; unit: string },
+  ): { addCallback(callback: (result: ObservableResultLike) => void): void };
 }
 
 /** The part of `@opentelemetry/api` used here. */
@@ -107,8 +111,6 @@ interface Instruments {
   readonly provider: object;
   readonly calls: { add(value: number, attributes: Attributes): void };
   readonly slots: { add(value: number, attributes: Attributes): void };
-  readonly queued: { add(value: number, attributes: Attributes): void };
-  readonly active: { add(value: number, attributes: Attributes): void };
   readonly timeInQueue: { record(value: number, attributes: Attributes): void };
   readonly duration: { record(value: number, attributes: Attributes): void };
   readonly delayed: { add(value: number, attributes: Attributes): void };
@@ -118,10 +120,13 @@ interface Instruments {
   readonly storeWarnings: { add(value: number, attributes: Attributes): void };
 }
 
-/** Per throttle with telemetry on, what the observable gauges read: its name, hold and the limits its keys learned last. */
+/** Per throttle with telemetry on, what the observable instruments read: its name, calls, hold and the limits its keys learned last. */
 interface Observed {
   readonly name: string;
   readonly maxHoldMs: number;
+  /** Calls of the throttle waiting for their slot, and running. */
+  waiting(): number;
+  running(): number;
   readonly learned: Map<string, { readonly limit: number; readonly windowMs: number; readonly source: string; readonly lapseAt: number }>;
 }
 
@@ -139,11 +144,6 @@ function instrumentsOf(otel: OtelApi, provider: object): Instruments {
     provider,
     calls: counter('vendor_throttle.calls', 'Calls that ended, by outcome (completed, failed, timed_out, refused, cancelled, store_error).', '{call}'),
     slots: counter('vendor_throttle.slots', 'Slots taken by calls that started (the sum of their cost).', '{slot}'),
-    queued: meter.createUpDownCounter('vendor_throttle.queued_calls', {
-      description: 'Calls of this process waiting for their slot: in line, asking the store, or sleeping until their start.',
-      unit: '{call}',
-    }),
-    active: meter.createUpDownCounter('vendor_throttle.active_calls', { description: 'Calls of this process whose fn is running.', unit: '{call}' }),
     timeInQueue: meter.createHistogram('vendor_throttle.call.time_in_queue', {
       description: 'Time from schedule() to the start of fn, or to the end of a call that never started, by outcome.',
       ...seconds,
@@ -155,6 +155,20 @@ function instrumentsOf(otel: OtelApi, provider: object): Instruments {
     storeErrors: counter('vendor_throttle.store_errors', 'Store failures seen by calls, by the onStoreError policy applied.', '{error}'),
     storeWarnings: counter('vendor_throttle.store_warnings', 'What the store said while it happened (Redis evicting keys, …), by kind.', '{warning}'),
   };
+  // Read from each throttle when collected: nothing per call.
+  meter
+    .createObservableUpDownCounter('vendor_throttle.queued_calls', {
+      description: 'Calls of this process waiting for their slot: in line, asking the store, or sleeping until their start.',
+      unit: '{call}',
+    })
+    .addCallback((result) => {
+      for (const source of observed) result.observe(source.waiting(), { 'vendor_throttle.name': source.name });
+    });
+  meter
+    .createObservableUpDownCounter('vendor_throttle.active_calls', { description: 'Calls of this process whose fn is running.', unit: '{call}' })
+    .addCallback((result) => {
+      for (const source of observed) result.observe(source.running(), { 'vendor_throttle.name': source.name });
+    });
   meter
     .createObservableGauge('vendor_throttle.hold', { description: 'How long after its start an unfinished call counts as on its way (maxHoldMs).', unit: 's' })
     .addCallback((result) => {
@@ -204,6 +218,9 @@ function outcomeOf(error: unknown, ran: boolean): CallOutcome {
 export interface TelemetryOptions {
   readonly name: string;
   readonly maxHoldMs: number;
+  /** Calls waiting for their slot, and calls running (`throttle.size`, `throttle.pending`). */
+  waiting(): number;
+  running(): number;
   /** The `vendor_throttle.key` attribute of a key's spans; none: no key attribute. */
   readonly keyLabel: ((key: string) => string | undefined) | undefined;
 }
@@ -217,7 +234,7 @@ export class Telemetry {
   constructor(options: TelemetryOptions) {
     this.#options = options;
     this.#base = { 'vendor_throttle.name': options.name };
-    this.#observed = { name: options.name, maxHoldMs: options.maxHoldMs, learned: new Map() };
+    this.#observed = { name: options.name, maxHoldMs: options.maxHoldMs, waiting: options.waiting, running: options.running, learned: new Map() };
     observed.add(this.#observed);
   }
 
@@ -328,7 +345,6 @@ export class CallTrace {
     this.#instruments = instruments;
     this.#base = base;
     this.#cost = cost;
-    instruments?.queued.add(1, base);
   }
 
   /** The call got its slot; `reason`: what set its start, when it waited for one. */
@@ -336,8 +352,6 @@ export class CallTrace {
     this.#startedAt = performance.now();
     this.#waitedMs = this.#startedAt - this.#queuedAt;
     if (reason !== undefined) this.#reason = reasonText(reason);
-    this.#instruments?.queued.add(-1, this.#base);
-    this.#instruments?.active.add(1, this.#base);
     this.#instruments?.slots.add(this.#cost, this.#base);
   }
 
@@ -348,7 +362,6 @@ export class CallTrace {
 
   /** The call got no slot. */
   notStarted(error: unknown): void {
-    this.#instruments?.queued.add(-1, this.#base);
     this.#waitedMs = performance.now() - this.#queuedAt;
     const outcome = outcomeOf(error, false);
     if (error instanceof RateLimitedError) this.#reason = error.rule === undefined ? error.reason : formatRule(error.rule);
@@ -359,14 +372,12 @@ export class CallTrace {
   /** `fn` resolved with `value` (an HTTP adapter's failed request resolves with it too). */
   ran(value: unknown): void {
     const failure = typeof value === 'object' && value !== null && CALL_FAILED in value ? (value as { [CALL_FAILED]: unknown })[CALL_FAILED] : undefined;
-    this.#instruments?.active.add(-1, this.#base);
     if (failure === undefined) this.#end('completed', undefined, true);
     else this.#end('failed', failure, true);
   }
 
   /** `fn` threw, or outlasted timeoutMs. */
   threw(error: unknown): void {
-    this.#instruments?.active.add(-1, this.#base);
     this.#end(outcomeOf(error, true), error, true);
   }
 

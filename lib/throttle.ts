@@ -139,7 +139,15 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       events: this.#events,
     });
     this.#unwatch = this.store.watch?.((notice) => this.#notify('storeWarning', notice));
-    this.#telemetry = settings.telemetry ? new Telemetry({ name: this.name, maxHoldMs: this.#maxHoldMs, keyLabel: settings.keyLabel }) : undefined;
+    this.#telemetry = settings.telemetry
+      ? new Telemetry({
+          name: this.name,
+          maxHoldMs: this.#maxHoldMs,
+          keyLabel: settings.keyLabel,
+          waiting: () => this.#activity.size,
+          running: () => this.#activity.pending,
+        })
+      : undefined;
     registerInternals(this, {
       notify: (event, ...args) => this.#notify(event, ...args),
       schedule: (key, fn, options, retry, then) => this.#schedule(key, fn, options, retry, then),

@@ -1,9 +1,10 @@
 /**
  * What OpenTelemetry costs a call: the same calls with `telemetry: false` (the telemetry code never
  * runs), with telemetry on and no provider registered (the default: a look at the API's global
- * registry per call, nothing loaded), and with a tracer and a meter provider registered (a span and
- * the metrics per call; spans go to a batch processor whose exporter drops them, the metrics are
- * aggregated and never collected), taken in turn, round after round, on the compiled library.
+ * registry per call, nothing loaded), and with a tracer provider, a meter provider, or both
+ * registered (a span and the metrics per call; spans go to a batch processor whose exporter drops
+ * them, the metrics are aggregated and never collected), taken in turn, round after round, on the
+ * compiled library.
  *
  *     npx tsx scripts/bench/telemetry.ts [--calls=20000] [--runs=5]
  *
@@ -40,14 +41,17 @@ class IdleReader extends MetricReader {
   }
 }
 
-type Variant = 'telemetry: false' | 'no provider' | 'providers registered';
-const VARIANTS: readonly Variant[] = ['telemetry: false', 'no provider', 'providers registered'];
+type Variant = 'telemetry: false' | 'no provider' | 'tracer provider' | 'meter provider' | 'both providers';
+const VARIANTS: readonly Variant[] = ['telemetry: false', 'no provider', 'tracer provider', 'meter provider', 'both providers'];
 
-function register(): () => Promise<void> {
+function register(variant: Variant): (() => Promise<void>) | undefined {
+  const traces = variant === 'tracer provider' || variant === 'both providers';
+  const meters = variant === 'meter provider' || variant === 'both providers';
+  if (!traces && !meters) return undefined;
   const tracerProvider = new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(dropping)] });
   const meterProvider = new MeterProvider({ readers: [new IdleReader()] });
-  trace.setGlobalTracerProvider(tracerProvider);
-  metrics.setGlobalMeterProvider(meterProvider);
+  if (traces) trace.setGlobalTracerProvider(tracerProvider);
+  if (meters) metrics.setGlobalMeterProvider(meterProvider);
   return async () => {
     trace.disable();
     metrics.disable();
@@ -63,7 +67,7 @@ async function measure(
   calls: number,
   run: number,
 ): Promise<{ cpu: number; wall: number }> {
-  const unregister = variant === 'providers registered' ? register() : undefined;
+  const unregister = register(variant);
   const throttle = new Throttle({ name: `t${run}`, rules: ['1000000/s'], store, telemetry: variant !== 'telemetry: false' });
   try {
     // Warm-up: the first calls load what they load (the API, with a provider).
