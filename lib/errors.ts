@@ -31,9 +31,9 @@ export class ThrottleConfigError extends ThrottleError {
    * `retries`, an unknown one such as `maxDelay`), a parameter (`key`, `fn`, `options`), or a flag of
    * the command (`--max-delay-ms`, `<file>` for its input file).
    */
-  readonly argument: string;
+  readonly argument: string | undefined;
 
-  constructor(message: string, argument: string) {
+  constructor(message: string, argument?: string) {
     super('ERR_THROTTLE_CONFIG', message);
     this.argument = argument;
   }

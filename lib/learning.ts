@@ -61,6 +61,8 @@ export interface LearnEntry {
   readonly remaining?: number;
   /** `'down'`: the fewest calls per window it learns. @default 1 */
   readonly floor?: number;
+  /** `'set'`: the configured limit of the window (0 or none: a window no rule has), to tell whether the limit in force goes down. */
+  readonly configured?: number;
   /** `'set'`: the limit applies even above the configured rule of its window (`learnAboveRules`). */
   readonly aboveRules?: boolean;
 }
@@ -96,7 +98,7 @@ export function applyLearned(
  * - each `RateLimit-Policy` policy of a configured rule's window lowers that rule to its quota, or,
  *   at or above the rule's limit, forgets what the policy taught there before (the configured rule
  *   is the ceiling; with `aboveRules`, the quota applies there too, and only one equal to the rule's
- *   limit forgets); a policy of another window within the history kept becomes a rule of its own,
+ *   limit forgets; `X-RateLimit-Limit`, which names no window, never goes above the rule); a policy of another window within the history kept becomes a rule of its own,
  *   unless the configured rules already keep to it;
  * - `X-RateLimit-Limit` names no window (unless written `100;w=60`, read as a policy): it applies to
  *   a key with one rule of a window; with several, which it limits cannot be told, and it is
@@ -120,10 +122,13 @@ export function lessonsOf(
 ): LearnEntry[] {
   const windowed = rules.filter((rule) => rule.windowMs > 0);
   const entries: LearnEntry[] = [];
-  /** `ceiling`: the configured limit of the window (none: a window no rule has). */
-  const teach = (source: LearnSource, windowMs: number, limit: number, ceiling: number | undefined): void => {
-    if (ceiling !== undefined && aboveRules && limit !== ceiling) entries.push({ source, windowMs, limit, lapseMs, aboveRules });
-    else entries.push({ source, windowMs, limit: ceiling === undefined || limit < ceiling ? limit : 0, lapseMs });
+  /**
+   * `ceiling`: the configured limit of the window (none: a window no rule has; then it is no rule's,
+   * and `configured` 0). `above`: the limit names its window, and may go above the rule (`aboveRules`).
+   */
+  const teach = (source: LearnSource, windowMs: number, limit: number, ceiling: number | undefined, configured: number, above: boolean): void => {
+    if (ceiling !== undefined && above && aboveRules) entries.push({ source, windowMs, limit: limit === ceiling ? 0 : limit, lapseMs, configured, aboveRules });
+    else entries.push({ source, windowMs, limit: ceiling === undefined || limit < ceiling ? limit : 0, lapseMs, configured });
   };
   // Several policies of one window: the tightest.
   const tightest = new Map<number, PublishedPolicy>();
@@ -134,7 +139,7 @@ export function lessonsOf(
   for (const policy of tightest.values()) {
     const rule = windowed.find((candidate) => candidate.windowMs === policy.windowMs);
     if (rule !== undefined) {
-      teach('policy', rule.windowMs, policy.quota, rule.limit);
+      teach('policy', rule.windowMs, policy.quota, rule.limit, rule.limit, true);
     } else if (policy.windowMs > retainMs) {
       report?.(
         `ignored RateLimit-Policy "${policy.name}" (${policy.quota} per ${policy.windowMs} ms): its window is longer than the history this throttle keeps (retainMs ${retainMs}); set retainMs to ${policy.windowMs} to learn it`,
@@ -143,15 +148,16 @@ export function lessonsOf(
       windowed.some((candidate) => candidate.windowMs <= policy.windowMs && candidate.limit * Math.ceil(policy.windowMs / candidate.windowMs) <= policy.quota)
     ) {
       // The configured rules already keep every window of this length within its quota.
-      teach('policy', policy.windowMs, policy.quota, policy.quota);
+      teach('policy', policy.windowMs, policy.quota, policy.quota, 0, false);
     } else {
-      teach('policy', policy.windowMs, policy.quota, undefined);
+      teach('policy', policy.windowMs, policy.quota, undefined, 0, false);
     }
   }
   if (published.limit !== undefined && windowed.length === 1) {
     const rule = windowed[0]!;
     // A policy of the same window says more (its own window): it wins.
-    if (!entries.some((entry) => entry.windowMs === rule.windowMs)) teach('limit', rule.windowMs, published.limit, rule.limit);
+    // It names no window: the rule's is a guess, which may lower the rule but never raise it.
+    if (!entries.some((entry) => entry.windowMs === rule.windowMs)) teach('limit', rule.windowMs, published.limit, rule.limit, rule.limit, false);
   } else if (published.limit !== undefined && windowed.length > 1) {
     report?.(
       `ignored X-RateLimit-Limit ${published.limit}: it names no window, and the key has ${windowed.length} rules of a window (the vendor's RateLimit-Policy, or a limit written 100;w=60, names it)`,

@@ -107,10 +107,12 @@ export interface ThrottleOptions {
    */
   readonly learnedForMs?: number;
   /**
-   * Use a limit the vendor publishes (`RateLimit-Policy`, `X-RateLimit-Limit`) for a configured
-   * rule's window even where it is above the rule: the vendor's word becomes the limit. Off, the
-   * configured rules are the ceiling and learning only lowers. Refusals never raise a limit above
-   * the rules either way.
+   * Use a limit the vendor publishes for a configured rule's window (`RateLimit-Policy`, or
+   * `RateLimit-Limit: 100;w=60`: a limit that names its window) even where it is above the rule:
+   * the vendor's word becomes the limit. Off, the configured rules are the ceiling and learning only
+   * lowers. A bare `X-RateLimit-Limit` names no window and never raises; refusals lower from the
+   * limit in force and probe back up to the rule, never above it. A limit learned above the rules
+   * applies to the key in every process sharing the throttle's name: set this alike in all of them.
    * @default false
    */
   readonly learnAboveRules?: boolean;

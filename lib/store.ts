@@ -207,6 +207,12 @@ export interface Store {
    */
   readonly multiKey?: boolean;
   /**
+   * False: `listen()` never hears (a Redis reached over HTTP has no pub/sub). A call the store
+   * deferred then asks again when its slot could first be free (`waitMs`), not only at its bound.
+   * Left out: completions are announced.
+   */
+  readonly announces?: boolean;
+  /**
    * The key's usage. With `maxHoldMs` (the throttle's), a slot released later than now + `maxHoldMs`
    * is one booked ahead (its call has not started), counted in `bookedAhead` and not in `used`;
    * without it every slot that counts is in `used`.

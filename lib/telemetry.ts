@@ -80,30 +80,50 @@ export type CallOutcome = 'completed' | 'failed' | 'timed_out' | 'refused' | 'ca
 /** Seconds: 1 ms to 10 min, as the Prometheus histograms. */
 const SECONDS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 
+/** Named in a variable: a bundler leaves the import of this optional peer to run time. */
+const API_PACKAGE = '@opentelemetry/api';
+
 let api: OtelApi | undefined;
 let loading: Promise<void> | undefined;
+/** The API could not be loaded (a registry filled by another copy, the package not installed): nothing is recorded. */
+let unavailable = false;
 
-/** The API once a provider is registered: loaded now, or being loaded (await `loading`). */
+/** The API's global registry, where providers are registered. */
 function registry(): Registry | undefined {
   return (globalThis as { [GLOBAL]?: Registry })[GLOBAL];
 }
 
 /**
  * Starts loading the API when a provider is registered and it is not loaded yet; resolves once it
- * is (or failed to load: a registry without the package, from another copy, records nothing).
+ * is (or failed to load: then nothing is recorded, and nothing is awaited again).
  */
 export function telemetryReady(): Promise<void> | undefined {
-  if (api !== undefined) return undefined;
+  if (api !== undefined || unavailable) return undefined;
   const registered = registry();
   if (registered?.trace === undefined && registered?.metrics === undefined) return undefined;
-  loading ??= import('@opentelemetry/api').then(
-    (module: unknown) => {
+  loading ??= (import(API_PACKAGE) as Promise<unknown>).then(
+    (module) => {
       const loaded = module as OtelApi & { default?: OtelApi };
       api = typeof loaded.trace === 'object' ? loaded : loaded.default;
+      if (api === undefined) unavailable = true;
     },
-    () => undefined,
+    () => {
+      unavailable = true;
+    },
   );
   return loading;
+}
+
+/**
+ * Runs `record`, telemetry's own work: an error of the SDK (or of an exporter it calls at once) is
+ * never a call's error. It is said once, as a `debug` event of the throttle.
+ */
+function guarded(record: () => void, failed: (error: unknown) => void): void {
+  try {
+    record();
+  } catch (error) {
+    failed(error);
+  }
 }
 
 /** The instruments of one meter provider. */
@@ -120,7 +140,10 @@ interface Instruments {
   readonly storeWarnings: { add(value: number, attributes: Attributes): void };
 }
 
-/** Per throttle with telemetry on, what the observable instruments read: its name, calls, hold and the limits its keys learned last. */
+/**
+ * Per throttle recorded through a meter, what the observable instruments read: its name, calls,
+ * hold and the limits its keys learned last. Held weakly: a throttle nobody closed is still collected.
+ */
 interface Observed {
   readonly name: string;
   readonly maxHoldMs: number;
@@ -130,7 +153,16 @@ interface Observed {
   readonly learned: Map<string, { readonly limit: number; readonly windowMs: number; readonly source: string; readonly lapseAt: number }>;
 }
 
-const observed = new Set<Observed>();
+const observed = new Set<WeakRef<Observed>>();
+
+/** The throttles the observable instruments read (those collected meanwhile leave the set). */
+function* live(): Generator<Observed> {
+  for (const ref of observed) {
+    const source = ref.deref();
+    if (source === undefined) observed.delete(ref);
+    else yield source;
+  }
+}
 let instruments: Instruments | undefined;
 let tracer: { readonly provider: object; readonly tracer: TracerLike } | undefined;
 
@@ -162,17 +194,17 @@ function instrumentsOf(otel: OtelApi, provider: object): Instruments {
       unit: '{call}',
     })
     .addCallback((result) => {
-      for (const source of observed) result.observe(source.waiting(), { 'vendor_throttle.name': source.name });
+      for (const source of live()) result.observe(source.waiting(), { 'vendor_throttle.name': source.name });
     });
   meter
     .createObservableUpDownCounter('vendor_throttle.active_calls', { description: 'Calls of this process whose fn is running.', unit: '{call}' })
     .addCallback((result) => {
-      for (const source of observed) result.observe(source.running(), { 'vendor_throttle.name': source.name });
+      for (const source of live()) result.observe(source.running(), { 'vendor_throttle.name': source.name });
     });
   meter
     .createObservableGauge('vendor_throttle.hold', { description: 'How long after its start an unfinished call counts as on its way (maxHoldMs).', unit: 's' })
     .addCallback((result) => {
-      for (const source of observed) result.observe(source.maxHoldMs / 1000, { 'vendor_throttle.name': source.name });
+      for (const source of live()) result.observe(source.maxHoldMs / 1000, { 'vendor_throttle.name': source.name });
     });
   meter
     .createObservableGauge('vendor_throttle.learned_limit', {
@@ -181,7 +213,7 @@ function instrumentsOf(otel: OtelApi, provider: object): Instruments {
     })
     .addCallback((result) => {
       const now = performance.now();
-      for (const source of observed) {
+      for (const source of live()) {
         for (const [id, entry] of source.learned) {
           if (entry.lapseAt <= now) source.learned.delete(id);
           else
@@ -223,6 +255,8 @@ export interface TelemetryOptions {
   running(): number;
   /** The `vendor_throttle.key` attribute of a key's spans; none: no key attribute. */
   readonly keyLabel: ((key: string) => string | undefined) | undefined;
+  /** Told the first time recording fails (an SDK that throws): a `debug` event. */
+  failed(error: unknown): void;
 }
 
 /** A throttle's telemetry: spans of its calls and the metrics, while a provider is registered. */
@@ -230,17 +264,33 @@ export class Telemetry {
   readonly #options: TelemetryOptions;
   readonly #base: Attributes;
   readonly #observed: Observed;
+  /** This throttle among those the observable instruments read, once a meter provider recorded it. */
+  #ref: WeakRef<Observed> | undefined;
+  #said = false;
+  /** Recording failed: said once, as a `debug` event; never the call's error. */
+  readonly failed = (error: unknown): void => {
+    if (this.#said) return;
+    this.#said = true;
+    this.#options.failed(error);
+  };
 
   constructor(options: TelemetryOptions) {
     this.#options = options;
     this.#base = { 'vendor_throttle.name': options.name };
     this.#observed = { name: options.name, maxHoldMs: options.maxHoldMs, waiting: options.waiting, running: options.running, learned: new Map() };
-    observed.add(this.#observed);
   }
 
-  /** Stops the observable gauges reading this throttle. */
+  /** Stops the observable instruments reading this throttle. */
   close(): void {
-    observed.delete(this.#observed);
+    if (this.#ref !== undefined) observed.delete(this.#ref);
+    this.#ref = undefined;
+  }
+
+  /** The instruments of the meter provider registered now, this throttle read by the observable ones. */
+  #instruments(otel: OtelApi, meters: object): Instruments {
+    const made = instrumentsOf(otel, meters);
+    if (this.#ref === undefined) observed.add((this.#ref = new WeakRef(this.#observed)));
+    return made;
   }
 
   /**
@@ -254,16 +304,21 @@ export class Telemetry {
     const traces = registered?.trace;
     const meters = registered?.metrics;
     if (traces === undefined && meters === undefined) return undefined;
-    let span: SpanLike | undefined;
-    const parent = otel.context.active();
-    if (traces !== undefined) {
-      if (tracer?.provider !== traces) tracer = { provider: traces, tracer: otel.trace.getTracer(SCOPE) };
-      const attributes: Attributes = { ...this.#base, 'vendor_throttle.cost': cost, 'vendor_throttle.retry': retry };
-      const label = this.#label(key);
-      if (label !== undefined) attributes['vendor_throttle.key'] = label;
-      span = tracer.tracer.startSpan(`schedule ${this.#options.name}`, { kind: otel.SpanKind.INTERNAL, attributes }, parent);
+    try {
+      let span: SpanLike | undefined;
+      const parent = otel.context.active();
+      if (traces !== undefined) {
+        if (tracer?.provider !== traces) tracer = { provider: traces, tracer: otel.trace.getTracer(SCOPE) };
+        const attributes: Attributes = { ...this.#base, 'vendor_throttle.cost': cost, 'vendor_throttle.retry': retry };
+        const label = this.#label(key);
+        if (label !== undefined) attributes['vendor_throttle.key'] = label;
+        span = tracer.tracer.startSpan(`schedule ${this.#options.name}`, { kind: otel.SpanKind.INTERNAL, attributes }, parent);
+      }
+      return new CallTrace(otel, span, parent, meters === undefined ? undefined : this.#instruments(otel, meters), this.#base, cost, this.failed);
+    } catch (error) {
+      this.failed(error);
+      return undefined;
     }
-    return new CallTrace(otel, span, parent, meters === undefined ? undefined : instrumentsOf(otel, meters), this.#base, cost);
   }
 
   /** The key's label, if `keyLabel` gives a string (one that throws or gives anything else: none). */
@@ -279,9 +334,17 @@ export class Telemetry {
   /** An event of the throttle: counted, and a pause or a learned limit noted on the span in whose context it happened. */
   heard<E extends keyof ThrottleEvents>(event: E, payload: ThrottleEvents[E][0]): void {
     const otel = api;
-    if (otel === undefined) return;
+    if (
+      otel === undefined ||
+      (event !== 'paused' && event !== 'learned' && event !== 'delayed' && event !== 'retried' && event !== 'storeError' && event !== 'storeWarning')
+    )
+      return;
+    guarded(() => this.#heard(otel, event, payload), this.failed);
+  }
+
+  #heard<E extends keyof ThrottleEvents>(otel: OtelApi, event: E, payload: ThrottleEvents[E][0]): void {
     const meters = registry()?.metrics;
-    const counted = meters === undefined ? undefined : instrumentsOf(otel, meters);
+    const counted = meters === undefined ? undefined : this.#instruments(otel, meters);
     if (event === 'paused') {
       const { ms, source } = payload as ThrottleEvents['paused'][0];
       counted?.pauses.add(1, { ...this.#base, 'vendor_throttle.pause.source': source });
@@ -299,7 +362,7 @@ export class Telemetry {
       counted.retries.add(1, { ...this.#base, 'vendor_throttle.client': client, 'http.response.status_code': status });
     } else if (event === 'storeError') {
       counted.storeErrors.add(1, { ...this.#base, 'vendor_throttle.store_error.policy': (payload as ThrottleEvents['storeError'][0]).policy });
-    } else if (event === 'storeWarning') {
+    } else {
       counted.storeWarnings.add(1, { ...this.#base, 'vendor_throttle.store_warning.kind': (payload as ThrottleEvents['storeWarning'][0]).kind });
     }
   }
@@ -324,7 +387,7 @@ function note(otel: OtelApi, name: string, attributes: Attributes): void {
 
 /**
  * One call's span (the wait and the call; `fn` runs in its context, so the vendor's HTTP span is
- * its child) and its metrics.
+ * its child) and its metrics. Nothing it does throws: a failure of the SDK is `failed`, said once.
  */
 export class CallTrace {
   readonly #otel: OtelApi;
@@ -333,55 +396,88 @@ export class CallTrace {
   readonly #instruments: Instruments | undefined;
   readonly #base: Attributes;
   readonly #cost: number;
+  readonly #failed: (error: unknown) => void;
   readonly #queuedAt = performance.now();
   #startedAt = 0;
   #waitedMs = 0;
   #reason: string | undefined;
 
-  constructor(otel: OtelApi, span: SpanLike | undefined, parent: unknown, instruments: Instruments | undefined, base: Attributes, cost: number) {
+  constructor(
+    otel: OtelApi,
+    span: SpanLike | undefined,
+    parent: unknown,
+    instruments: Instruments | undefined,
+    base: Attributes,
+    cost: number,
+    failed: (error: unknown) => void,
+  ) {
     this.#otel = otel;
     this.#span = span;
     this.#parent = parent;
     this.#instruments = instruments;
     this.#base = base;
     this.#cost = cost;
+    this.#failed = failed;
   }
 
   /** The call got its slot; `reason`: what set its start, when it waited for one. */
   started(reason: WaitReason | undefined): void {
     this.#startedAt = performance.now();
     this.#waitedMs = this.#startedAt - this.#queuedAt;
-    if (reason !== undefined) this.#reason = reasonText(reason);
-    this.#instruments?.slots.add(this.#cost, this.#base);
+    guarded(() => {
+      if (reason !== undefined) this.#reason = reasonText(reason);
+      this.#instruments?.slots.add(this.#cost, this.#base);
+    }, this.#failed);
   }
 
-  /** Runs `fn` in the span's context. */
+  /** Runs `fn` in the span's context (once, whatever the SDK does). */
   run<T>(fn: () => T): T {
-    return this.#span === undefined ? fn() : this.#otel.context.with(this.#otel.trace.setSpan(this.#parent, this.#span), fn);
+    if (this.#span === undefined) return fn();
+    let called = false;
+    try {
+      const context = this.#otel.trace.setSpan(this.#parent, this.#span);
+      return this.#otel.context.with(context, () => {
+        called = true;
+        return fn();
+      });
+    } catch (error) {
+      if (called) throw error;
+      this.#failed(error);
+      return fn();
+    }
   }
 
-  /** The call got no slot. */
+  /** The call got no slot: recorded, and its span ended. */
   notStarted(error: unknown): void {
     this.#waitedMs = performance.now() - this.#queuedAt;
-    const outcome = outcomeOf(error, false);
-    if (error instanceof RateLimitedError) this.#reason = error.rule === undefined ? error.reason : formatRule(error.rule);
-    else if (error instanceof QueueFullError) this.#reason = 'queue_full';
-    this.#end(outcome, error, false);
+    guarded(() => {
+      if (error instanceof RateLimitedError) this.#reason = error.rule === undefined ? error.reason : formatRule(error.rule);
+      else if (error instanceof QueueFullError) this.#reason = 'queue_full';
+      this.#record(outcomeOf(error, false), error, false);
+    }, this.#failed);
+    this.end();
   }
 
-  /** `fn` resolved with `value` (an HTTP adapter's failed request resolves with it too). */
+  /** `fn` resolved with `value` (an HTTP adapter's failed request resolves with it too): recorded; `end()` ends the span. */
   ran(value: unknown): void {
-    const failure = typeof value === 'object' && value !== null && CALL_FAILED in value ? (value as { [CALL_FAILED]: unknown })[CALL_FAILED] : undefined;
-    if (failure === undefined) this.#end('completed', undefined, true);
-    else this.#end('failed', failure, true);
+    guarded(() => {
+      const failure = typeof value === 'object' && value !== null && CALL_FAILED in value ? (value as { [CALL_FAILED]: unknown })[CALL_FAILED] : undefined;
+      if (failure === undefined) this.#record('completed', undefined, true);
+      else this.#record('failed', failure, true);
+    }, this.#failed);
   }
 
-  /** `fn` threw, or outlasted timeoutMs. */
+  /** `fn` threw, or outlasted timeoutMs: recorded; `end()` ends the span. */
   threw(error: unknown): void {
-    this.#end(outcomeOf(error, true), error, true);
+    guarded(() => this.#record(outcomeOf(error, true), error, true), this.#failed);
   }
 
-  #end(outcome: CallOutcome, error: unknown, ran: boolean): void {
+  /** Ends the span. */
+  end(): void {
+    if (this.#span !== undefined) guarded(() => this.#span!.end(), this.#failed);
+  }
+
+  #record(outcome: CallOutcome, error: unknown, ran: boolean): void {
     const attributes: Attributes = { ...this.#base, 'vendor_throttle.outcome': outcome };
     if (this.#reason !== undefined) attributes['vendor_throttle.reason'] = this.#reason;
     if (this.#instruments !== undefined) {
@@ -398,6 +494,5 @@ export class CallTrace {
       if (error !== undefined) span.recordException(error instanceof Error ? error : String(error));
       span.setStatus({ code: this.#otel.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : outcome });
     }
-    span.end();
   }
 }

@@ -35,6 +35,12 @@ import type { Store } from './store.js';
 import type { HeaderSource } from './vendor-signals.js';
 import { Lines, type WaiterHooks } from './waiting.js';
 
+/** What an adapter does with a call's value within its span (`ThrottleInternals.schedule`); `defer`: work that keeps the span open. */
+type Then<T, U> = (value: Awaited<T>, defer: (work: Promise<unknown>) => void) => Promise<U>;
+
+/** A `defer` of a call without a span: the work runs on its own. */
+const IGNORE = (): void => undefined;
+
 /** Times a call that woke too late books again before it starts anyway (and says so in a `debug` event). */
 const MAX_REBOOKS = 3;
 
@@ -146,6 +152,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
           keyLabel: settings.keyLabel,
           waiting: () => this.#activity.size,
           running: () => this.#activity.pending,
+          failed: (error) => this.#notify('debug', { message: 'OpenTelemetry failed to record a call; calls go on, and this is said once', error }),
         })
       : undefined;
     registerInternals(this, {
@@ -186,14 +193,15 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   /**
    * `schedule()`, and for the HTTP adapters: `retry` (a request sent again after the vendor refused
    * it), and `then`, what the adapter does with `fn`'s value (reads the vendor's answer, learns,
-   * pauses) within the call's span, once its completion is written.
+   * pauses) within the call's span, once its completion is written; work it `defer`s (a lesson not
+   * awaited) keeps the span open, not the caller waiting.
    */
   async #schedule<T, U = Awaited<T>>(
     key: KeysInput,
     fn: () => T | PromiseLike<T>,
     options: ScheduleOptions | undefined,
     retry: boolean,
-    then: ((value: Awaited<T>) => Promise<U>) | undefined,
+    then: Then<T, U> | undefined,
   ): Promise<U> {
     if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`, 'fn');
     this.#activity.entered();
@@ -227,12 +235,15 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       this.#activity.started();
       try {
         if (trace !== undefined) return await trace.run(() => this.#traced(call, grant, fn, life, trace, then));
-        const value = await this.#run(call, grant, fn);
+        let value: Awaited<T>;
+        try {
+          value = await this.#run(call, grant, fn);
+        } catch (error) {
+          life?.threw(error);
+          throw error;
+        }
         life?.ran(value);
-        return then === undefined ? (value as U) : await then(value);
-      } catch (error) {
-        if (trace === undefined) life?.threw(error);
-        throw error;
+        return then === undefined ? (value as U) : await then(value, IGNORE);
       } finally {
         this.#activity.ran();
       }
@@ -241,14 +252,14 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
   }
 
-  /** A call's run in its span: `then` (an adapter's reading of the answer) before the span ends. */
+  /** A call's run in its span: `then` (an adapter's reading of the answer), and what it defers, before the span ends. */
   async #traced<T, U>(
     call: Call,
     grant: Grant,
     fn: () => T | PromiseLike<T>,
     life: CallLife | undefined,
     trace: CallTrace,
-    then: ((value: Awaited<T>) => Promise<U>) | undefined,
+    then: Then<T, U> | undefined,
   ): Promise<U> {
     let value: Awaited<T>;
     try {
@@ -256,13 +267,21 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     } catch (error) {
       life?.threw(error);
       trace.threw(error);
+      trace.end();
       throw error;
     }
     life?.ran(value);
+    trace.ran(value);
+    if (then === undefined) {
+      trace.end();
+      return value as U;
+    }
+    const deferred: Array<Promise<unknown>> = [];
     try {
-      return then === undefined ? (value as U) : await then(value);
+      return await then(value, (work) => deferred.push(work));
     } finally {
-      trace.ran(value);
+      if (deferred.length === 0) trace.end();
+      else void Promise.allSettled(deferred).then(() => trace.end());
     }
   }
 

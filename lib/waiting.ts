@@ -78,11 +78,18 @@ export class KeyLine<C> {
   /** A call asked without a line is being answered: nothing is asked until `resume()`. */
   #held: boolean;
 
-  /** `held`: the line asks nothing until `resume()` (a call ahead of it is being decided). */
-  constructor(decide: Decide<C>, onEmpty: (deferred: boolean, waited: boolean) => void, held = false) {
+  /**
+   * Nothing wakes a deferred head (a store that does not announce completions): it asks again when
+   * its slot could first be free (the calls it waits for ended by then: a window at the latest).
+   */
+  readonly #asksAgain: boolean;
+
+  /** `held`: the line asks nothing until `resume()` (a call ahead of it is being decided). `unheard`: see `#asksAgain`. */
+  constructor(decide: Decide<C>, onEmpty: (deferred: boolean, waited: boolean) => void, held = false, unheard = false) {
     this.#decide = decide;
     this.#onEmpty = onEmpty;
     this.#held = held;
+    this.#asksAgain = unheard;
   }
 
   get size(): number {
@@ -201,7 +208,7 @@ export class KeyLine<C> {
       if (deferred) this.#waited = true;
       if (deferred && !this.#woken) {
         this.#deferred = true;
-        this.#timer = setTimeout(() => this.wake(), Math.max(1, deferred.retryMs));
+        this.#timer = setTimeout(() => this.wake(), Math.max(1, this.#asksAgain ? Math.min(deferred.retryMs, deferred.waitMs) : deferred.retryMs));
         return;
       }
     }
@@ -392,6 +399,7 @@ export class Lines {
           void this.#client.leave(leave);
         },
         this.#isAlone(call.line),
+        this.#client.store.announces === false,
       );
       this.set(call, (line = created));
     } else if (!first && line.deferred && line.size >= this.#maxQueued) {

@@ -87,13 +87,14 @@ for (const [name, make] of stores) {
       await a.learn('u1', policy('"burst";q=14;w=1'));
       expect((await b.inspect('u1')).rules[0]).to.deep.include({ limit: 14 });
       expect(await startsUntilRefused(b, 'u1')).to.equal(14);
-      // X-RateLimit-Limit too, for a key of one rule.
+      // Not X-RateLimit-Limit, which names no window: the rule's is only a guess.
       await b.learn('u2', { status: 200, headers: { 'x-ratelimit-limit': '12' } });
-      expect(await startsUntilRefused(a, 'u2')).to.equal(12);
-      // A refusal teaches below what is in force, and probing goes back up to the rule only.
-      await a.learn('u2', { status: 429, headers: { 'retry-after': '1' } });
-      const learned = (await b.inspect('u2')).learned;
-      expect(learned.map(({ limit, source }) => ({ limit, source }))).to.deep.equal([{ limit: 11, source: 'refusals' }]);
+      expect(await startsUntilRefused(a, 'u2')).to.equal(10);
+      // A refusal teaches below what is in force (14 taken, the first refusal: 13), still above the rule.
+      await a.learn('u1', { status: 429, headers: { 'retry-after': '1' } });
+      const usage = await b.inspect('u1');
+      expect(usage.learned.map(({ limit, source }) => ({ limit, source }))).to.deep.equal([{ limit: 13, source: 'refusals' }]);
+      expect(usage.rules[0]).to.deep.include({ limit: 13 });
     });
 
     it('from refusals, slows a key down to learnedFloor and no further', async () => {
@@ -187,11 +188,11 @@ describe('what a response teaches (lessonsOf)', () => {
   it('applies X-RateLimit-Limit to a key of one rule, reads 100;w=60 as a policy, and says why it cannot choose among several rules', () => {
     const one = [{ limit: 100, windowMs: 60_000 }];
     expect(lessonsOf(readPublishedLimits({ 'x-ratelimit-limit': '60', 'x-ratelimit-reset': '30' }), one, 60_000, { lapseMs: 5_000 })).to.deep.equal([
-      { source: 'limit', windowMs: 60_000, limit: 60, lapseMs: 5_000 },
+      { source: 'limit', windowMs: 60_000, limit: 60, lapseMs: 5_000, configured: 100 },
     ]);
     // At or above the rule: what it taught before is forgotten (limit 0).
     expect(lessonsOf(readPublishedLimits({ 'x-ratelimit-limit': '100' }), one, 60_000, { lapseMs: 5_000 })).to.deep.equal([
-      { source: 'limit', windowMs: 60_000, limit: 0, lapseMs: 5_000 },
+      { source: 'limit', windowMs: 60_000, limit: 0, lapseMs: 5_000, configured: 100 },
     ]);
     const said: string[] = [];
     expect(
@@ -199,18 +200,25 @@ describe('what a response teaches (lessonsOf)', () => {
     ).to.deep.equal([]);
     expect(said.join('\n')).to.match(/ignored X-RateLimit-Limit 60: it names no window, and the key has 2 rules/);
     expect(lessons({ 'ratelimit-limit': '100, 60;w=60, 500;w=86400' })).to.deep.equal([
-      { source: 'policy', windowMs: 60_000, limit: 60, lapseMs: 5_000 },
-      { source: 'policy', windowMs: 86_400_000, limit: 500, lapseMs: 5_000 },
+      { source: 'policy', windowMs: 60_000, limit: 60, lapseMs: 5_000, configured: 100 },
+      { source: 'policy', windowMs: 86_400_000, limit: 500, lapseMs: 5_000, configured: 1_000 },
     ]);
   });
 
-  it('with aboveRules, teaches a published limit above the rule of its window, and its remaining counts against it', () => {
+  it('with aboveRules, teaches a policy above the rule of its window (never X-RateLimit-Limit, which names no window), and its remaining counts against it', () => {
     const one = [{ limit: 10, windowMs: 60_000 }];
     const taught = (headers: Record<string, string>) => lessonsOf(readPublishedLimits(headers), one, 60_000, { lapseMs: 5_000, aboveRules: true });
     expect(taught({ 'ratelimit-policy': '"m";q=50;w=60' })).to.deep.equal([
-      { source: 'policy', windowMs: 60_000, limit: 50, lapseMs: 5_000, aboveRules: true },
+      { source: 'policy', windowMs: 60_000, limit: 50, lapseMs: 5_000, configured: 10, aboveRules: true },
     ]);
-    expect(taught({ 'x-ratelimit-limit': '10' })).to.deep.equal([{ source: 'limit', windowMs: 60_000, limit: 0, lapseMs: 5_000 }]);
+    // The rule's own limit forgets what was learned above it, in the same case.
+    expect(taught({ 'ratelimit-policy': '"m";q=10;w=60' })).to.deep.equal([
+      { source: 'policy', windowMs: 60_000, limit: 0, lapseMs: 5_000, configured: 10, aboveRules: true },
+    ]);
+    expect(taught({ 'x-ratelimit-limit': '5000' })).to.deep.equal([{ source: 'limit', windowMs: 60_000, limit: 0, lapseMs: 5_000, configured: 10 }]);
+    expect(taught({ 'ratelimit-limit': '50;w=60' })).to.deep.equal([
+      { source: 'policy', windowMs: 60_000, limit: 50, lapseMs: 5_000, configured: 10, aboveRules: true },
+    ]);
     // 20 remaining is below half of 50 (not of the rule's 10): a hold on the window's 50.
     expect(taught({ 'ratelimit-policy': '"m";q=50;w=60', ratelimit: '"m";r=20;t=30' }).filter((entry) => entry.mode === 'hold')).to.deep.equal([
       { mode: 'hold', source: 'policy', windowMs: 60_000, limit: 50, remaining: 20, lapseMs: 30_000 },
@@ -218,18 +226,23 @@ describe('what a response teaches (lessonsOf)', () => {
   });
 
   it('keeps the tightest of several policies of one window', () => {
-    expect(lessons({ 'ratelimit-policy': '"a";q=60;w=60, "b";q=500;w=60' })).to.deep.equal([{ source: 'policy', windowMs: 60_000, limit: 60, lapseMs: 5_000 }]);
-    expect(lessons({ 'ratelimit-policy': '"b";q=500;w=60, "a";q=60;w=60' })).to.deep.equal([{ source: 'policy', windowMs: 60_000, limit: 60, lapseMs: 5_000 }]);
+    const tightest = [{ source: 'policy', windowMs: 60_000, limit: 60, lapseMs: 5_000, configured: 100 }];
+    expect(lessons({ 'ratelimit-policy': '"a";q=60;w=60, "b";q=500;w=60' })).to.deep.equal(tightest);
+    expect(lessons({ 'ratelimit-policy': '"b";q=500;w=60, "a";q=60;w=60' })).to.deep.equal(tightest);
   });
 
   it('lets a policy of the same window win over X-RateLimit-Limit, and skips a window the rules already keep to', () => {
     const one = [{ limit: 100, windowMs: 60_000 }];
     expect(lessonsOf(readPublishedLimits({ 'ratelimit-policy': '"m";q=50;w=60', 'x-ratelimit-limit': '40' }), one, 60_000, { lapseMs: 5_000 })).to.deep.equal([
-      { source: 'policy', windowMs: 60_000, limit: 50, lapseMs: 5_000 },
+      { source: 'policy', windowMs: 60_000, limit: 50, lapseMs: 5_000, configured: 100 },
     ]);
     // 100 a minute never makes more than 6,000 an hour: a policy of 10,000 an hour teaches nothing new.
-    expect(lessons({ 'ratelimit-policy': '"h";q=10000;w=3600' })).to.deep.equal([{ source: 'policy', windowMs: 3_600_000, limit: 0, lapseMs: 5_000 }]);
-    expect(lessons({ 'ratelimit-policy': '"h";q=3000;w=3600' })).to.deep.equal([{ source: 'policy', windowMs: 3_600_000, limit: 3_000, lapseMs: 5_000 }]);
+    expect(lessons({ 'ratelimit-policy': '"h";q=10000;w=3600' })).to.deep.equal([
+      { source: 'policy', windowMs: 3_600_000, limit: 0, lapseMs: 5_000, configured: 0 },
+    ]);
+    expect(lessons({ 'ratelimit-policy': '"h";q=3000;w=3600' })).to.deep.equal([
+      { source: 'policy', windowMs: 3_600_000, limit: 3_000, lapseMs: 5_000, configured: 0 },
+    ]);
   });
 });
 

@@ -185,6 +185,44 @@ describe('OpenTelemetry', function () {
     expect(hold?.value).to.equal(throttle.maxHoldMs / 1000);
   });
 
+  it('never lets the SDK break a call: a span that cannot start, or end, leaves the call as it was, said once in a debug event', async () => {
+    const span = {
+      setAttribute: () => span,
+      addEvent: () => span,
+      setStatus: () => span,
+      recordException: () => undefined,
+      isRecording: () => true,
+      spanContext: () => ({ traceId: '1'.repeat(32), spanId: '1'.repeat(16), traceFlags: 1 }),
+      end: () => {
+        throw new Error('cannot end');
+      },
+    };
+    const broken = (where: 'start' | 'end') => ({
+      getTracer: () => ({
+        startSpan: () => {
+          if (where === 'start') throw new Error('cannot start');
+          return span;
+        },
+        startActiveSpan: () => undefined,
+      }),
+    });
+    for (const where of ['start', 'end'] as const) {
+      trace.disable();
+      trace.setGlobalTracerProvider(broken(where) as never);
+      try {
+        const throttle = make({ name: `broken-${where}` });
+        const said: string[] = [];
+        throttle.on('debug', ({ message }) => said.push(message));
+        for (let i = 0; i < 2; i++) expect(await throttle.schedule('u1', async () => i)).to.equal(i);
+        expect(said.filter((message) => message.includes('OpenTelemetry'))).to.have.length(1);
+        expect(throttle.pending + throttle.size).to.equal(0);
+      } finally {
+        trace.disable();
+        trace.setGlobalTracerProvider(tracerProvider);
+      }
+    }
+  });
+
   it('records nothing with telemetry: false, or once the providers are gone', async () => {
     const off = make({ name: 'off', telemetry: false });
     await off.schedule('u1', async () => undefined);

@@ -111,7 +111,7 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
       error === undefined ? { message: `${request.client}: ${message}`, key } : { message: `${request.client}: ${message}`, key, error },
     );
   /** What the attempt's answer says, read within the attempt's span (never throws). */
-  const react = async (outcome: Outcome<R>, attempt: number): Promise<Reaction<R>> => {
+  const react = async (outcome: Outcome<R>, attempt: number, defer: (work: Promise<unknown>) => void): Promise<Reaction<R>> => {
     const answer = exchange.answer(outcome);
     if (answer === undefined) return { outcome, answer, refused: false, pauseMs: undefined };
     let flagged = false;
@@ -124,9 +124,13 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
     }
     const signal = readVendorSignal({ status: answer.status, headers: answer.headers, flagged, report: (problem) => debug(problem) });
     if (settings.learn) {
-      // In the store before the answer comes back (and within the call's span): the next call, and
-      // a retry, count under what was learned. Most answers repeat a lesson and cost no round trip.
-      await throttle.learn(first as KeyInput, { ...answer, flagged }).catch((error: unknown) => debug('could not learn the vendor limits in the store', error));
+      const learning = throttle
+        .learn(first as KeyInput, { ...answer, flagged })
+        .catch((error: unknown) => debug('could not learn the vendor limits in the store', error));
+      // A refusal's lesson is in the store before the retry asks for its slot; any other answer
+      // comes back without waiting for it (the call's span waits).
+      if (signal.refused) await learning;
+      else defer(learning);
     }
     let pauseMs = signal.pauseMs ?? (signal.refused ? settings.fallbackPauseMs * 2 ** attempt : undefined);
     if (pauseMs !== undefined && pauseMs > settings.maxPauseMs) {
@@ -152,7 +156,7 @@ export async function sendThrottled<R>(throttle: Scheduler, request: ThrottledRe
         () => attemptOnce(exchange, attempt),
         attempt === 0 ? request.schedule : retryOptions(request.schedule),
         attempt > 0,
-        (outcome) => react(outcome, attempt),
+        (outcome, defer) => react(outcome, attempt, defer),
       );
     } catch (error) {
       if (last === undefined || request.schedule.signal?.aborted) throw error;

@@ -27,15 +27,16 @@ export interface ThrottleInternals {
   notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void;
   /**
    * `schedule()`, with `then` (what the adapter does with the answer: never throws) run once the
-   * call's completion is written and before its span ends, and `retry`: a request sent again after
-   * the vendor refused it (a span attribute).
+   * call's completion is written and before its span ends (work it passes to `defer` keeps the span
+   * open without keeping the caller waiting), and `retry`: a request sent again after the vendor
+   * refused it (a span attribute).
    */
   schedule<T, U>(
     key: KeysInput,
     fn: () => T | PromiseLike<T>,
     options: ScheduleOptions | undefined,
     retry: boolean,
-    then: (value: Awaited<T>) => Promise<U>,
+    then: (value: Awaited<T>, defer: (work: Promise<unknown>) => void) => Promise<U>,
   ): Promise<U>;
   /** ms from now until a place in `key`'s line of delayed jobs, shared by every process (undefined with `behind`: no place). */
   lineUp(key: KeyInput, fromMs: number, options?: LineUpOptions): Promise<number | undefined>;

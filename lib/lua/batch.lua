@@ -12,7 +12,7 @@
   ARGV[3]  CHANNEL  the namespace's channel prefix: a completion wakes a waiting process on
                     CHANNEL followed by the process's tag
   ARGV[4]  GRACE    ms a key is held once found to have lost data (includes/check.lua)
-  ARGV[5]  FIELDS   everything else, as one MessagePack array of numbers, A below (unpacked in C:
+  ARGV[5]  FIELDS   everything else, as one MessagePack array of numbers (or `x:` and its hex), A below (unpacked in C:
                     far cheaper than hundreds of arguments, or a text to split; packNumbers in
                     lib/stores/resp.ts). A member's NUMBER (FIRST), a witness's SCORE and a
                     completion's RELEASE_AT come as text, their digits, when whole and >= 0 (else
@@ -68,7 +68,12 @@
 --- @include "complete"
 --- @include "alive"
 
-local A = cmsgpack.unpack(ARGV[5])
+-- Over a REST API (JSON carries no bytes) the packed fields come as `x:` and their hex.
+local packed = ARGV[5]
+if string.sub(packed, 1, 2) == 'x:' then
+  packed = (string.gsub(string.sub(packed, 3), '%x%x', function(hex) return string.char(tonumber(hex, 16)) end))
+end
+local A = cmsgpack.unpack(packed)
 
 local epoch_key = nil
 local last_key = #KEYS

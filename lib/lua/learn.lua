@@ -4,13 +4,14 @@
 
   - `s` (set: a limit the vendor published): replaces what the key learned for the window, and
     lapses LAPSE ms from now unless learned again; LIMIT 0 forgets what SOURCE taught there (the
-    vendor allows the configured rule again). SOURCE in capitals: the limit applies even above the
-    configured rule of its window (learnAboveRules).
+    vendor allows the configured rule again; only an entry of SOURCE in the same case). SOURCE in
+    capitals: the limit applies even above the configured rule of its window (learnAboveRules).
   - `d` (down: the vendor refused a call): LIMIT is the rule's configured limit. The calls of the
     key that started within the window (C, slots booked ahead left out) were more than the vendor
     took: the N-th refusal of a window of refusals (one that began less than WINDOW ago) says it took
     at most C - N. The key learns min(its limit in force, C - N), and one less than its limit in
-    force on a window's first refusal, never below FLOOR (ARG).
+    force on a window's first refusal, never below FLOOR (ARG); one learned below FLOOR comes up to
+    it. Down from a limit in force above the rule, it is kept in capitals (`R`): above the rule.
   - `u` (up: a probe, the vendor took calls and refused none): a limit learned from refusals rises
     by a tenth (at least 1) two windows after the refusals lowered it, or one after it last rose,
     and a new window begins; at LIMIT (the configured one) it is forgotten.
@@ -32,7 +33,8 @@
   ARGV[1]  MAX_HOLD  the caller's maxHoldMs: a slot scored above now + MAX_HOLD was booked ahead
   ARGV[2]  CHANNEL   the namespace's pause channel ('': not announced)
   ARGV[3]  N, then N entries: LIMIT, WINDOW (ms), LAPSE (ms from now), SOURCE (one letter), MODE,
-           ARG (mode `h`: REMAINING; mode `d`: FLOOR; else 0)
+           ARG (mode `h`: REMAINING; mode `d`: FLOOR; mode `s`: CONFIG, the window's configured
+           limit, 0 for a window no rule has; else 0)
 
   Returns { changed (1 when a limit in force changed), pause end set (0: none), slots held, then
   per entry in force: LIMIT, WINDOW, LAPSE_IN_MS, SOURCE }.
@@ -80,43 +82,58 @@ for e = 0, n - 1 do
     end
   elseif mode == 'd' then
     local current, since, count = vt_learned_limit(limit, entry), now_ms, 1
-    if entry and entry[4] == 'r' and now_ms - entry[5] < window then since, count = entry[5], entry[6] + 1 end
+    local refusals = entry and string.lower(entry[4]) == 'r'
+    if refusals and now_ms - entry[5] < window then since, count = entry[5], entry[6] + 1 end
     local started = redis.call('ZCOUNT', log, '(' .. (math.floor(now) - window), above)
     -- The refused calls not all in the window (a call that outlasted it): no measure, one less.
     local measured = started - count
     if measured < 1 then measured = current - 1 end
     local learned = math.min(current, measured)
     if count == 1 then learned = math.min(learned, current - 1) end
-    learned = math.max(math.max(1, tonumber(ARGV[9 + 6 * e])), learned)
+    local floor = math.max(1, tonumber(ARGV[9 + 6 * e]))
+    learned = math.max(floor, learned)
+    -- Down from a limit in force above the rule (learnAboveRules): it stays above the rule, in capitals.
+    local letter = 'r'
+    if entry and string.byte(entry[4]) < 97 then letter = 'R' end
     if learned < current then
       changed, lowered = true, true
-      entries[at or #entries + 1] = { learned, window, lapse, 'r', since, count }
-    elseif entry and entry[4] == 'r' then
-      -- At the floor: the refusal still counts in its window.
-      entries[at] = { entry[1], window, lapse, 'r', since, count }
+      entries[at or #entries + 1] = { learned, window, lapse, letter, since, count }
+    elseif refusals then
+      -- At the floor: the refusal still counts in its window. One learned under a lower floor comes up to this one.
+      local kept = entry[1]
+      if kept < floor then
+        kept = math.min(floor, limit)
+        changed = true
+      end
+      entries[at] = { kept, window, lapse, entry[4], since, count }
     end
   elseif mode == 'u' then
     -- Two windows after a refusal lowered it, one after a rise: a probe that was refused waits longer.
     local wait = window
     if entry and entry[6] > 0 then wait = 2 * window end
-    if entry and entry[4] == 'r' and now_ms - entry[5] >= wait then
+    if entry and string.lower(entry[4]) == 'r' and now_ms - entry[5] >= wait then
       local raised = entry[1] + math.max(1, math.floor(entry[1] / 10))
-      if raised >= limit then table.remove(entries, at) else entries[at] = { raised, window, lapse, 'r', now_ms, 0 } end
+      if raised >= limit then table.remove(entries, at) else entries[at] = { raised, window, lapse, entry[4], now_ms, 0 } end
       changed = true
     end
-  elseif limit == 0 then
-    if at ~= nil and string.lower(entries[at][4]) == string.lower(source) then
-      table.remove(entries, at)
-      changed = true
-    end
-  elseif at == nil then
-    entries[#entries + 1] = { limit, window, lapse, source, 0, 0 }
-    changed, lowered = true, true
   else
-    local before = entries[at][1]
-    if limit ~= before then changed = true end
-    if limit < before then lowered = true end
-    entries[at] = { limit, window, lapse, source, 0, 0 }
+    -- Set, or forget (LIMIT 0): lowered when the limit in force goes down. CONFIG (ARG): the
+    -- configured limit of the window (0: a window no rule has).
+    local config = tonumber(ARGV[9 + 6 * e])
+    local before = vt_learned_in_force(config, entry)
+    if limit == 0 then
+      -- Only what SOURCE taught, in its case: a process without learnAboveRules forgets no limit learned above the rules.
+      if at ~= nil and entries[at][4] == source then
+        table.remove(entries, at)
+        changed = true
+        if vt_learned_in_force(config, nil) < before then lowered = true end
+      end
+    else
+      local replaced = { limit, window, lapse, source, 0, 0 }
+      if entry == nil or limit ~= entry[1] or source ~= entry[4] then changed = true end
+      if vt_learned_in_force(config, replaced) < before then lowered = true end
+      entries[at or #entries + 1] = replaced
+    end
   end
 end
 

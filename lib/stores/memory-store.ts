@@ -299,7 +299,7 @@ export class MemoryStore implements Store {
     let lowered = false;
     const above = maxHoldMs > 0 ? bookedAheadAbove(now, maxHoldMs) : Infinity;
     let held = 0;
-    for (const { limit, windowMs, source, lapseMs, mode = 'set', remaining = 0, floor = 1, aboveRules = false } of entries) {
+    for (const { limit, windowMs, source, lapseMs, mode = 'set', remaining = 0, floor = 1, aboveRules = false, configured = 0 } of entries) {
       const at = learned.findIndex((entry) => entry.windowMs === windowMs);
       const lapseAt = nowMs + lapseMs;
       const before = at >= 0 ? learned[at]! : undefined;
@@ -319,26 +319,35 @@ export class MemoryStore implements Store {
       }
       if (mode === 'down') {
         const current = limitInForce(limit, before);
+        const refusals = before?.source === 'refusals';
         let since = nowMs;
-        let refusals = 1;
-        if (before?.source === 'refusals' && nowMs - before.since < windowMs) {
-          since = before.since;
-          refusals = before.refusals + 1;
+        let count = 1;
+        if (refusals && nowMs - before!.since < windowMs) {
+          since = before!.since;
+          count = before!.refusals + 1;
         }
         // Calls that started within the window (slots booked ahead left out), as ZCOUNT in lua/learn.lua.
         const started = log.scores.filter((score) => score > Math.floor(now) - windowMs && score <= above).length;
         // The refused calls not all in the window (a call that outlasted it): no measure, one less.
-        const measured = started - refusals < 1 ? current - 1 : started - refusals;
+        const measured = started - count < 1 ? current - 1 : started - count;
         let lower = Math.min(current, measured);
-        if (refusals === 1) lower = Math.min(lower, current - 1);
-        lower = Math.max(1, floor, lower);
-        const entry = { limit: lower, windowMs, lapseAt, source: 'refusals' as const, since, refusals };
+        if (count === 1) lower = Math.min(lower, current - 1);
+        const least = Math.max(1, floor);
+        lower = Math.max(least, lower);
+        // Down from a limit in force above the rule (learnAboveRules): it stays above the rule.
+        const entry = { limit: lower, windowMs, lapseAt, source: 'refusals' as const, since, refusals: count, aboveRules: before?.aboveRules === true };
         if (lower < current) {
           changed = lowered = true;
           if (at >= 0) learned[at] = entry;
           else learned.push(entry);
-        } else if (before?.source === 'refusals') {
-          learned[at] = { ...entry, limit: before.limit };
+        } else if (refusals) {
+          // At the floor: the refusal still counts. One learned under a lower floor comes up to this one.
+          let kept = before!.limit;
+          if (kept < least) {
+            kept = Math.min(least, limit);
+            changed = true;
+          }
+          learned[at] = { ...entry, limit: kept, aboveRules: before!.aboveRules };
         }
         continue;
       }
@@ -347,27 +356,28 @@ export class MemoryStore implements Store {
         if (before?.source === 'refusals' && nowMs - before.since >= (before.refusals > 0 ? 2 : 1) * windowMs) {
           const raised = before.limit + Math.max(1, Math.floor(before.limit / 10));
           if (raised >= limit) learned.splice(at, 1);
-          else learned[at] = { limit: raised, windowMs, lapseAt, source: 'refusals', since: nowMs, refusals: 0 };
+          else learned[at] = { limit: raised, windowMs, lapseAt, source: 'refusals', since: nowMs, refusals: 0, aboveRules: before.aboveRules };
           changed = true;
         }
         continue;
       }
+      // Set, or forget (limit 0): lowered when the limit in force goes down (as lua/learn.lua).
+      const inForce = (entry: KeyLog['learned'][number] | undefined): number => (configured > 0 ? limitInForce(configured, entry) : (entry?.limit ?? Infinity));
+      const was = inForce(before);
       if (limit === 0) {
-        if (at >= 0 && learned[at]!.source === source) {
+        // Only what `source` taught, as learned above the rules or not.
+        if (before !== undefined && before.source === source && (before.aboveRules === true) === aboveRules) {
           learned.splice(at, 1);
           changed = true;
+          if (inForce(undefined) < was) lowered = true;
         }
         continue;
       }
       const entry = { limit, windowMs, source, lapseAt, since: 0, refusals: 0, aboveRules };
-      if (at < 0) {
-        learned.push(entry);
-        changed = lowered = true;
-      } else {
-        if (limit !== learned[at]!.limit) changed = true;
-        if (limit < learned[at]!.limit) lowered = true;
-        learned[at] = entry;
-      }
+      if (before === undefined || limit !== before.limit || source !== before.source || aboveRules !== (before.aboveRules === true)) changed = true;
+      if (inForce(entry) < was) lowered = true;
+      if (at >= 0) learned[at] = entry;
+      else learned.push(entry);
     }
     log.learned = learned;
     for (const entry of learned) log.expiresAt = Math.max(log.expiresAt, entry.lapseAt + 1);

@@ -8,15 +8,41 @@ import { scripts } from './redis-scripts.js';
 import { evalShaCommand, type ScriptKeys } from './resp.js';
 
 /**
- * The user's client, by library: ioredis (`Redis`, `Cluster`: `defineCommand`) or node-redis
- * (`createClient()`, `createCluster()`: `sendCommand` and `isOpen`); undefined for anything else.
+ * The user's client, by library: ioredis (`Redis`, `Cluster`: `defineCommand`), node-redis
+ * (`createClient()`, `createCluster()`: `sendCommand` and `isOpen`) or `@upstash/redis` (`Redis`:
+ * `evalsha`, and the `Requester` it sends every command through); undefined for anything else.
  */
-export function clientKind(client: unknown): 'ioredis' | 'node-redis' | undefined {
+export function clientKind(client: unknown): 'ioredis' | 'node-redis' | 'upstash' | undefined {
   if (client === null || typeof client !== 'object') return undefined;
-  const methods = client as { defineCommand?: unknown; sendCommand?: unknown; duplicate?: unknown };
+  const methods = client as { defineCommand?: unknown; sendCommand?: unknown; duplicate?: unknown; evalsha?: unknown };
   if (typeof methods.defineCommand === 'function') return 'ioredis';
   if (typeof methods.sendCommand === 'function' && typeof methods.duplicate === 'function' && 'isOpen' in client) return 'node-redis';
+  if (typeof methods.evalsha === 'function' && requesterOf(client) !== undefined) return 'upstash';
   return undefined;
+}
+
+/** The REST API's answer to one command: its result (strings decoded), or the error Redis gave. */
+interface RestReply {
+  readonly result?: unknown;
+  readonly error?: string;
+}
+
+/** What an `@upstash/redis` `Redis` sends its commands through (its `client`, the `Requester` its constructor takes). */
+interface Requester {
+  request(request: { readonly body: ReadonlyArray<string | number> }): Promise<RestReply>;
+}
+
+function requesterOf(client: object): Requester | undefined {
+  const requester = (client as { client?: Partial<Requester> | null }).client;
+  return typeof requester === 'object' && requester !== null && typeof requester.request === 'function' ? (requester as Requester) : undefined;
+}
+
+/**
+ * An argument as the REST API carries it: JSON has no bytes, so a binary one (the batch's packed
+ * fields) goes as `x:` and its hex, which lua/batch.lua reads back.
+ */
+function restArg(arg: Arg): string | number {
+  return Buffer.isBuffer(arg) ? `x:${arg.toString('hex')}` : arg;
 }
 
 type Arg = string | number | Buffer;
@@ -129,6 +155,11 @@ const BY_NAME = new Map<string, { readonly lua: string; readonly sha: string }>(
  */
 const PLAIN = Object.freeze({ typeMapping: Object.freeze({}) });
 
+/** Redis's error as the REST API words it, without what `@upstash/redis` adds (`Command failed: `, `, command was: …`). */
+function restError(error: string): string {
+  return error.replace(/^Command failed: /, '').replace(/, command was: [\s\S]*$/, '');
+}
+
 /** Redis's answer to EVALSHA of a script it does not hold (`SCRIPT FLUSH`, a restart): the script did not run. */
 function noScript(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT');
@@ -204,6 +235,8 @@ export class ClientDriver {
   /** It as ioredis (its events as well on node-redis). */
   readonly #io: ScriptedClient;
   readonly #node: NodeRedis | undefined;
+  /** `@upstash/redis`: each command one request of its REST API (no connection, no pub/sub). */
+  readonly #rest: Requester | undefined;
   /** A standalone ioredis client: sends a command written as RESP (see `rawSender`). */
   readonly #raw: ((bytes: Buffer) => Promise<unknown>) | undefined;
   /** A Cluster: every script reaches one slot (on ioredis, with a fixed number of keys). */
@@ -255,7 +288,15 @@ export class ClientDriver {
     this.#io = client as unknown as ScriptedClient;
     this.#timeoutMs = timeoutMs;
     this.#life = life;
-    if (clientKind(client) === 'node-redis') {
+    const kind = clientKind(client);
+    if (kind === 'upstash') {
+      this.#rest = requesterOf(client);
+      this.cluster = false;
+      this.#up = true;
+      this.#events = [];
+      return;
+    }
+    if (kind === 'node-redis') {
       this.#node = client as unknown as NodeRedis;
       this.cluster = typeof (client as { nodeClient?: unknown }).nodeClient === 'function';
       this.#up = this.#node.isReady;
@@ -301,6 +342,7 @@ export class ClientDriver {
    * or another while it cannot connect.
    */
   get status(): string | undefined {
+    if (this.#rest !== undefined) return 'ready';
     const node = this.#node;
     if (node === undefined) return this.#io.status;
     return !node.isOpen ? 'end' : node.isReady ? 'ready' : this.#up ? 'connect' : 'reconnecting';
@@ -321,16 +363,19 @@ export class ClientDriver {
 
   /** GET, as `run` sends a script. */
   get(key: string): Promise<string | null> {
+    if (this.#rest) return this.#send(() => this.#restCommand(['GET', key]) as Promise<string | null>);
     return this.#send(() => (this.#node ? this.#command(key, true, ['GET', key]) : this.#io['get']!(key)) as Promise<string | null>);
   }
 
   /** HGET, as `run` sends a script. */
   hget(key: string, field: string): Promise<string | null> {
+    if (this.#rest) return this.#send(() => this.#restCommand(['HGET', key, field]) as Promise<string | null>);
     return this.#send(() => (this.#node ? this.#command(key, true, ['HGET', key, field]) : this.#io['hget']!(key, field)) as Promise<string | null>);
   }
 
   /** INFO `section` (a standalone Redis), with the timeout. */
   info(section: string): Promise<string> {
+    if (this.#rest) return this.timed(this.#restCommand(['INFO', section]).then(String));
     const node = this.#node;
     return this.timed((node ? node.sendCommand(['INFO', section], PLAIN).then(String) : this.#io['info']!(section)) as Promise<string>);
   }
@@ -343,6 +388,9 @@ export class ClientDriver {
    * so, ioredis before any command asked from then on).
    */
   subscriber(message: (channel: string, message: string) => void, reconnected: () => void, lost: () => void = ignore): Subscriber {
+    // Over HTTP there is no connection to hold: nothing is heard, and a waiting call asks again at
+    // the bound the store gave it (the end of the call it waits for, at the latest).
+    if (this.#rest) return { subscribe: () => Promise.resolve(), close: ignore };
     const duplicate = (this.client as { duplicate?: unknown }).duplicate;
     if (typeof duplicate !== 'function') throw new StoreUnavailableError('The Redis client cannot open a subscriber connection (no duplicate())');
     // A duplicate of a client that ended would be a connection of the store's own that nothing closes.
@@ -417,6 +465,7 @@ export class ClientDriver {
    * Cluster (fixed there). node-redis: EVALSHA, routed by the first key on a Cluster.
    */
   #call(name: string, given: Keys, args: readonly Arg[]): Promise<unknown> {
+    if (this.#rest) return this.#restScript(name, isKeyList(given) ? given : given.list(), args);
     const raw = this.#raw;
     if (raw && !isKeyList(given)) return this.#written(raw, name, given, args);
     const keys = isKeyList(given) ? given : given.list();
@@ -459,6 +508,35 @@ export class ClientDriver {
       if (!noScript(error)) throw error;
       return this.#command(keys[0], false, ['EVAL', lua, ...command.slice(2)]);
     }
+  }
+
+  /**
+   * `@upstash/redis`: EVALSHA, and EVAL once on NOSCRIPT alone (the script did not run: a Redis
+   * that lost its scripts, or a replica that never had them). One request each.
+   */
+  async #restScript(name: string, keys: readonly string[], args: readonly Arg[]): Promise<unknown> {
+    const { sha, lua } = BY_NAME.get(name)!;
+    const rest: Array<string | number> = [String(keys.length), ...keys];
+    for (const arg of args) rest.push(restArg(arg));
+    try {
+      return await this.#restCommand(['EVALSHA', sha, ...rest]);
+    } catch (error) {
+      if (!noScript(error)) throw error;
+      return this.#restCommand(['EVAL', lua, ...rest]);
+    }
+  }
+
+  /** One command through the REST API: its result, or Redis's error as an `Error` with Redis's message. */
+  async #restCommand(command: ReadonlyArray<string | number>): Promise<unknown> {
+    let reply: RestReply;
+    try {
+      reply = await this.#rest!.request({ body: command });
+    } catch (error) {
+      // The client's error repeats the whole command (a script's text with EVAL): kept as the cause.
+      throw error instanceof Error ? new Error(restError(error.message), { cause: error }) : error;
+    }
+    if (reply.error !== undefined && reply.error !== null) throw new Error(restError(reply.error));
+    return reply.result ?? null;
   }
 
   /** node-redis: one command, routed by `key` on a Cluster, its reply read with the default type mapping. */

@@ -29,7 +29,9 @@ export interface RedisStoreOptions {
    * Detects a Redis that lost its data (restart without persistence, `FLUSHALL`, failover to a
    * replica that lagged) and puts back this process's calls still inside their windows, from a
    * journal kept in memory, before anything new is decided (docs/design.md). `false` turns it off.
-   * @default { heartbeatMs: 500, graceMs: 3_000 }
+   * A journal needs a process that lives on: on an `@upstash/redis` client (a function's) it is off
+   * unless given.
+   * @default { heartbeatMs: 500, graceMs: 3_000 }; `false` on an `@upstash/redis` client
    */
   readonly recovery?:
     | false
@@ -42,11 +44,21 @@ export interface RedisStoreOptions {
 }
 
 /**
- * A client the store runs on: an ioredis `Redis` or `Cluster`, or a node-redis client
- * (`createClient()`) or cluster (`createCluster()`), connected by its owner. Declared here so that
- * the published types require neither library (both optional peer dependencies) to be installed.
+ * A client the store runs on: an ioredis `Redis` or `Cluster`, a node-redis client
+ * (`createClient()`) or cluster (`createCluster()`), connected by its owner, or an `@upstash/redis`
+ * `Redis` (Redis over HTTP, for functions). Declared here so that the published types require none
+ * of these libraries (optional peer dependencies) to be installed.
  */
-export type RedisClientLike = IORedisClientLike | NodeRedisClientLike;
+export type RedisClientLike = IORedisClientLike | NodeRedisClientLike | UpstashClientLike;
+
+/**
+ * The part of an `@upstash/redis` `Redis` the store relies on: its commands go through the client's
+ * `Requester` (the REST API's `request()`, which the client holds), replies as Redis gives them.
+ */
+export interface UpstashClientLike {
+  evalsha(...args: never[]): Promise<unknown>;
+  readYourWritesSyncToken: string | undefined;
+}
 
 /** The part of an ioredis `Redis` or `Cluster` client the store relies on. */
 export interface IORedisClientLike {
@@ -71,14 +83,14 @@ export interface RedisStoreSettings {
 }
 
 /** Checks the options of `new RedisStore()`: a `ThrottleConfigError` names what is wrong. */
-export function redisStoreSettings(options: RedisStoreOptions): RedisStoreSettings {
+export function redisStoreSettings(options: RedisStoreOptions, overHttp = false): RedisStoreSettings {
   if (options === null || typeof options !== 'object') throw new ThrottleConfigError('Expected RedisStore options to be an object', 'options');
   checkKnown('RedisStore', options, ['prefix', 'hashTag', 'commandTimeoutMs', 'recovery']);
   const prefix = checkNamespace('RedisStore prefix', options.prefix ?? 'vt');
   const hashTag = options.hashTag ?? 'key';
   if (hashTag !== 'key' && hashTag !== 'name') throw new ThrottleConfigError(`Expected hashTag to be 'key' or 'name', got ${String(hashTag)}`, 'hashTag');
   const timeoutMs = positive('commandTimeoutMs', options.commandTimeoutMs ?? 5_000);
-  const recovery = options.recovery ?? {};
+  const recovery = options.recovery ?? (overHttp ? false : {});
   if (recovery !== false && (recovery === null || typeof recovery !== 'object')) {
     throw new ThrottleConfigError('Expected recovery to be false or an object', 'recovery');
   }

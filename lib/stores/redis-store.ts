@@ -49,6 +49,8 @@ export class RedisStore implements Store {
   readonly #recovery: Recovery | undefined;
   readonly #heartbeat: Heartbeat | undefined;
   readonly #cluster: boolean;
+  /** Completions wake waiting processes (pub/sub); not over HTTP (`@upstash/redis`). */
+  readonly announces: boolean;
   #seq = 0;
   #closed = false;
   readonly #wakes: Wakes;
@@ -63,10 +65,15 @@ export class RedisStore implements Store {
   readonly #pauses: PauseFeeds;
 
   constructor(client: RedisClientLike, options: RedisStoreOptions = {}) {
-    if (clientKind(client) === undefined) {
-      throw new ThrottleConfigError('Expected an ioredis Redis or Cluster client, or a node-redis client (createClient() or createCluster())', 'client');
+    const kind = clientKind(client);
+    if (kind === undefined) {
+      throw new ThrottleConfigError(
+        'Expected an ioredis Redis or Cluster client, a node-redis client (createClient() or createCluster()), or an @upstash/redis Redis',
+        'client',
+      );
     }
-    const { prefix, hashTag, timeoutMs, recovery } = redisStoreSettings(options);
+    const { prefix, hashTag, timeoutMs, recovery } = redisStoreSettings(options, kind === 'upstash');
+    this.announces = kind !== 'upstash';
     this.prefix = prefix;
     this.hashTag = hashTag;
     // The subscriber follows the client: it closes when the client ends, and opens again when it is back.
@@ -353,7 +360,7 @@ export class RedisStore implements Store {
         Math.ceil(entry.lapseMs),
         sourceLetter(entry.source, entry.aboveRules),
         (entry.mode ?? 'set')[0]!,
-        entry.mode === 'down' ? (entry.floor ?? 1) : (entry.remaining ?? 0),
+        entry.mode === 'down' ? (entry.floor ?? 1) : entry.mode === 'hold' ? (entry.remaining ?? 0) : (entry.configured ?? 0),
       ]),
     ];
     const result = replies.learn(await this.#driver.run(scripts.learn.name, [meta, log, ...names.kept(namespace)], args));

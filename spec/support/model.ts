@@ -169,24 +169,36 @@ export class ReferenceModel {
   learn(
     key: string,
     now: number,
-    entries: ReadonlyArray<{ readonly limit: number; readonly windowMs: number; readonly source: string; readonly aboveRules?: boolean }>,
+    entries: ReadonlyArray<{
+      readonly limit: number;
+      readonly windowMs: number;
+      readonly source: string;
+      readonly aboveRules?: boolean;
+      readonly configured?: number;
+    }>,
     maxHoldMs: number,
   ): { changed: boolean; pausedUntil: number; removed: string[] } {
     const state = this.#state(key);
     let changed = false;
     let lowered = false;
-    for (const { limit, windowMs, source, aboveRules = false } of entries) {
+    for (const { limit, windowMs, source, aboveRules = false, configured = 0 } of entries) {
       const before = state.learned.get(windowMs);
+      // The limit in force for the window: the configured one's with what was learned, or what was learned alone.
+      const inForce = (entry: { readonly limit: number; readonly aboveRules: boolean } | undefined): number =>
+        configured > 0 ? limitInForce(configured, entry) : (entry?.limit ?? Infinity);
+      const was = inForce(before);
       if (limit === 0) {
-        if (before?.source === source) {
+        if (before?.source === source && before.aboveRules === aboveRules) {
           state.learned.delete(windowMs);
           changed = true;
+          if (inForce(undefined) < was) lowered = true;
         }
         continue;
       }
-      if (before === undefined || limit < before.limit) lowered = true;
-      if (before === undefined || limit !== before.limit) changed = true;
-      state.learned.set(windowMs, { limit, source, aboveRules });
+      const entry = { limit, source, aboveRules };
+      if (before === undefined || limit !== before.limit || source !== before.source || aboveRules !== before.aboveRules) changed = true;
+      if (inForce(entry) < was) lowered = true;
+      state.learned.set(windowMs, entry);
     }
     const above = Math.ceil(now) + maxHoldMs + 1;
     const ahead = state.slots.filter((slot) => slot.score > above);

@@ -2,7 +2,8 @@
   learned: the limits a key learned from its vendor (Throttle.learn, lua/learn.lua), kept in its
   meta's field `l` as entries LIMIT:WINDOW:LAPSE:SOURCE joined by ',' (LAPSE: store clock ms after
   which the entry no longer applies; SOURCE: one letter, lib/learning.ts), and for one learned from
-  refusals (`r`) :SINCE:N (when its window of refusals began, and the refusals in it). A learned limit
+  refusals (`r`, or `R` down from a limit above the rule) :SINCE:N (when its window of refusals began,
+  and the refusals in it). A learned limit
   lowers: a decision counts the key under the tighter of each rule and what was learned for its
   window (what was learned, when SOURCE is a capital: a published limit the user let apply above the
   rules, learnAboveRules), and under a learned limit of another window as a rule of its own (within the history the
@@ -24,7 +25,7 @@ local function vt_learned_format(entries)
   local parts = {}
   for e, entry in ipairs(entries) do
     parts[e] = string.format('%d:%d:%d:%s', entry[1], entry[2], entry[3], entry[4])
-    if entry[4] == 'r' then parts[e] = parts[e] .. string.format(':%d:%d', entry[5], entry[6]) end
+    if entry[4] == 'r' or entry[4] == 'R' then parts[e] = parts[e] .. string.format(':%d:%d', entry[5], entry[6]) end
   end
   return table.concat(parts, ',')
 end
@@ -45,6 +46,14 @@ local function vt_learned_limit(limit, entry)
   if not entry then return limit end
   if string.byte(entry[4]) < 97 then return entry[1] end
   return math.min(limit, entry[1])
+end
+
+-- The limit in force for a window whose configured limit is CONFIG (0: a window no rule has, where
+-- it is the learned ENTRY's, or none: math.huge).
+local function vt_learned_in_force(config, entry)
+  if config > 0 then return vt_learned_limit(config, entry) end
+  if entry then return entry[1] end
+  return math.huge
 end
 
 -- SET (a rule set of lua/batch.lua) with the learned limits of TEXT applied at NOW, or SET itself

@@ -1,0 +1,127 @@
+/**
+ * A function's Redis: `RedisStore` on `@upstash/redis`, through a server of Upstash's REST protocol
+ * (scripts/support/upstash-rest.ts: no pub/sub) in front of a real redis-server. Invocations made
+ * afresh for each call share one user's limit with worker processes on ioredis and node-redis; an
+ * invocation costs few requests and leaves nothing running; a Redis restarted empty costs no wrong
+ * answer.
+ */
+import { Redis as UpstashRedis } from '@upstash/redis';
+import { expect } from 'chai';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { RedisStore, StoreUnavailableError, Throttle, ThrottleConfigError } from '../lib/index.js';
+import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
+import { startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
+import { mostInWindow, startHttpVendor, type Vendor } from './support/http-vendor.js';
+import { redisServer, uniquePrefix } from './support/hooks.js';
+import { spawnWorkers } from './support/worker.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+/** One invocation: a new client, store and throttle for one call, closed at the end; the REST requests it made. */
+async function invoke(rest: UpstashRest, prefix: string, rules: string, run: () => Promise<unknown>, maxDelayMs = Infinity): Promise<number> {
+  const client = new UpstashRedis({ url: rest.url, token: rest.token, retry: false });
+  const requester = (client as unknown as { client: { request(request: unknown): Promise<unknown> } }).client;
+  const request = requester.request.bind(requester);
+  let made = 0;
+  requester.request = (sent) => {
+    made++;
+    return request(sent);
+  };
+  const store = new RedisStore(client, { prefix });
+  const throttle = new Throttle({ name: 'acme', rules: [rules as '5/s'], store, maxDelayMs });
+  try {
+    await throttle.schedule('u1', run);
+  } finally {
+    await throttle.close();
+    await store.close();
+  }
+  return made;
+}
+
+describe('RedisStore on @upstash/redis (a function)', function () {
+  this.timeout(40_000);
+  let rest: UpstashRest;
+  let vendor: Vendor | undefined;
+
+  before(async () => {
+    rest = await startUpstashRest(redisServer().url);
+  });
+  after(async () => {
+    await rest.close();
+  });
+  afterEach(async () => {
+    await vendor?.close();
+    vendor = undefined;
+  });
+
+  it('takes an @upstash/redis client, and refuses a lookalike', () => {
+    expect(() => new RedisStore({ evalsha: () => Promise.resolve() } as never)).to.throw(ThrottleConfigError, /@upstash\/redis/);
+  });
+
+  it('shares one limit with worker processes on ioredis and node-redis: invocations made afresh each call, 5/s at the vendor', async () => {
+    vendor = await startHttpVendor();
+    const prefix = uniquePrefix();
+    const url = `${vendor.url}/?user=u1`;
+    const since = performance.now();
+    const config = { redisUrl: redisServer().url, vendorUrl: vendor.url, rules: '5/s' as const, keys: ['u1'], calls: 5, prefix, name: 'acme' };
+    const [requests] = await Promise.all([
+      Promise.all(Array.from({ length: 10 }, () => invoke(rest, prefix, '5/s', async () => (await fetch(url)).text()))),
+      spawnWorkers([config, { ...config, client: 'node-redis' }]),
+    ]);
+    const times = vendor.times('u1', since);
+    expect(times).to.have.length(20);
+    expect(mostInWindow(times, 1_000)).to.equal(5);
+    // A call that did not wait: its decision, its completion, and the keys' life at close.
+    expect(Math.min(...requests)).to.be.within(2, 3);
+  });
+
+  it('leaves nothing running after close(): a process that made an invocation exits by itself', async () => {
+    const script = [
+      "const { Redis } = await import('@upstash/redis');",
+      "const { RedisStore, Throttle } = await import('./lib/index.ts');",
+      'const store = new RedisStore(new Redis({ url: process.env.REST_URL, token: process.env.REST_TOKEN, retry: false }), { prefix: process.env.PREFIX });',
+      "const throttle = new Throttle({ name: 'acme', rules: ['5/s'], store });",
+      "console.log(await throttle.schedule('u1', async () => 'called'));",
+      'await throttle.close();',
+      'await store.close();',
+    ].join('\n');
+    const started = performance.now();
+    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: ROOT,
+      env: { ...process.env, REST_URL: rest.url, REST_TOKEN: rest.token, PREFIX: uniquePrefix() },
+      timeout: 15_000,
+    });
+    expect(stdout.trim()).to.equal('called');
+    // Exited by itself, well before the timeout: no timer, socket or subscription kept it.
+    expect(performance.now() - started).to.be.below(10_000);
+  });
+
+  it('answers rightly after Redis restarted empty: scripts loaded again (NOSCRIPT, then EVAL), the log counted afresh', async () => {
+    let server: RedisServer | undefined = await startRedis();
+    const own = await startUpstashRest(server.url);
+    try {
+      const prefix = uniquePrefix();
+      for (let i = 0; i < 2; i++) await invoke(own, prefix, '2/min', async () => undefined);
+      const port = server.port;
+      await server.stop();
+      server = undefined;
+      let failure: unknown;
+      await invoke(own, prefix, '2/min', async () => undefined).catch((error: unknown) => (failure = error));
+      expect(failure).to.be.instanceOf(StoreUnavailableError);
+      server = await startRedis({ port });
+      // Empty: no scripts, no log. The next call loads the script (EVAL after NOSCRIPT) and is booked.
+      const before = own.requests.length;
+      await invoke(own, prefix, '2/min', async () => undefined);
+      expect(own.requests.slice(before).flatMap((request) => request.commands)).to.include.members(['evalsha', 'eval']);
+      let refused: unknown;
+      await invoke(own, prefix, '2/min', async () => undefined, 0);
+      await invoke(own, prefix, '2/min', async () => undefined, 0).catch((error: unknown) => (refused = error));
+      expect(refused).to.have.property('name', 'RateLimitedError');
+    } finally {
+      await own.close();
+      await server?.stop();
+    }
+  });
+});
