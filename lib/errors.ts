@@ -61,7 +61,7 @@ function describeReason(reason: WaitReason): string {
 export class RateLimitedError extends ThrottleError {
   /** The user key, as given to `schedule()`. */
   readonly key: string;
-  /** The rule that is full, or `undefined` when the reason is a vendor pause or earlier bookings. */
+  /** The rule that is full, or `undefined` when the reason is another (`reason` says which). */
   readonly rule: Rule | undefined;
   /**
    * Why: `'rule'` (a rule is full), `'paused'` (the vendor asked to pause this key), `'recovering'`
@@ -83,7 +83,7 @@ export class RateLimitedError extends ThrottleError {
   }
 }
 
-/** The key's local queue already holds `maxQueued` calls (`queue` mode). Nothing was queued. */
+/** The key's line in this process already holds `maxQueued` calls. Nothing was queued. */
 export class QueueFullError extends ThrottleError {
   readonly key: string;
   readonly maxQueued: number;

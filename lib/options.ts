@@ -267,7 +267,8 @@ export interface ThrottleEvents {
   retried: [event: { readonly key: string; readonly client: string; readonly attempt: number; readonly status: number; readonly pauseMs?: number }];
   /**
    * A call booked a slot that starts later (it sleeps until then). `reason`: the rule that set the
-   * start, `'paused'` (a vendor pause), `'recovering'` (Redis lost data and the processes put their calls back first) or `'booked'` (the slots before it were booked ahead).
+   * start, `'paused'` (a vendor pause), `'recovering'` (Redis lost data and the processes put their calls back first),
+   * `'learned'` (a limit learned from the vendor, of a window no rule has) or `'booked'` (the slots before it were booked ahead).
    */
   delayed: [event: { readonly key: string; readonly cost: number; readonly delayMs: number; readonly reason: WaitReason; readonly also?: readonly string[] }];
   /** A call was turned away without running: `RateLimitedError` or `QueueFullError`. */

@@ -2,7 +2,7 @@
  * Redis loses its data mid-run (`kill -9`, then started empty on the same port, as a restart without
  * persistence): the surviving processes find the missing epoch, put back the calls they know they made
  * (their journal), and decide nothing new until every live process has had time to do the same
- * (docs/design.md §6). The vendor must see no window over the limit.
+ * (docs/design.md §9). The vendor must see no window over the limit.
  */
 import { expect } from 'chai';
 import { Redis } from 'ioredis';

@@ -54,7 +54,7 @@ export interface CallOptions<A extends readonly unknown[]> {
   readonly cost?: PerCall<A, number>;
   /** Longest wait for a slot before `RateLimitedError`, in ms. @default the throttle's `maxDelayMs` */
   readonly maxDelayMs?: PerCall<A, number>;
-  /** `queue` mode: higher runs first among the key's queued calls. @default 0 */
+  /** Higher goes first among the key's calls waiting in this process. @default 0 */
   readonly priority?: PerCall<A, number>;
 }
 
