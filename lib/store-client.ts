@@ -230,7 +230,8 @@ export class StoreClient {
    */
   async listen(listener: (key: string) => void): Promise<boolean> {
     const { store } = this.#options;
-    if (this.#listened || !store.listen || performance.now() < this.#retryListenAt) return false;
+    // A store that announces nothing (no pub/sub): there is nothing to listen for, nor to ask again for.
+    if (this.#listened || !store.listen || store.announces === false || performance.now() < this.#retryListenAt) return false;
     await this.#listen(store.listen.bind(store), listener);
     return this.#listened;
   }

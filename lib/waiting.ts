@@ -101,6 +101,17 @@ export class KeyLine<C> {
     this.#waited = true;
   }
 
+  /**
+   * The store deferred the head, asked before the line was made (alone), and nothing will wake it:
+   * the line asks again when its slot could first be free, or at its bound.
+   */
+  waitFor(result: ReserveResult): void {
+    if (!this.#asksAgain || this.#deferred) return;
+    this.#waited = true;
+    this.#deferred = true;
+    this.#timer = setTimeout(() => this.wake(), Math.max(1, Math.min(result.retryMs, result.waitMs)));
+  }
+
   /** The head waits for a completion (or its bound): calls added now wait behind it. */
   get deferred(): boolean {
     return this.#deferred;
@@ -357,6 +368,8 @@ export class Lines {
   async enter(call: Call, hooks: WaiterHooks): Promise<Grant> {
     let line = this.#lines.get(call.line);
     let first = false;
+    /** The store's answer to the call asked alone, when it deferred it. */
+    let deferredAlone: ReserveResult | undefined;
     if (line === undefined && !this.#isAlone(call.line)) {
       // Calls of the line that come meanwhile wait in a held line, behind this one.
       const asked = this.ask(call);
@@ -388,6 +401,7 @@ export class Lines {
         throw hooks.limited(call, result, result.waitMs);
       }
       first = true;
+      deferredAlone = result;
     }
     if (line === undefined) {
       const created: KeyLine<Call> = new KeyLine<Call>(
@@ -407,7 +421,9 @@ export class Lines {
     }
     if (first) this.#doneAlone(call);
     const waiting = waitInLine(line, call, hooks, first);
-    // Deferred when asked alone: it asks again first, then the calls that came meanwhile.
+    // Deferred when asked alone: it asks again first, then the calls that came meanwhile (at once
+    // where a completion may have been announced meanwhile, else when its slot could first be free).
+    if (deferredAlone !== undefined && this.#client.store.announces === false) line.waitFor(deferredAlone);
     if (first) line.resume();
     const { result, booking } = await waiting;
     this.#tookTurn(call);

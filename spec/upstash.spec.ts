@@ -14,10 +14,13 @@ import { RedisStore, StoreUnavailableError, Throttle, ThrottleConfigError } from
 import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
 import { startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
 import { mostInWindow, startHttpVendor, type Vendor } from './support/http-vendor.js';
-import { redisServer, uniquePrefix } from './support/hooks.js';
+import { redisClient, redisServer, uniquePrefix } from './support/hooks.js';
 import { spawnWorkers } from './support/worker.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+/** Decisions the last `invoke()` asked of its store. */
+let decisions = 0;
 
 /** One invocation: a new client, store and throttle for one call, closed at the end; the REST requests it made. */
 async function invoke(rest: UpstashRest, prefix: string, rules: string, run: () => Promise<unknown>, maxDelayMs = Infinity): Promise<number> {
@@ -30,6 +33,12 @@ async function invoke(rest: UpstashRest, prefix: string, rules: string, run: () 
     return request(sent);
   };
   const store = new RedisStore(client, { prefix });
+  const reserve = store.reserve.bind(store);
+  decisions = 0;
+  store.reserve = (request) => {
+    decisions++;
+    return reserve(request);
+  };
   const throttle = new Throttle({ name: 'acme', rules: [rules as '5/s'], store, maxDelayMs });
   try {
     await throttle.schedule('u1', run);
@@ -75,6 +84,29 @@ describe('RedisStore on @upstash/redis (a function)', function () {
     expect(mostInWindow(times, 1_000)).to.equal(5);
     // A call that did not wait: its decision, its completion, and the keys' life at close.
     expect(Math.min(...requests)).to.be.within(2, 3);
+  });
+
+  it('an invocation that waits for calls in flight asks again when its slot could first be free, not at once nor at their bound', async () => {
+    const prefix = uniquePrefix();
+    // Five calls of a worker in flight for 300 ms fill the window of 5/s.
+    const worker = new Throttle({ name: 'acme', rules: ['5/s'], store: new RedisStore(redisClient(), { prefix }) });
+    try {
+      const busy = Array.from({ length: 5 }, () => worker.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300))));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const started = performance.now();
+      const made = await invoke(rest, prefix, '5/s', async () => undefined);
+      const waited = performance.now() - started;
+      await Promise.all(busy);
+      // Deferred on the calls in flight, asked again once a window had passed: booked, then started.
+      expect(waited).to.be.within(900, 2_000);
+      // Two decisions: deferred at first, booked a window later (no ask in between, none at the bound).
+      expect(decisions).to.equal(2);
+      // Besides them: the stamps of the processes it waits for (read, the script loaded once), the
+      // key's pause before its slot booked ahead starts, and its completion.
+      expect(made).to.be.at.most(7);
+    } finally {
+      await worker.close();
+    }
   });
 
   it('leaves nothing running after close(): a process that made an invocation exits by itself', async () => {
