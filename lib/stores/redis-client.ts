@@ -388,8 +388,8 @@ export class ClientDriver {
    * so, ioredis before any command asked from then on).
    */
   subscriber(message: (channel: string, message: string) => void, reconnected: () => void, lost: () => void = ignore): Subscriber {
-    // Over HTTP there is no connection to hold: nothing is heard, and a waiting call asks again at
-    // the bound the store gave it (the end of the call it waits for, at the latest).
+    // Over HTTP there is no connection to hold: nothing is heard (`RedisStore.announces` is false),
+    // and a deferred call asks again when its slot could first be free (lib/waiting.ts).
     if (this.#rest) return { subscribe: () => Promise.resolve(), close: ignore };
     const duplicate = (this.client as { duplicate?: unknown }).duplicate;
     if (typeof duplicate !== 'function') throw new StoreUnavailableError('The Redis client cannot open a subscriber connection (no duplicate())');
