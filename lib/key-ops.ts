@@ -95,6 +95,13 @@ export class KeyOps {
     if (response === null || typeof response !== 'object' || response.headers === null || typeof response.headers !== 'object') {
       throw new ThrottleConfigError(`Expected learn() response to be an object with headers, got ${describe(response)}`, 'response');
     }
+    const { status, flagged } = response;
+    if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599) {
+      throw new ThrottleConfigError(`Expected learn() response.status to be an HTTP status, a whole number from 100 to 599, got ${describe(status)}`, 'status');
+    }
+    if (flagged !== undefined && typeof flagged !== 'boolean') {
+      throw new ThrottleConfigError(`Expected learn() response.flagged to be true or false, got ${describe(flagged)}`, 'flagged');
+    }
     const { store, learnedForMs, learnAboveRules, learnedFloor } = this.#c;
     if (store.learn === undefined) return;
     const report = (message: string): void => this.#c.notify('debug', { message: `learn(): ${message}`, key: call.key });

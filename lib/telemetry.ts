@@ -87,6 +87,8 @@ let api: OtelApi | undefined;
 let loading: Promise<void> | undefined;
 /** The API could not be loaded (a registry filled by another copy, the package not installed): nothing is recorded. */
 let unavailable = false;
+/** Why it could not, said once per throttle as a `debug` event. */
+let importError: unknown;
 
 /** The API's global registry, where providers are registered. */
 function registry(): Registry | undefined {
@@ -105,10 +107,14 @@ export function telemetryReady(): Promise<void> | undefined {
     (module) => {
       const loaded = module as OtelApi & { default?: OtelApi };
       api = typeof loaded.trace === 'object' ? loaded : loaded.default;
-      if (api === undefined) unavailable = true;
+      if (api === undefined) {
+        unavailable = true;
+        importError = new Error(`${API_PACKAGE} loaded without its trace API`);
+      }
     },
-    () => {
+    (error: unknown) => {
       unavailable = true;
+      importError = error;
     },
   );
   return loading;
@@ -299,7 +305,11 @@ export class Telemetry {
    */
   begin(key: string, cost: number, retry: boolean): CallTrace | undefined {
     const otel = api;
-    if (otel === undefined) return undefined;
+    if (otel === undefined) {
+      // A provider is registered, but its API cannot be loaded here (not installed beside this package).
+      if (unavailable) this.failed(importError);
+      return undefined;
+    }
     const registered = registry();
     const traces = registered?.trace;
     const meters = registered?.metrics;

@@ -169,11 +169,22 @@ for (const [name, make] of stores) {
 
     it('rejects a response that is not one, with a ThrottleConfigError, and learns nothing', async () => {
       const { a } = pair();
-      for (const response of [null, 42, { status: 200 }, { status: 200, headers: 'x' }]) {
+      const responses = [
+        null,
+        42,
+        { status: 200 },
+        { status: 200, headers: 'x' },
+        { status: '429', headers: { 'retry-after': '1' } },
+        { status: 42, headers: {} },
+        { status: 429.5, headers: {} },
+        { status: 429, headers: {}, flagged: 'yes' },
+      ];
+      for (const response of responses) {
         let caught: unknown;
         await a.learn('u1', response as never).catch((error: unknown) => (caught = error));
-        expect(caught).to.have.property('name', 'ThrottleConfigError');
+        expect(caught, JSON.stringify(response)).to.have.property('name', 'ThrottleConfigError');
       }
+      expect((await a.inspect('u1')).learned).to.deep.equal([]);
     });
   });
 }
