@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { RedisStore, StoreUnavailableError, Throttle, ThrottleConfigError } from '../lib/index.js';
 import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
-import { startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
+import { countRequests, startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
 import { mostInWindow, startHttpVendor, type Vendor } from './support/http-vendor.js';
 import { redisClient, redisServer, uniquePrefix } from './support/hooks.js';
 import { spawnWorkers } from './support/worker.js';
@@ -25,13 +25,7 @@ let decisions = 0;
 /** One invocation: a new client, store and throttle for one call, closed at the end; the REST requests it made. */
 async function invoke(rest: UpstashRest, prefix: string, rules: string, run: () => Promise<unknown>, maxDelayMs = Infinity): Promise<number> {
   const client = new UpstashRedis({ url: rest.url, token: rest.token, retry: false });
-  const requester = (client as unknown as { client: { request(request: unknown): Promise<unknown> } }).client;
-  const request = requester.request.bind(requester);
-  let made = 0;
-  requester.request = (sent) => {
-    made++;
-    return request(sent);
-  };
+  const made = countRequests(client);
   const store = new RedisStore(client, { prefix });
   const reserve = store.reserve.bind(store);
   decisions = 0;
@@ -46,7 +40,7 @@ async function invoke(rest: UpstashRest, prefix: string, rules: string, run: () 
     await throttle.close();
     await store.close();
   }
-  return made;
+  return made();
 }
 
 describe('RedisStore on @upstash/redis (a function)', function () {

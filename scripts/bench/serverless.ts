@@ -17,24 +17,14 @@ import type { AddressInfo } from 'node:net';
 import { Redis } from 'ioredis';
 import { library } from '../support/library.js';
 import { startRedis } from '../support/redis-server.js';
-import { startUpstashRest } from '../support/upstash-rest.js';
+import { countRequests, startUpstashRest } from '../support/upstash-rest.js';
+import { maxInWindow } from '../sim-vendor.js';
 import { readFlags, settingsOrUsage, UsageError } from '../support/usage.js';
 
 const { RedisStore, Throttle } = library;
 
 const LIMIT = 5;
 const RULE = `${LIMIT}/s` as const;
-
-/** The most arrivals within any `windowMs`. */
-function mostInWindow(times: readonly number[], windowMs: number): number {
-  const sorted = [...times].sort((a, b) => a - b);
-  let most = 0;
-  for (let i = 0, j = 0; i < sorted.length; i++) {
-    while (sorted[i]! - sorted[j]! >= windowMs) j++;
-    most = Math.max(most, i - j + 1);
-  }
-  return most;
-}
 
 const settings = settingsOrUsage(() => {
   const flags = readFlags(process.argv.slice(2), ['calls', 'runs']);
@@ -74,13 +64,7 @@ if (settings) {
       const invoke = async (): Promise<void> => {
         // One invocation: its own client, store and throttle; the requests its client sends, counted.
         const client = new UpstashRedis({ url: rest.url, token: rest.token, retry: false });
-        const requester = (client as unknown as { client: { request(request: unknown): Promise<unknown> } }).client;
-        const request = requester.request.bind(requester);
-        let made = 0;
-        requester.request = (sent) => {
-          made++;
-          return request(sent);
-        };
+        const made = countRequests(client);
         const store = new RedisStore(client, { prefix });
         const throttle = new Throttle({ name: 'acme', rules: [RULE], store });
         try {
@@ -89,7 +73,7 @@ if (settings) {
           await throttle.close();
           await store.close();
         }
-        perInvocation.push(made);
+        perInvocation.push(made());
       };
       await Promise.all([
         ...Array.from({ length: calls }, () => longLived.schedule('42', async () => (await fetch(vendorUrl)).text())),
@@ -102,7 +86,7 @@ if (settings) {
       for (const request of rest.requests) for (const command of request.commands) byCommand.set(command, (byCommand.get(command) ?? 0) + 1);
       const mean = perInvocation.reduce((sum, n) => sum + n, 0) / perInvocation.length;
       console.log(
-        `| ${run} | ${mostInWindow(arrivals, 1_000)} of ${LIMIT} | ${(span / 1_000).toFixed(2)} s | ${(span / ideal).toFixed(2)}× | ${mean.toFixed(1)}, ${Math.max(...perInvocation)} | ${[
+        `| ${run} | ${maxInWindow(arrivals, 1_000)} of ${LIMIT} | ${(span / 1_000).toFixed(2)} s | ${(span / ideal).toFixed(2)}× | ${mean.toFixed(1)}, ${Math.max(...perInvocation)} | ${[
           ...byCommand,
         ]
           .map(([command, n]) => `${command} ${(n / calls).toFixed(1)}`)

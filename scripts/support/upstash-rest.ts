@@ -105,3 +105,18 @@ export async function startUpstashRest(redisUrl: string, token = 'test-token'): 
     },
   };
 }
+
+/**
+ * Counts the requests an `@upstash/redis` client sends from now on (through the `Requester` it
+ * holds, as the store's commands go): the returned function reads the count.
+ */
+export function countRequests(client: object): () => number {
+  const requester = (client as { client: { request(request: unknown): Promise<unknown> } }).client;
+  const request = requester.request.bind(requester);
+  let made = 0;
+  requester.request = (sent) => {
+    made++;
+    return request(sent);
+  };
+  return () => made;
+}
