@@ -8,7 +8,13 @@ interface Rule {
 
 /** Stable machine-readable codes, one per error class. */
 export type ThrottleErrorCode =
-  'ERR_THROTTLE_CONFIG' | 'ERR_RATE_LIMITED' | 'ERR_QUEUE_FULL' | 'ERR_STORE_UNAVAILABLE' | 'ERR_THROTTLE_CLOSED' | 'ERR_CALL_TIMEOUT';
+  | 'ERR_THROTTLE_CONFIG'
+  | 'ERR_RATE_LIMITED'
+  | 'ERR_QUEUE_FULL'
+  | 'ERR_STORE_UNAVAILABLE'
+  | 'ERR_THROTTLE_CLOSED'
+  | 'ERR_CALL_TIMEOUT'
+  | 'ERR_RESERVATION';
 
 /** Base class of every error vendor-throttle raises itself. */
 export class ThrottleError extends Error {
@@ -122,6 +128,34 @@ export class CallTimeoutError extends ThrottleError {
     super('ERR_CALL_TIMEOUT', `Call on key "${preview(key)}" did not settle within ${timeoutMs} ms (timeoutMs)`);
     this.key = key;
     this.timeoutMs = timeoutMs;
+  }
+}
+
+/**
+ * Why a reservation's token could not be used (`schedule(key, fn, { token })`):
+ * - `malformed`: not a token this library made (cut, altered, or not a string);
+ * - `otherThrottle`: made by a throttle of another `name`;
+ * - `otherKey`: reserved for another key than the call's;
+ * - `early`: its slot starts further away than the call's `maxDelayMs` (`retryAfterMs` says when);
+ * - `late`: its grace (`reservationGraceMs`) is over; its slot counts to its bound, and the call
+ *   must reserve or schedule again;
+ * - `used`: a call was made with it before (or booked a slot again when its slot had moved).
+ */
+export type ReservationProblem = 'malformed' | 'otherThrottle' | 'otherKey' | 'early' | 'late' | 'used';
+
+/** A reservation's token cannot be used; `fn` was not called, and nothing was booked. */
+export class ReservationError extends ThrottleError {
+  /** The user key the call was made for. */
+  readonly key: string;
+  readonly reason: ReservationProblem;
+  /** `early`: ms until the slot starts; 0 otherwise. */
+  readonly retryAfterMs: number;
+
+  constructor(key: string, reason: ReservationProblem, detail: string, retryAfterMs = 0) {
+    super('ERR_RESERVATION', `Cannot use the reservation's token on key "${preview(key)}": ${detail}`);
+    this.key = key;
+    this.reason = reason;
+    this.retryAfterMs = retryAfterMs;
   }
 }
 

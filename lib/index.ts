@@ -36,6 +36,7 @@ export type {
   LimitOptions,
   LimitResult,
   RulesOption,
+  ReserveOptions,
   ScheduleOptions,
   StoreErrorPolicy,
   ThrottleMode,
@@ -66,15 +67,30 @@ export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
 export { RedisStore } from './stores/redis-store.js';
 export type { RedisClientLike, RedisStoreOptions } from './stores/redis-options.js';
-export type { InspectResult, LearnResult, ReserveRequest, ReserveResult, RestoredSlot, RuleUsage, Settlement, Store, StoreNotice } from './store.js';
+export type {
+  ClaimRequest,
+  ClaimResult,
+  ClaimStatus,
+  InspectResult,
+  LearnResult,
+  ReserveRequest,
+  ReserveResult,
+  RestoredSlot,
+  RuleUsage,
+  Settlement,
+  Store,
+  StoreNotice,
+} from './store.js';
 export type { Pace } from './slot-plan.js';
 export {
   CallTimeoutError,
   QueueFullError,
   RateLimitedError,
+  ReservationError,
   StoreUnavailableError,
   ThrottleClosedError,
   ThrottleConfigError,
   ThrottleError,
 } from './errors.js';
-export type { ThrottleErrorCode, WaitReason } from './errors.js';
+export type { ReservationProblem, ThrottleErrorCode, WaitReason } from './errors.js';
+export type { Reservation } from './reservations.js';

@@ -124,6 +124,14 @@ export interface ThrottleOptions {
    */
   readonly learnedFloor?: number;
   /**
+   * How long after its start a slot reserved with `reserve()` can still be claimed by a call made
+   * with its token (a platform's delay that delivers late, a cold start). An unclaimed reservation
+   * counts until its start + this + `maxHoldMs`, then a window. Set it alike in every process
+   * sharing the throttle's name, as the rules.
+   * @default 10000
+   */
+  readonly reservationGraceMs?: number;
+  /**
    * OpenTelemetry spans and metrics of this throttle's calls, while a tracer or meter provider is
    * registered through `@opentelemetry/api` (docs/metrics.md). Without a provider nothing is
    * loaded or recorded; `false` turns it off with one.
@@ -149,7 +157,28 @@ export interface ScheduleOptions {
   readonly timeoutMs?: number;
   /** Higher goes first among this key's waiting calls in this process. @default 0 */
   readonly priority?: number;
+  /**
+   * A reservation's token (`reserve()`, in this process or another): the call starts on the slot
+   * reserved, without a decision, once its start has come (waiting for it within `maxDelayMs`).
+   * Where the slot moved since (a vendor pause, a lower learned limit, a store that lost it), the
+   * call books a slot as any call. `ReservationError` for a token that is malformed, of another
+   * throttle or key, already used, or past its grace. The call's cost is the reservation's.
+   */
+  readonly token?: string;
 }
+
+/** What `reserve()` takes. */
+export interface ReserveOptions {
+  /** Slots to reserve. @default 1 */
+  readonly cost?: number;
+  /** Reserve only a slot that starts within this many ms. @default the throttle's `maxDelayMs` (also in `throw` mode) */
+  readonly maxDelayMs?: number;
+  /** Aborting before the slot is booked rejects with `signal.reason`; nothing is booked. */
+  readonly signal?: AbortSignal;
+}
+
+/** The names `reserve()` takes. */
+export const RESERVE_OPTIONS = ['cost', 'maxDelayMs', 'signal'] as const satisfies ReadonlyArray<keyof ReserveOptions>;
 
 /** The names `new Throttle()` takes; any other is a `ThrottleConfigError`. */
 export const THROTTLE_OPTIONS = [
@@ -169,6 +198,7 @@ export const THROTTLE_OPTIONS = [
   'learnedForMs',
   'learnAboveRules',
   'learnedFloor',
+  'reservationGraceMs',
   'telemetry',
   'keyLabel',
 ] as const satisfies ReadonlyArray<keyof ThrottleOptions>;
@@ -198,7 +228,7 @@ export interface LimitResult {
 }
 
 /** The names `schedule()` takes; any other is a `ThrottleConfigError`. */
-export const SCHEDULE_OPTIONS = ['signal', 'cost', 'maxDelayMs', 'timeoutMs', 'priority'] as const satisfies ReadonlyArray<keyof ScheduleOptions>;
+export const SCHEDULE_OPTIONS = ['signal', 'cost', 'maxDelayMs', 'timeoutMs', 'priority', 'token'] as const satisfies ReadonlyArray<keyof ScheduleOptions>;
 
 /** What `inspect(key)` reports. */
 export interface KeyUsage {
@@ -314,6 +344,9 @@ export interface ThrottleSettings {
   readonly learnedForMs: number;
   readonly learnAboveRules: boolean;
   readonly learnedFloor: number;
+  /** `maxDelayMs` as given: a reservation's bound in `throw` mode too. */
+  readonly reserveMaxDelayMs: number;
+  readonly reservationGraceMs: number;
   readonly telemetry: boolean;
   readonly keyLabel: ((key: string) => string | undefined) | undefined;
 }
@@ -374,6 +407,8 @@ export function throttleSettings(options: ThrottleOptions): ThrottleSettings {
     learnedForMs: checkWhole('learnedForMs', options.learnedForMs ?? 900_000, 1_000, MAX_WINDOW_MS),
     learnAboveRules: checkBoolean('learnAboveRules', options.learnAboveRules ?? false),
     learnedFloor: checkWhole('learnedFloor', options.learnedFloor ?? 1, 1),
+    reserveMaxDelayMs: maxDelayMs,
+    reservationGraceMs: checkWhole('reservationGraceMs', options.reservationGraceMs ?? 10_000, 0, MAX_WINDOW_MS),
     telemetry: checkBoolean('telemetry', options.telemetry ?? true),
     keyLabel: checkFunction('keyLabel', options.keyLabel),
   };

@@ -156,7 +156,13 @@ export function planSlot(
  * if the rules of all keys were one key's. `ruleIndex` counts the rules of the logs in order (the
  * first log's rules, then the second's, ...); `waitOn` lists the logs whose binding call is in flight.
  */
-export function planSlots(logs: readonly LogView[], cost: number, now: number, maxHoldMs: number): SlotPlan & { readonly waitOn: readonly number[] } {
+export function planSlots(
+  logs: readonly LogView[],
+  cost: number,
+  now: number,
+  maxHoldMs: number,
+  sure = false,
+): SlotPlan & { readonly waitOn: readonly number[] } {
   const nowMs = Math.ceil(now);
   let startAt = now;
   let ruleIndex = -1;
@@ -199,6 +205,16 @@ export function planSlots(logs: readonly LogView[], cost: number, now: number, m
   let bound: number | undefined;
   let earliest = startAt;
   let waitOn: number[] = NO_LOGS;
+  if (sure) {
+    // A reservation (as vt_bounds's SURE): it starts once each binding call counts no longer, released at its bound.
+    for (const [score, windowMs, r] of pending) {
+      if (score + windowMs > startAt) {
+        startAt = score + windowMs;
+        ruleIndex = r;
+      }
+    }
+    return { startAt, ruleIndex, bound: undefined, earliest: startAt, waitOn: NO_LOGS };
+  }
   for (const [score, windowMs, r, l] of pending) {
     if (score + windowMs <= startAt) continue;
     if (bound === undefined || score < bound) bound = score;

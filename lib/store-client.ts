@@ -1,9 +1,9 @@
-import { StoreUnavailableError, ThrottleError } from './errors.js';
+import { StoreUnavailableError, ThrottleConfigError, ThrottleError } from './errors.js';
 import type { LocalFallback } from './fallback.js';
 import type { StoreErrorPolicy, ThrottleEvents } from './options.js';
 import type { Rule } from './rules.js';
 import { sleep, StoreClock, withTimeout } from './time.js';
-import type { KeyPart, ReserveRequest, ReserveResult, Store } from './store.js';
+import type { ClaimResult, KeyPart, ReserveRequest, ReserveResult, Store } from './store.js';
 
 /** How long after a failed subscription to completions the next wait tries again. */
 const LISTEN_RETRY_MS = 5_000;
@@ -32,6 +32,11 @@ export interface Call extends CallKey {
   readonly priority: number;
   readonly timeoutMs: number;
   readonly signal: AbortSignal | undefined;
+  /**
+   * A reservation (`Throttle.reserve`): its slot is booked for a call made later, maybe by another
+   * process, and can be claimed for this long after its start.
+   */
+  readonly graceMs?: number;
 }
 
 /** What a decision gives the line, besides the store's answer. */
@@ -186,6 +191,11 @@ export class StoreClient {
   #request(call: Call, also: readonly KeyPart[], sentAt: number, stay: boolean): ReserveRequest {
     const { namespace, maxHoldMs } = this.#options;
     const maxDelayMs = Math.max(0, call.deadline - sentAt);
+    const { graceMs } = call;
+    if (graceMs !== undefined) {
+      // A reservation's slot counts as if its call started as late as its grace allows.
+      return { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs: maxHoldMs + graceMs, retainMs: call.retainMs, also, stay, reserved: true };
+    }
     return { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs, retainMs: call.retainMs, also, stay };
   }
 
@@ -278,7 +288,29 @@ export class StoreClient {
     return error;
   }
 
-  #booking(store: Store, askedAt: number, result: ReserveResult): Booking {
+  /**
+   * Claims the reserved slots `members` (scored `bound`) for `call` (`Store.claim`), with the
+   * booking its answer places on this process's clock. A store's failure rejects as a decision's
+   * under 'fail' (reported in `storeError`): a claim is not asked again, since a claim that reached
+   * the store before its answer was lost has used the reservation.
+   */
+  async claim(call: Call, members: readonly string[], bound: number, graceMs: number): Promise<{ readonly result: ClaimResult; readonly booking: Booking }> {
+    const { store, namespace, maxHoldMs, policy } = this.#options;
+    if (store.claim === undefined) throw new ThrottleConfigError('Expected a store that keeps reservations (Store.claim), got one without', 'store');
+    const sentAt = performance.now();
+    let result: ClaimResult;
+    try {
+      result = await store.claim({ namespace, key: call.encoded, members, bound, graceMs, maxHoldMs, retainMs: call.retainMs });
+    } catch (error) {
+      const failure = storeError(error);
+      if (failure instanceof StoreUnavailableError) this.#options.notify('storeError', { key: call.key, error: failure, policy });
+      throw failure;
+    }
+    this.#failure = undefined;
+    return { result, booking: this.#booking(store, sentAt, result) };
+  }
+
+  #booking(store: Store, askedAt: number, result: { readonly now: number; readonly readAt?: number }): Booking {
     const receivedAt = performance.now();
     // An in-process store may answer with a clock reading taken before the ask: from then on.
     const sentAt = Math.min(askedAt, result.readAt ?? askedAt);

@@ -43,6 +43,12 @@ export interface ReserveRequest {
    * this decision needs no more waiting. Only for a call of one key.
    */
   readonly stay?: boolean;
+  /**
+   * A slot reserved for a call made later, maybe by another process (`Throttle.reserve`), claimed
+   * with `claim()`: it is never given back as a dead process's slot, and `maxHoldMs` covers the
+   * grace after its start within which it can be claimed.
+   */
+  readonly reserved?: boolean;
 }
 
 /** One more key of a call (see `ReserveRequest.also`). */
@@ -86,6 +92,44 @@ export interface ReserveResult {
    */
   readonly ruleIndex: number;
   /** Members of the booked slots (`cost` of them, the same in every key of the call), empty unless booked. */
+  readonly members: readonly string[];
+}
+
+/** A claim of slots reserved earlier (`Store.claim`): its call starts now, in place of those slots. */
+export interface ClaimRequest {
+  readonly namespace: string;
+  readonly key: string;
+  /** The reserved slots' members (`ReserveResult.members` of a decision with `reserved`). */
+  readonly members: readonly string[];
+  /** Their score in the log: their start + the reserving throttle's `maxHoldMs` + `graceMs`. */
+  readonly bound: number;
+  /** How long after their start they can still be claimed (ms). */
+  readonly graceMs: number;
+  /** The claiming throttle's `maxHoldMs`: the started call's slots count to now + this until completed. */
+  readonly maxHoldMs: number;
+  /** History the key keeps, at least its longest window. */
+  readonly retainMs: number;
+}
+
+/**
+ * - `started`: the call starts now on the slots `members` (this process's, settled as any call's);
+ *   the reserved ones left the log;
+ * - `early`: the slots start in `waitMs`; nothing changed;
+ * - `late`: the grace after their start is over; they count to their bound, and cannot be claimed;
+ * - `used`: the reservation was claimed before (its call made, or booked again);
+ * - `moved`: the slots are gone, or the key is paused (a vendor pause or a lower learned limit took
+ *   them out, or the store lost them): what is left of them leaves the log, the reservation counts
+ *   as used, and the call books a slot again as any call does.
+ */
+export type ClaimStatus = 'started' | 'early' | 'late' | 'used' | 'moved';
+
+export interface ClaimResult {
+  readonly status: ClaimStatus;
+  /** Store-clock time (ms, rounded up) the claim was decided at. */
+  readonly now: number;
+  /** `early`: ms until the slots start. */
+  readonly waitMs: number;
+  /** `started`: the call's slots. */
   readonly members: readonly string[];
 }
 
@@ -292,6 +336,14 @@ export interface Store {
    * Asked synchronously just before a call starts.
    */
   mayStart?(namespace: string, members: readonly string[], startAt: number): boolean;
+  /**
+   * Optional: starts a call now on slots reserved earlier (`ReserveRequest.reserved`), by this
+   * process or another, if they are still in the key's log at their bound, their start has come,
+   * their grace is not over and no claim took them before: they leave the log, and the call's own
+   * slots take their place, to count to now + `maxHoldMs` until settled. A reservation is claimed
+   * at most once, whatever the claims race.
+   */
+  claim?(request: ClaimRequest): Promise<ClaimResult>;
   /**
    * Adds calls that started without this store deciding them (decided by a process's local fallback
    * while the store was down), so that the store's next decisions count them.

@@ -10,7 +10,8 @@ import { throttleWrap } from './adapters/wrap.js';
 import { PAUSED } from './slot-plan.js';
 import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
 import { Completions, grantOf, Slots, type Grant } from './completions.js';
-import { CallTimeoutError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
+import { CallTimeoutError, ReservationError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
+import { decodeToken, encodeToken, type Reservation, type TokenContent } from './reservations.js';
 import { StoreClient, storeError, type Call } from './store-client.js';
 import { LocalFallback } from './fallback.js';
 import type { KeyInput, KeysInput } from './keys.js';
@@ -20,6 +21,8 @@ import {
   type KeyUsage,
   type LimitOptions,
   type LimitResult,
+  RESERVE_OPTIONS,
+  type ReserveOptions,
   type ScheduleOptions,
   type StoreErrorPolicy,
   type ThrottleEvents,
@@ -31,7 +34,8 @@ import { describe } from './rules.js';
 import { Telemetry, telemetryReady, type CallTrace } from './telemetry.js';
 import { sleep, withTimeout } from './time.js';
 import { MemoryStore } from './stores/memory-store.js';
-import type { Store } from './store.js';
+import type { ReserveResult, Store } from './store.js';
+import { checkKnown } from './validate.js';
 import type { HeaderSource } from './vendor-signals.js';
 import { Lines, type WaiterHooks } from './waiting.js';
 
@@ -65,6 +69,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly store: Store;
   readonly #ownsStore: boolean;
   readonly #callDefaults: CallDefaults;
+  /** What a reservation gets unless its options say otherwise: `maxDelayMs` as given, in `throw` mode too. */
+  readonly #reserveDefaults: CallDefaults;
+  readonly #graceMs: number;
   readonly #maxHoldMs: number;
   readonly #policy: StoreErrorPolicy;
   readonly #fallback: LocalFallback | undefined;
@@ -100,6 +107,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       retainMs: settings.retainMs,
       rules: settings.rules,
     };
+    this.#reserveDefaults = { ...this.#callDefaults, mode: 'wait', maxDelayMs: settings.reserveMaxDelayMs };
+    this.#graceMs = settings.reservationGraceMs;
     this.#maxHoldMs = settings.maxHoldMs;
     const policy = settings.onStoreError;
     this.#policy = policy;
@@ -206,8 +215,13 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (typeof fn !== 'function') throw new ThrottleConfigError(`Expected fn to be a function, got ${describe(fn)}`, 'fn');
     this.#activity.entered();
     try {
+      const given = options?.token;
+      // A reservation's token is read before the call: its cost is the reservation's.
+      const token = given === undefined ? undefined : decodeToken(given, typeof key === 'string' ? key : String(key));
+      if (token !== undefined && options?.cost !== undefined && options.cost !== token.members.length)
+        throw new ThrottleConfigError(`Expected no cost, or the reservation's (${token.members.length}), with a token; got ${describe(options.cost)}`, 'cost');
       // Synchronous for fixed rules: awaited only when rules depend on the key.
-      const prepared = prepareCall(this.#callDefaults, key, options);
+      const prepared = prepareCall(this.#callDefaults, key, token === undefined ? options : { ...options, cost: token.members.length });
       const call = prepared instanceof Promise ? await prepared : prepared;
       if (call.also.length > 0 && !this.store.multiKey)
         throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call', 'key');
@@ -221,10 +235,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
       let grant: Grant;
       try {
-        grant = await this.#book(call);
-        // A call that woke too late for its slot, or whose slot the store may have given back,
-        // books again (rare: a stalled event loop). Nothing is awaited from the check to the start.
-        if (this.#lateBy(grant) > this.#maxHoldMs / 2 || !this.#mayStart(grant)) grant = await this.#rebook(call, grant);
+        grant = token === undefined ? await this.#bookChecked(call) : await this.#claim(call, token);
       } catch (error) {
         life?.notStarted(error);
         trace?.notStarted(error);
@@ -249,6 +260,87 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
     } finally {
       this.#activity.left();
+    }
+  }
+
+  /** A booking for the call, booked again if it woke too late for its slot or the store may have given the slot back. */
+  async #bookChecked(call: Call): Promise<Grant> {
+    const grant = await this.#book(call);
+    // Rare (a stalled event loop). Nothing is awaited from the check to the start.
+    if (this.#lateBy(grant) > this.#maxHoldMs / 2 || !this.#mayStart(grant)) return this.#rebook(call, grant);
+    return grant;
+  }
+
+  /**
+   * Books a slot for `key` now, for a call made later, maybe by another process sharing the store
+   * (a function that hands the token to its platform's delay): the slot counts in every process as
+   * any call's. Make the call with `schedule(key, fn, { token })` at `startAt` (within the
+   * throttle's `reservationGraceMs`). A token never used counts until its start + the grace +
+   * `maxHoldMs`, then a window. Waits, as `schedule()` does, only while the store cannot yet tell
+   * where the slot is (a call still in flight), within `maxDelayMs`.
+   *
+   * Rejects, with nothing booked, with `RateLimitedError` (no slot within `maxDelayMs`),
+   * `QueueFullError`, `StoreUnavailableError`, `ThrottleClosedError`, `signal.reason`, or
+   * `ThrottleConfigError` (a bad key or options; several keys; a store without `claim`).
+   */
+  async reserve(key: KeyInput, options?: ReserveOptions): Promise<Reservation> {
+    if (options !== undefined && (options === null || typeof options !== 'object'))
+      throw new ThrottleConfigError(`Expected reserve options to be an object, got ${describe(options)}`, 'options');
+    if (options !== undefined) checkKnown('reserve', options, RESERVE_OPTIONS);
+    if (Array.isArray(key)) throw new ThrottleConfigError('Expected one key for reserve(): a reservation takes the slots of one key', 'key');
+    if (this.store.claim === undefined) throw new ThrottleConfigError('Expected a store that keeps reservations (Store.claim), got one without', 'store');
+    const prepared = prepareCall(this.#reserveDefaults, key, options);
+    const call: Call = { ...(prepared instanceof Promise ? await prepared : prepared), graceMs: this.#graceMs };
+    this.#aborted(call)?.throwIfAborted();
+    this.#refusals.check(call.line, call.cost, call.deadline - performance.now());
+    const grant = await this.#lines.enter(call, this.#hooks);
+    const { result } = grant;
+    // Booked in the throttle's store: a local fallback's booking could be claimed by no other process.
+    if (grant.store !== this.store) {
+      this.#slots.release(call, grant);
+      throw this.#storeClient.failure ?? new StoreUnavailableError('The store cannot be reached: a reservation cannot be made in this process alone');
+    }
+    const startAt = Math.ceil(Date.now() + result.waitMs);
+    return {
+      key: call.key,
+      cost: call.cost,
+      waitMs: result.waitMs,
+      startAt,
+      claimBy: startAt + this.#graceMs,
+      token: encodeToken({ name: this.name, key: call.encoded, members: result.members, bound: result.startAt + this.#maxHoldMs + this.#graceMs }),
+    };
+  }
+
+  /**
+   * The call's start on its reservation's slot (`Store.claim`): waiting for the slot's start
+   * within `maxDelayMs`; booked as any call where the slot moved.
+   */
+  async #claim(call: Call, token: TokenContent): Promise<Grant> {
+    if (token.name !== this.name)
+      throw new ReservationError(call.key, 'otherThrottle', `it was made by the throttle "${token.name}", not "${this.name}"`);
+    if (token.key !== call.encoded || call.also.length > 0) throw new ReservationError(call.key, 'otherKey', 'it was made for another key');
+    for (;;) {
+      this.#aborted(call)?.throwIfAborted();
+      const { result, booking } = await this.#storeClient.claim(call, token.members, token.bound, this.#graceMs);
+      switch (result.status) {
+        case 'started': {
+          const started: ReserveResult = { status: 'booked', waitMs: 0, retryMs: 0, startAt: result.now, now: result.now, ruleIndex: -1, members: result.members };
+          return grantOf(started, booking);
+        }
+        case 'early':
+          if (performance.now() + result.waitMs > call.deadline)
+            throw new ReservationError(call.key, 'early', `its slot starts in ${result.waitMs} ms, past the call's maxDelayMs`, result.waitMs);
+          await this.#sleepUntil(call, keysOf(call), booking.receivedAt + result.waitMs);
+          break;
+        case 'late':
+          throw new ReservationError(call.key, 'late', `its grace is over (reservationGraceMs ${this.#graceMs} ms after its start)`);
+        case 'used':
+          throw new ReservationError(call.key, 'used', 'a call was made with it already');
+        default:
+          // Moved (a vendor pause, a lower learned limit, a store that lost it): a slot as any call's.
+          this.#notify('debug', { message: "the reservation's slot moved (a vendor pause, a lower learned limit, or lost): booking again", key: call.key });
+          return this.#bookChecked(call);
+      }
     }
   }
 

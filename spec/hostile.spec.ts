@@ -21,6 +21,7 @@ import { Redis } from 'ioredis';
 import {
   QueueFullError,
   RateLimitedError,
+  ReservationError,
   RedisStore,
   ThrottleClosedError,
   ThrottleConfigError,
@@ -143,6 +144,7 @@ const hostileFields: { readonly [name in OptionName]: fc.Arbitrary<unknown> } = 
   learnedForMs: fc.oneof(oddNumber, jsonish),
   learnAboveRules: fc.oneof(fc.constantFrom(0, 1, 'true', 'false', ''), jsonish),
   learnedFloor: fc.oneof(oddNumber, jsonish),
+  reservationGraceMs: fc.oneof(oddNumber, jsonish),
   telemetry: fc.oneof(fc.constantFrom(0, 1, 'true', 'false', ''), jsonish),
   keyLabel: fc.oneof(fc.constantFrom('key', 0, {}), jsonish),
 };
@@ -318,6 +320,8 @@ const scheduleOptions: fc.Arbitrary<unknown> = fc.oneof(
         timeoutMs: fc.oneof({ weight: 8, arbitrary: fc.integer({ min: 0, max: 50 }) }, oddNumber, jsonish),
         priority: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: -5, max: 5 }) }, oddNumber, jsonish),
         signal: fc.oneof({ weight: 4, arbitrary: fc.constantFrom('live', 'aborted') }, jsonish),
+        // Not a token from reserve(): cut, forged, or not a string.
+        token: fc.oneof(fc.constantFrom('vt1.', 'vt1.e30', 'vt1.eyJuIjoieCJ9', 'vt2.abc'), fc.string().map((text) => `vt1.${Buffer.from(text).toString('base64url')}`), jsonish),
       } satisfies { readonly [name in (typeof SCHEDULE_OPTIONS)[number]]: fc.Arbitrary<unknown> },
       { requiredKeys: [] },
     ),
@@ -341,7 +345,7 @@ const scheduleOptions: fc.Arbitrary<unknown> = fc.oneof(
 /** The only ways a call may fail against a healthy store; `abortReasons` are the reasons of the signals it was given. */
 function expectTypedFailure(error: unknown, abortReasons: readonly unknown[]): void {
   if (abortReasons.includes(error)) return;
-  const allowed = [ThrottleConfigError, RateLimitedError, QueueFullError, ThrottleClosedError];
+  const allowed = [ThrottleConfigError, RateLimitedError, QueueFullError, ThrottleClosedError, ReservationError];
   if (allowed.some((type) => error instanceof type)) return;
   const cause = error instanceof ThrottleError ? ` (cause: ${String(error.cause)})` : '';
   expect.fail(`unexpected rejection: ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}${cause}`);

@@ -27,8 +27,9 @@
                     the namespace's liveness stamps (alive.lua), after the index and the mark. N >= 0:
                     this process's stamp rides the batch, written as alive.lua 'stamp' writes it (N,
                     HOLD, KEEP_MS, SWEEP '1'); READ '1': the stamps are read, as alive.lua 'read' does
-  A[1]     S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, R, then R triples
-                    LIMIT, WINDOW, BUCKET (includes/decide.lua)
+  A[1]     S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, SURE, R, then R
+                    triples LIMIT, WINDOW, BUCKET (includes/decide.lua); SURE 1: the set's calls are
+                    reservations, never deferred (includes/decide.lua, vt_bounds)
            then the operations, to the end of A, each its code (VT_OP_*, declared with the other
            codes in lib/stores/redis-scripts.ts, CODES) and its fields; K names a key, KEYS[2K-1 .. 2K]:
              DECIDE       K, SET (1-based), COST, STAY, COUNT, then COUNT pairs MAX_DELAY, FIRST:
@@ -103,22 +104,22 @@ local tag, channel = ARGV[2], ARGV[3]
 local sets = {}
 local i = 2
 for n = 1, A[1] do
-  local rule_count = tonumber(A[i + 2])
-  local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), rule_count = rule_count, config_count = rule_count, rules_at = i + 3, most = 0, most_exact = 0, bucketed = false, meta_fields = { unpack(VT_META_FIELDS) }, groups = {}, limits = {}, windows = {}, buckets = {} }
+  local rule_count = tonumber(A[i + 3])
+  local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), sure = A[i + 2] == 1, rule_count = rule_count, config_count = rule_count, rules_at = i + 4, most = 0, most_exact = 0, bucketed = false, meta_fields = { unpack(VT_META_FIELDS) }, groups = {}, limits = {}, windows = {}, buckets = {} }
   local by_prefix = {}
   local longest = 1
   local exact_least = math.huge
   for r = 0, rule_count - 1 do
-    local limit = tonumber(A[i + 3 + 3 * r])
-    local window = tonumber(A[i + 4 + 3 * r])
+    local limit = tonumber(A[i + 4 + 3 * r])
+    local window = tonumber(A[i + 5 + 3 * r])
     -- Parsed once per batch: every decision of the set reads them.
-    set.limits[r], set.windows[r], set.buckets[r] = limit, window, tonumber(A[i + 5 + 3 * r])
+    set.limits[r], set.windows[r], set.buckets[r] = limit, window, tonumber(A[i + 6 + 3 * r])
     set.most = math.max(set.most, limit)
     longest = math.max(longest, window)
-    if A[i + 5 + 3 * r] ~= 0 then
+    if A[i + 6 + 3 * r] ~= 0 then
       -- A bucketed rule's (WINDOW, BUCKET): meta's count of calls in its buckets is read with the state.
       set.bucketed = true
-      local prefix = 'b:' .. tonumber(A[i + 4 + 3 * r]) .. ':' .. tonumber(A[i + 5 + 3 * r]) .. ':'
+      local prefix = 'b:' .. tonumber(A[i + 5 + 3 * r]) .. ':' .. tonumber(A[i + 6 + 3 * r]) .. ':'
       local group = by_prefix[prefix]
       if group == nil then
         group = { rules = {}, least = math.huge }
@@ -156,7 +157,7 @@ for n = 1, A[1] do
     for g = 1, #set.groups do set.n_fields[g] = set.meta_fields[#VT_META_FIELDS + g] end
   end
   sets[n] = set
-  i = i + 3 + 3 * rule_count
+  i = i + 4 + 3 * rule_count
 end
 
 local now = nil

@@ -15,7 +15,7 @@ import {
 } from '../slot-plan.js';
 import { applyLearned, type LearnEntry, type LearnSource } from '../learning.js';
 import type { Rule } from '../rules.js';
-import type { InspectResult, KeyPart, LearnResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
+import type { ClaimRequest, ClaimResult, InspectResult, KeyPart, LearnResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
 
 export interface MemoryStoreOptions {
   /**
@@ -53,7 +53,12 @@ interface KeyLog {
     readonly since: number;
     readonly refusals: number;
   }>;
+  /** Reservations claimed (`claim`), by their first member: each until its grace ends (store clock). */
+  claimed: Map<string, number>;
 }
+
+/** The start of a reservation's members (`ReserveRequest.reserved`): only those can be claimed. */
+const RESERVED = 'r';
 
 /** How many keys each decision checks for expiry. Two keeps the map bounded by the live keys. */
 const SWEEP_PER_CALL = 2;
@@ -137,7 +142,7 @@ export class MemoryStore implements Store {
       });
     }
     this.#sweep(cut);
-    const plan = planSlots(views, request.cost, now, request.maxHoldMs);
+    const plan = planSlots(views, request.cost, now, request.maxHoldMs, request.reserved === true);
     const { ruleIndex, bound, earliest } = plan;
     const startAt = Math.ceil(plan.startAt);
     const waitMs = earliest <= now ? 0 : Math.ceil(earliest - now);
@@ -156,7 +161,9 @@ export class MemoryStore implements Store {
       return { ...answer, status: 'deferred', retryMs: Math.max(1, Math.ceil(bound - now)) };
     }
     const members: string[] = [];
-    for (let i = 0; i < request.cost; i++) members.push(String(++this.#seq));
+    // A reservation's members are told apart from calls' (claim takes only those).
+    const prefix = request.reserved === true ? RESERVED : '';
+    for (let i = 0; i < request.cost; i++) members.push(`${prefix}${++this.#seq}`);
     const score = startAt + request.maxHoldMs;
     for (let i = 0; i < parts.length; i++) {
       const log = logs[i]!;
@@ -165,6 +172,38 @@ export class MemoryStore implements Store {
       this.#logs.set(ids[i]!, log);
     }
     return { ...answer, status: 'booked', members };
+  }
+
+  /** As lua/claim.lua. */
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    const now = this.#clock();
+    const nowMs = Math.ceil(now);
+    const { members, bound, graceMs, maxHoldMs } = request;
+    const start = bound - maxHoldMs - graceMs;
+    const answer = { now: nowMs, waitMs: 0, members: [] as string[] };
+    const id = `${request.namespace}\n${request.key}`;
+    const log = this.#open(id, Math.floor(now));
+    for (const [first, until] of log.claimed) if (until < now) log.claimed.delete(first);
+    if (log.claimed.has(members[0]!)) return { ...answer, status: 'used' };
+    if (now < start) return { ...answer, status: 'early', waitMs: Math.ceil(start - now) };
+    if (now > start + graceMs) return { ...answer, status: 'late' };
+    log.claimed.set(members[0]!, start + graceMs);
+    const present = members.filter((member) => {
+      if (!member.startsWith(RESERVED)) return false;
+      const index = log.members.lastIndexOf(member);
+      return index >= 0 && log.scores[index] === bound;
+    });
+    for (const member of present) {
+      const index = log.members.lastIndexOf(member);
+      log.scores.splice(index, 1);
+      log.members.splice(index, 1);
+    }
+    log.expiresAt = Math.max(log.expiresAt, start + graceMs + 1);
+    this.#logs.set(id, log);
+    if (present.length < members.length || log.pausedUntil > now) return { ...answer, status: 'moved' };
+    const started = members.map(() => String(++this.#seq));
+    for (const member of started) insert(log, nowMs + maxHoldMs, member);
+    return { ...answer, status: 'started', members: started };
   }
 
   /** Written at once (in-process, nothing to batch): `_coalesceMs` is not needed. */
@@ -430,12 +469,12 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(id);
     if (log && log.expiresAt > at) return log;
     this.#logs.delete(id);
-    return { scores: [], members: [], pausedUntil: 0, line: [], waiting: false, expiresAt: 0, buckets: new Map(), learned: [] };
+    return { scores: [], members: [], pausedUntil: 0, line: [], waiting: false, expiresAt: 0, buckets: new Map(), learned: [], claimed: new Map() };
   }
 
   /** Keeps a log that holds anything, as Redis keeps a key that exists. */
   #keep(id: string, log: KeyLog): void {
-    if (log.scores.length > 0 || log.buckets.size > 0 || log.pausedUntil > 0 || log.line.length > 0 || log.waiting || log.learned.length > 0)
+    if (log.scores.length > 0 || log.buckets.size > 0 || log.pausedUntil > 0 || log.line.length > 0 || log.waiting || log.learned.length > 0 || log.claimed.size > 0)
       this.#logs.set(id, log);
   }
 

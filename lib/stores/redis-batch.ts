@@ -33,6 +33,8 @@ export interface DecideOp extends OpOf<'decide', Decision> {
   readonly also: readonly KeyPart[];
   /** A call of one key: this process still waits on the key through calls of several keys (it stays in the key's waiting list). */
   readonly stay: boolean;
+  /** A reservation (`ReserveRequest.reserved`): never deferred (its set's SURE). */
+  readonly reserved: boolean;
 }
 
 /** The completions and releases of a key's calls: NUMBER, RELEASE_AT (-1: never started) pairs. */
@@ -123,6 +125,7 @@ const ruleText = new WeakMap<readonly Rule[], string>();
 /** A distinct rule set of a batch: its SET is its place among them, 1-based. */
 interface RuleSet {
   readonly maxHoldMs: number;
+  readonly sure: boolean;
   readonly retainMs: number;
   /** Its rules' arguments, joined: two rules arrays alike are one set. */
   readonly text: string;
@@ -169,16 +172,16 @@ export function encodeBatch(groups: ReadonlyArray<readonly Op[]>, checks?: Check
   const others: Array<CompleteOp | LeaveOp | CheckOp | TidyOp> = [];
   const several: DecideOp[] = [];
   const paused: PausedOp[] = [];
-  // SET of a rule set: the distinct (MAX_HOLD, RETAIN, rules) of the batch, 1-based.
-  const setOf = (maxHoldMs: number, retainMs: number, rules: readonly Rule[]): number => {
+  // SET of a rule set: the distinct (MAX_HOLD, RETAIN, SURE, rules) of the batch, 1-based.
+  const setOf = (maxHoldMs: number, retainMs: number, rules: readonly Rule[], sure = false): number => {
     let text = ruleText.get(rules);
     if (text === undefined) ruleText.set(rules, (text = ruleArgs(rules).join(',')));
     for (let s = 0; s < sets.length; s++) {
       const set = sets[s]!;
-      if (set.maxHoldMs === maxHoldMs && set.retainMs === retainMs && set.text === text) return s + 1;
+      if (set.maxHoldMs === maxHoldMs && set.retainMs === retainMs && set.sure === sure && set.text === text) return s + 1;
     }
-    sets.push({ maxHoldMs, retainMs, text });
-    for (const value of [maxHoldMs, retainMs, ...ruleArgs(rules)]) setArgs.push(value);
+    sets.push({ maxHoldMs, retainMs, sure, text });
+    for (const value of [maxHoldMs, retainMs, sure ? 1 : 0, ...ruleArgs(rules)]) setArgs.push(value);
     return sets.length;
   };
   // K of a key: its place among the keys of the batch, 1-based (a key of a group: its group's).
@@ -257,7 +260,7 @@ export function encodeBatch(groups: ReadonlyArray<readonly Op[]>, checks?: Check
         case 'decide':
           decides = true;
           if (op.also.length > 0) several.push(op);
-          else setOfOp[single++] = setOf(op.maxHoldMs, op.retainMs, op.rules);
+          else setOfOp[single++] = setOf(op.maxHoldMs, op.retainMs, op.rules, op.reserved);
       }
     }
     // Before anything is decided on the key (a key a process holds nothing on has no witness). A

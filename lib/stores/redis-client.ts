@@ -142,6 +142,7 @@ const CLUSTER_KEYS = {
   keep: 2,
   alive: 1,
   reap: 2,
+  claim: 3,
 } as const satisfies Record<keyof typeof scripts, number>;
 
 /** Each script by name, with its SHA1 (for EVALSHA on node-redis, which registers no script on a client made by the user). */

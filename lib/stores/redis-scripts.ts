@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { StoreUnavailableError } from '../errors.js';
 import { sourceOfLetter, type LearnedLimit } from '../learning.js';
 import { LEARNED, PAUSED, RECOVERING } from '../slot-plan.js';
+import type { ClaimStatus } from '../store.js';
 
 /**
  * The codes the scripts and this side share, declared once: every script is loaded after a line
@@ -24,6 +25,11 @@ export const CODES = {
    * bounds), so that the next bookings of the process need not set it again (lua/includes/decide.lua).
    */
   expiry: { slackMinMs: 5000, slackMaxMs: 10_000 },
+  /**
+   * What a claim of reserved slots found (lua/claim.lua); `reserved`: the least number of a
+   * reservation's member (lib/stores/redis-store.ts), which only a claim takes.
+   */
+  claim: { started: 1, early: 2, late: 3, used: 4, moved: 5, reserved: 10_000_000_000_000 },
   /** A decision's rule index when no configured rule set the start: none, a vendor pause, a hold after a loss, a learned limit of another window. */
   rule: { none: -1, paused: PAUSED, recovering: RECOVERING, learned: LEARNED },
 } as const;
@@ -42,7 +48,7 @@ function snakeCase(name: string): string {
  * lines replaced by `lib/lua/includes/name.lua`. Command names carry a version so that two library
  * versions sharing one client never run each other's script.
  */
-export const SCRIPT_VERSION = 28;
+export const SCRIPT_VERSION = 29;
 
 /** A script: its name (the ioredis command it is defined as) and its text. */
 export interface ScriptDefinition {
@@ -69,6 +75,7 @@ export const scripts = {
   keep: { name: `vtKeep${SCRIPT_VERSION}`, lua: load('keep') },
   alive: { name: `vtAlive${SCRIPT_VERSION}`, lua: load('alive') },
   reap: { name: `vtReap${SCRIPT_VERSION}`, lua: load('reap') },
+  claim: { name: `vtClaim${SCRIPT_VERSION}`, lua: load('claim') },
 } as const satisfies Record<string, ScriptDefinition>;
 
 /**
@@ -117,6 +124,12 @@ export const replies = {
   },
   /** pause.lua: the end of the pause in force (store clock ms). */
   pause: (reply: unknown): number => number('pause', reply),
+  /** claim.lua: STATUS, NOW_MS, WAIT_MS. */
+  claim(reply: unknown): { readonly status: ClaimStatus; readonly now: number; readonly waitMs: number } {
+    const [code, now, waitMs] = numbers('claim', reply, 3) as [number, number, number];
+    const status = CLAIM_STATUSES[code];
+    return status === undefined ? unexpected('claim', reply) : { status, now, waitMs };
+  },
   /** line.lua: ms from now until the place, or -1. */
   line: (reply: unknown): number => number('line', reply),
   /** keep.lua: the kept keys left, or -1. */
@@ -141,6 +154,14 @@ export const replies = {
   },
   /** alive.lua 'read': NOW, then TAG, VALUE pairs (lib/stores/redis-liveness.ts reads them). */
   aliveRead: (reply: unknown): unknown[] => list('alive', reply, 1),
+};
+
+const CLAIM_STATUSES: Partial<Record<number, ClaimStatus>> = {
+  [CODES.claim.started]: 'started',
+  [CODES.claim.early]: 'early',
+  [CODES.claim.late]: 'late',
+  [CODES.claim.used]: 'used',
+  [CODES.claim.moved]: 'moved',
 };
 
 /** A script's reply of another shape than its header says, as the store failure it is. */

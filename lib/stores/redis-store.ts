@@ -5,7 +5,7 @@ import type { Rule } from '../rules.js';
 import type { Pace } from '../slot-plan.js';
 import { StoreClock } from '../time.js';
 import { sourceLetter, type LearnEntry } from '../learning.js';
-import type { InspectResult, LearnResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
+import type { ClaimRequest, ClaimResult, InspectResult, LearnResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
 import { ruleArgs, type Decision } from './redis-batch.js';
 import { BatchQueue } from './redis-batch-queue.js';
 import { EvictionWatch } from './redis-evictions.js';
@@ -52,6 +52,8 @@ export class RedisStore implements Store {
   /** Completions wake waiting processes (pub/sub); not over HTTP (`@upstash/redis`). */
   readonly announces: boolean;
   #seq = 0;
+  /** The reservations' members numbered so far (from CODES.claim.reserved). */
+  #reservedSeq = 0;
   #closed = false;
   readonly #wakes: Wakes;
   /** Redis's evictions, watched by the heartbeat (a standalone Redis, with recovery). */
@@ -229,8 +231,15 @@ export class RedisStore implements Store {
     // Redis evicts under an allkeys-* policy: no key can be trusted, this one's included.
     const evicting = this.#evictions?.failure;
     if (evicting) return Promise.reject(evicting);
-    const first = this.#seq + 1;
-    this.#seq += request.cost;
+    // A reservation's members are numbered apart, above any stamp's: no reaper takes them for a dead process's.
+    let first: number;
+    if (request.reserved === true) {
+      first = CODES.claim.reserved + this.#reservedSeq + 1;
+      this.#reservedSeq += request.cost;
+    } else {
+      first = this.#seq + 1;
+      this.#seq += request.cost;
+    }
     const { namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs } = request;
     const also = request.also ?? NONE;
     if (also.length > 0 && this.#cluster && this.hashTag === 'key') {
@@ -253,6 +262,7 @@ export class RedisStore implements Store {
         first,
         also,
         stay,
+        reserved: request.reserved === true,
         resolve: (decision) => {
           try {
             resolve(this.#decided(request, first, decision));
@@ -275,6 +285,9 @@ export class RedisStore implements Store {
     let members: readonly string[] = NONE;
     if (status === CODES.status.booked) {
       members = cost === 1 ? [names.member(first)] : Array.from({ length: cost }, (_, i) => names.member(first + i));
+      // A reservation is this process's to neither journal, stamp nor start: its claim may come from
+      // any process, and finds it gone if the store lost it (the call then books again).
+      if (request.reserved === true) return { status: STATUSES[status]!, waitMs, retryMs, startAt, now, ruleIndex, members };
       this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs);
       for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs);
       this.#heartbeat?.start();
@@ -383,6 +396,22 @@ export class RedisStore implements Store {
     const end = replies.pause(await this.#driver.run(scripts.pause.name, [meta, log, ...names.kept(namespace)], args));
     this.#pauses.heard(namespace, key, end);
     return end;
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    const { namespace, key, members, bound, graceMs, maxHoldMs, retainMs } = request;
+    await this.#recovery?.recovered(namespace);
+    const names = this.#names;
+    const { log, meta } = names.of(namespace, key);
+    const first = this.#seq + 1;
+    this.#seq += members.length;
+    const started = members.map((_, i) => names.member(first + i));
+    const args = [bound, graceMs, maxHoldMs, members.length, ...members, ...started];
+    const reply = replies.claim(await this.#driver.run(scripts.claim.name, [log, meta, `${meta}:claimed:${members[0]}`], args));
+    if (reply.status !== 'started') return { ...reply, members: NONE };
+    this.#recovery?.journal.book(namespace, key, first, members.length, reply.now + maxHoldMs, retainMs);
+    this.#heartbeat?.start();
+    return { ...reply, members: started };
   }
 
   async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind = false): Promise<number> {

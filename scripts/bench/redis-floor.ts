@@ -121,6 +121,7 @@ function decide(key: string, first: number): DecideOp {
     first,
     also: [],
     stay: false,
+    reserved: false,
     resolve: noop,
     reject: noop,
     tries: 0,

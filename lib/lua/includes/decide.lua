@@ -151,11 +151,20 @@ end
 -- caller asks again at the latest (by then that score is known). Its call released at the soonest
 -- when it started (bound - MAX_HOLD) or now: no slot before that plus its window. Each key with a
 -- binding bound waits until its earliest one (waits_until, when the call is deferred).
-local function vt_bounds(pending, start_at, now_ms, max_hold, rule_index)
+--
+-- SURE (a reservation's set): no bound binds; the call starts once each binding call counts no
+-- longer, released at its bound (its score), so that it gets a start it can keep without asking
+-- again.
+local function vt_bounds(pending, start_at, now_ms, max_hold, rule_index, sure)
   local bound = nil
   local earliest = start_at
   for _, p in ipairs(pending or vt_none) do
-    if p[1] + p[2] > start_at then
+    if sure then
+      if p[1] + p[2] > earliest then
+        earliest = p[1] + p[2]
+        rule_index = p[3]
+      end
+    elseif p[1] + p[2] > start_at then
       if bound == nil or p[1] < bound then bound = p[1] end
       local key = p[4]
       if key.binds == nil or p[1] < key.binds then key.binds = p[1] end
@@ -399,7 +408,8 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
     local pending
     start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, nil, 0)
     local bound, earliest
-    bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set.max_hold, rule_index)
+    bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set.max_hold, rule_index, set.sure)
+    if set.sure then start_at = earliest end
     local answered = #out
     local status, book, waits, start = vt_answer(out, now, now_ms, math.max(ready, key.hold), a[calls_at + 2 * c], start_at, earliest, bound, rule_index)
     if waits then key.waits_until = math.max(key.waits_until, bound) end

@@ -1,0 +1,73 @@
+import { ReservationError, ThrottleConfigError } from './errors.js';
+import { describe } from './rules.js';
+
+/**
+ * Reservations (docs/design.md, "Reservations"): a slot booked now for a call made later, by this
+ * process or another (a function invoked again by its platform's delay). The slot is booked in the
+ * key's log like any call's, so every process counts it; its token names it, and a claim
+ * (`Store.claim`) starts the call on it, once.
+ */
+
+/** What `Throttle.reserve()` answers: when the call may start, and the token to make it with. */
+export interface Reservation {
+  /** The user key, normalized. */
+  readonly key: string;
+  /** Slots reserved. */
+  readonly cost: number;
+  /** ms from the answer until the slot starts (0: now). */
+  readonly waitMs: number;
+  /** When the call may start: `Date.now()` plus `waitMs` when the answer came (ms since the epoch, rounded up). */
+  readonly startAt: number;
+  /** The last moment a call can start with the token: `startAt` + the throttle's `reservationGraceMs`. */
+  readonly claimBy: number;
+  /** Pass it to `schedule(key, fn, { token })` then, in any process sharing the store. A short ASCII string. */
+  readonly token: string;
+}
+
+/** A token's content: the throttle's name, the encoded key, the reserved members and their score. */
+export interface TokenContent {
+  readonly name: string;
+  readonly key: string;
+  readonly members: readonly string[];
+  readonly bound: number;
+}
+
+const PREFIX = 'vt1.';
+/** Longest token read: one of 1,000 slots fits well within it. */
+const MAX_TOKEN = 64_000;
+/** A member as the stores write them: `r<n>` (MemoryStore), `<n>.<tag>` (RedisStore). */
+const MEMBER = /^[A-Za-z0-9._-]{1,40}$/;
+
+export function encodeToken(content: TokenContent): string {
+  const json = JSON.stringify({ n: content.name, k: content.key, m: content.members, b: content.bound });
+  return PREFIX + Buffer.from(json, 'utf8').toString('base64url');
+}
+
+/**
+ * A token read back, checked for shape before anything is asked of the store; a token that is not
+ * one is `ReservationError` ('malformed'). `key` is the call's user key (for the error).
+ */
+export function decodeToken(token: unknown, key: string): TokenContent {
+  if (typeof token !== 'string') throw new ThrottleConfigError(`Expected token to be a string from Throttle.reserve(), got ${describe(token)}`, 'token');
+  const malformed = (detail: string): never => {
+    throw new ReservationError(key, 'malformed', `${detail}; expected a token from Throttle.reserve(), as it gave it`);
+  };
+  if (token.length > MAX_TOKEN) return malformed(`it is ${token.length} characters long`);
+  if (!token.startsWith(PREFIX) || !/^[A-Za-z0-9_-]+$/.test(token.slice(PREFIX.length))) return malformed(`it does not start with "${PREFIX}" and base64url`);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(Buffer.from(token.slice(PREFIX.length), 'base64url').toString('utf8'));
+  } catch {
+    return malformed('its content is not JSON');
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return malformed('its content is not an object');
+  const { n, k, m, b, ...rest } = parsed as Record<string, unknown>;
+  if (Object.keys(rest).length > 0) return malformed(`it has fields it should not (${Object.keys(rest).slice(0, 3).join(', ')})`);
+  if (typeof n !== 'string' || n.length === 0 || n.length > 100) return malformed('it names no throttle');
+  if (typeof k !== 'string' || k.length === 0) return malformed('it names no key');
+  if (!Array.isArray(m) || m.length === 0 || m.length > 1_000 || !m.every((member) => typeof member === 'string' && MEMBER.test(member)))
+    return malformed('its slots are not slots');
+  if (new Set(m).size !== m.length) return malformed('it names a slot twice');
+  if (typeof b !== 'number' || !Number.isSafeInteger(b) || b < 0) return malformed('its time is not a time');
+  return { name: n, key: k, members: m as string[], bound: b };
+}

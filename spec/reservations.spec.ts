@@ -1,0 +1,195 @@
+/**
+ * Reserve now, call later (`Throttle.reserve`, `schedule(key, fn, { token })`): a slot booked in the
+ * key's log for a call another process makes, at its time, once. On every store: the in-process
+ * one, Redis on ioredis, and Redis over HTTP (@upstash/redis through scripts/support/upstash-rest.ts).
+ */
+import { Redis as UpstashRedis } from '@upstash/redis';
+import { expect } from 'chai';
+import { MemoryStore, RateLimitedError, ReservationError, Throttle, ThrottleConfigError, type Store, type ThrottleOptions } from '../lib/index.js';
+import { startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
+import { redisClient, redisServer, redisStore, uniquePrefix } from './support/hooks.js';
+
+/** A token's content, as `lib/reservations.ts` writes it (what a hostile caller could read and alter). */
+function contentOf(token: string): { n: string; k: string; m: string[]; b: number } {
+  return JSON.parse(Buffer.from(token.slice('vt1.'.length), 'base64url').toString('utf8')) as { n: string; k: string; m: string[]; b: number };
+}
+
+function tokenOf(content: object): string {
+  return `vt1.${Buffer.from(JSON.stringify(content)).toString('base64url')}`;
+}
+
+async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  return expect.fail('expected a rejection');
+}
+
+interface Subject {
+  readonly name: string;
+  /** A store of the subject: for a shared subject, each one as another process's. */
+  readonly store: () => Store;
+  /** Stores of one subject share their keys (a Redis). */
+  readonly shared: boolean;
+}
+
+let rest: UpstashRest | undefined;
+let prefix = '';
+
+const SUBJECTS: readonly Subject[] = [
+  { name: 'MemoryStore', store: () => new MemoryStore(), shared: false },
+  { name: 'RedisStore (ioredis)', store: () => redisStore(redisClient(), { prefix }), shared: true },
+  {
+    name: 'RedisStore (@upstash/redis, over HTTP)',
+    store: () => redisStore(new UpstashRedis({ url: rest!.url, token: rest!.token, retry: false }), { prefix }),
+    shared: true,
+  },
+];
+
+describe('Reservations: reserve now, call later', function () {
+  this.timeout(20_000);
+  const throttles: Throttle[] = [];
+
+  before(async () => {
+    rest = await startUpstashRest(redisServer().url);
+  });
+  after(async () => {
+    await rest?.close();
+  });
+  afterEach(async () => {
+    await Promise.all(throttles.splice(0).map((throttle) => throttle.close()));
+  });
+
+  for (const subject of SUBJECTS) {
+    describe(subject.name, () => {
+      let memory: MemoryStore;
+      beforeEach(() => {
+        prefix = uniquePrefix();
+        memory = new MemoryStore();
+      });
+      /** A throttle as one process's: on Redis, with a store of its own. */
+      const open = (options: Partial<ThrottleOptions> = {}): Throttle => {
+        const store = subject.shared ? subject.store() : memory;
+        const throttle = new Throttle({ name: 'acme', rules: ['2/300ms'], maxHoldMs: 200, reservationGraceMs: 150, ...options, store });
+        throttles.push(throttle);
+        return throttle;
+      };
+
+      it('books the slot in the log for every process, and a call made with the token starts on it, at its time', async () => {
+        const reserver = open();
+        const caller = open();
+        const first = await reserver.reserve('u1');
+        expect(first.waitMs).to.equal(0);
+        expect(first.claimBy - first.startAt).to.equal(150);
+        const second = await reserver.reserve('u1');
+        // A third is not deferred behind the two in flight: it gets a start it can keep, once both count no longer at their bounds.
+        const third = await reserver.reserve('u1');
+        // Its start: the first's, plus its bound (maxHoldMs + reservationGraceMs) and a window; each answered after its own round trip.
+        expect(third.startAt - first.startAt).to.be.within(650 - 40, 650 + 60);
+        expect((await caller.inspect('u1')).bookedAhead).to.be.at.least(1);
+        // A call of another process finds the window full.
+        expect(await rejection(caller.schedule('u1', () => 'x', { maxDelayMs: 0 }))).to.be.instanceOf(RateLimitedError);
+        expect(await caller.schedule('u1', () => 'first', { token: first.token })).to.equal('first');
+        expect(await caller.schedule('u1', () => 'second', { token: second.token })).to.equal('second');
+        let startedAt = 0;
+        await caller.schedule('u1', () => (startedAt = Date.now()), { token: third.token });
+        expect(startedAt).to.be.at.least(third.startAt - 5);
+        expect(startedAt).to.be.below(third.startAt + 100);
+      });
+
+      it('refuses a token used twice, for another key, or of another throttle, with nothing called', async () => {
+        const throttle = open();
+        const { token } = await throttle.reserve('u1');
+        let calls = 0;
+        await throttle.schedule('u1', () => calls++, { token });
+        const used = await rejection(throttle.schedule('u1', () => calls++, { token }));
+        expect(used).to.be.instanceOf(ReservationError).with.property('reason', 'used');
+        const other = await throttle.reserve('u2');
+        const otherKey = await rejection(throttle.schedule('u1', () => calls++, { token: other.token }));
+        expect(otherKey).to.be.instanceOf(ReservationError).with.property('reason', 'otherKey');
+        const otherName = await rejection(open({ name: 'globex' }).schedule('u2', () => calls++, { token: other.token }));
+        expect(otherName).to.be.instanceOf(ReservationError).with.property('reason', 'otherThrottle');
+        expect(calls).to.equal(1);
+        // The token refused for another key is still good for its own.
+        await throttle.schedule('u2', () => calls++, { token: other.token });
+        expect(calls).to.equal(2);
+      });
+
+      it('refuses a token past its grace; its slot counts to its bound', async () => {
+        const throttle = open({ reservationGraceMs: 0 });
+        const { token } = await throttle.reserve('u1');
+        await new Promise((resolve) => setTimeout(resolve, 30));
+        const late = await rejection(throttle.schedule('u1', () => 'late', { token }));
+        expect(late).to.be.instanceOf(ReservationError).with.property('reason', 'late');
+        const usage = await throttle.inspect('u1');
+        expect(usage.rules[0]!.used + usage.bookedAhead).to.equal(1);
+      });
+
+      it('waits for a slot not yet started, within maxDelayMs; further, refuses it as early', async () => {
+        const throttle = open();
+        await throttle.reserve('u1');
+        await throttle.reserve('u1');
+        const later = await throttle.reserve('u1');
+        const early = await rejection(throttle.schedule('u1', () => 'early', { token: later.token, maxDelayMs: 100 }));
+        expect(early).to.be.instanceOf(ReservationError).with.property('reason', 'early');
+        expect((early as ReservationError).retryAfterMs).to.be.within(400, 700);
+        let startedAt = 0;
+        await throttle.schedule('u1', () => (startedAt = Date.now()), { token: later.token });
+        expect(startedAt).to.be.at.least(later.startAt - 5);
+      });
+
+      it('books again when the slot moved (a vendor pause since): the call starts after the pause', async () => {
+        const throttle = open();
+        await throttle.reserve('u1');
+        await throttle.reserve('u1');
+        const later = await throttle.reserve('u1');
+        await throttle.pause('u1', later.waitMs + 100);
+        const pausedUntil = Date.now() + later.waitMs + 100;
+        let startedAt = 0;
+        await throttle.schedule('u1', () => (startedAt = Date.now()), { token: later.token });
+        expect(startedAt).to.be.at.least(pausedUntil - 15);
+        // Used (or, its mark gone with its grace, late): never a second call on it.
+        const again = await rejection(throttle.schedule('u1', () => 'again', { token: later.token }));
+        expect(again).to.be.instanceOf(ReservationError);
+        expect((again as ReservationError).reason).to.be.oneOf(['used', 'late']);
+      });
+
+      it('refuses malformed and altered tokens, and never takes a slot a call booked for itself', async () => {
+        const throttle = open({ rules: ['1/300ms'] });
+        const { token } = await throttle.reserve('u1');
+        const content = contentOf(token);
+        for (const bad of [
+          '',
+          'vt1.',
+          'vt1.e30',
+          'vt1.!!',
+          `vt1.${'A'.repeat(70_000)}`,
+          tokenOf({ ...content, x: 1 }),
+          tokenOf({ ...content, m: [] }),
+          tokenOf({ ...content, b: -1 }),
+        ]) {
+          const error = await rejection(throttle.schedule('u1', () => 'bad', { token: bad }));
+          expect(error, bad.slice(0, 20)).to.be.instanceOf(ReservationError).with.property('reason', 'malformed');
+        }
+        expect(await rejection(throttle.schedule('u1', () => 'bad', { token: 42 as never }))).to.be.instanceOf(ThrottleConfigError);
+        expect(await rejection(throttle.schedule('u1', () => 'bad', { token, cost: 2 }))).to.be.instanceOf(ThrottleConfigError);
+        expect(await rejection(throttle.reserve(['u1', 'u2'] as never))).to.be.instanceOf(ThrottleConfigError);
+        // A token altered to name the slot of a call booked ahead by a process for itself: the call
+        // books a slot of its own (after the reserved one and the sleeper), and the sleeper keeps its slot.
+        const sleeper = throttle.schedule('u1', () => Date.now());
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        const usage = await throttle.inspect('u1');
+        expect(usage.bookedAhead).to.equal(1);
+        // The sleeper's member: the store's next number after the reservation's (MemoryStore), or the first of the process's own (RedisStore).
+        const reserved = content.m[0]!;
+        const regular = reserved.startsWith('r') ? String(Number(reserved.slice(1)) + 1) : reserved.replace(/^\d+/, '1');
+        const forged = await throttle.schedule('u1', () => Date.now(), { token: tokenOf({ ...content, m: [regular] }) }).catch((error: unknown) => error);
+        const sleptUntil = await sleeper;
+        if (typeof forged === 'number') expect(Math.abs(forged - sleptUntil)).to.be.at.least(250);
+        else expect(forged).to.be.instanceOf(ReservationError);
+      });
+    });
+  }
+});
