@@ -8,13 +8,7 @@ interface Rule {
 
 /** Stable machine-readable codes, one per error class. */
 export type ThrottleErrorCode =
-  | 'ERR_THROTTLE_CONFIG'
-  | 'ERR_RATE_LIMITED'
-  | 'ERR_QUEUE_FULL'
-  | 'ERR_STORE_UNAVAILABLE'
-  | 'ERR_THROTTLE_CLOSED'
-  | 'ERR_CALL_TIMEOUT'
-  | 'ERR_RESERVATION';
+  'ERR_THROTTLE_CONFIG' | 'ERR_RATE_LIMITED' | 'ERR_QUEUE_FULL' | 'ERR_STORE_UNAVAILABLE' | 'ERR_THROTTLE_CLOSED' | 'ERR_CALL_TIMEOUT' | 'ERR_RESERVATION';
 
 /** Base class of every error vendor-throttle raises itself. */
 export class ThrottleError extends Error {

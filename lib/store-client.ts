@@ -194,7 +194,18 @@ export class StoreClient {
     const { graceMs } = call;
     if (graceMs !== undefined) {
       // A reservation's slot counts as if its call started as late as its grace allows.
-      return { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs: maxHoldMs + graceMs, retainMs: call.retainMs, also, stay, reserved: true };
+      return {
+        namespace,
+        key: call.encoded,
+        rules: call.rules,
+        cost: call.cost,
+        maxDelayMs,
+        maxHoldMs: maxHoldMs + graceMs,
+        retainMs: call.retainMs,
+        also,
+        stay,
+        reserved: true,
+      };
     }
     return { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs, retainMs: call.retainMs, also, stay };
   }

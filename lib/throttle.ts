@@ -316,15 +316,22 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * within `maxDelayMs`; booked as any call where the slot moved.
    */
   async #claim(call: Call, token: TokenContent): Promise<Grant> {
-    if (token.name !== this.name)
-      throw new ReservationError(call.key, 'otherThrottle', `it was made by the throttle "${token.name}", not "${this.name}"`);
+    if (token.name !== this.name) throw new ReservationError(call.key, 'otherThrottle', `it was made by the throttle "${token.name}", not "${this.name}"`);
     if (token.key !== call.encoded || call.also.length > 0) throw new ReservationError(call.key, 'otherKey', 'it was made for another key');
     for (;;) {
       this.#aborted(call)?.throwIfAborted();
       const { result, booking } = await this.#storeClient.claim(call, token.members, token.bound, this.#graceMs);
       switch (result.status) {
         case 'started': {
-          const started: ReserveResult = { status: 'booked', waitMs: 0, retryMs: 0, startAt: result.now, now: result.now, ruleIndex: -1, members: result.members };
+          const started: ReserveResult = {
+            status: 'booked',
+            waitMs: 0,
+            retryMs: 0,
+            startAt: result.now,
+            now: result.now,
+            ruleIndex: -1,
+            members: result.members,
+          };
           return grantOf(started, booking);
         }
         case 'early':

@@ -321,7 +321,11 @@ const scheduleOptions: fc.Arbitrary<unknown> = fc.oneof(
         priority: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: -5, max: 5 }) }, oddNumber, jsonish),
         signal: fc.oneof({ weight: 4, arbitrary: fc.constantFrom('live', 'aborted') }, jsonish),
         // Not a token from reserve(): cut, forged, or not a string.
-        token: fc.oneof(fc.constantFrom('vt1.', 'vt1.e30', 'vt1.eyJuIjoieCJ9', 'vt2.abc'), fc.string().map((text) => `vt1.${Buffer.from(text).toString('base64url')}`), jsonish),
+        token: fc.oneof(
+          fc.constantFrom('vt1.', 'vt1.e30', 'vt1.eyJuIjoieCJ9', 'vt2.abc'),
+          fc.string().map((text) => `vt1.${Buffer.from(text).toString('base64url')}`),
+          jsonish,
+        ),
       } satisfies { readonly [name in (typeof SCHEDULE_OPTIONS)[number]]: fc.Arbitrary<unknown> },
       { requiredKeys: [] },
     ),

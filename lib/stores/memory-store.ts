@@ -15,7 +15,18 @@ import {
 } from '../slot-plan.js';
 import { applyLearned, type LearnEntry, type LearnSource } from '../learning.js';
 import type { Rule } from '../rules.js';
-import type { ClaimRequest, ClaimResult, InspectResult, KeyPart, LearnResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store } from '../store.js';
+import type {
+  ClaimRequest,
+  ClaimResult,
+  InspectResult,
+  KeyPart,
+  LearnResult,
+  ReserveRequest,
+  ReserveResult,
+  RestoredSlot,
+  Settlement,
+  Store,
+} from '../store.js';
 
 export interface MemoryStoreOptions {
   /**
@@ -474,7 +485,15 @@ export class MemoryStore implements Store {
 
   /** Keeps a log that holds anything, as Redis keeps a key that exists. */
   #keep(id: string, log: KeyLog): void {
-    if (log.scores.length > 0 || log.buckets.size > 0 || log.pausedUntil > 0 || log.line.length > 0 || log.waiting || log.learned.length > 0 || log.claimed.size > 0)
+    if (
+      log.scores.length > 0 ||
+      log.buckets.size > 0 ||
+      log.pausedUntil > 0 ||
+      log.line.length > 0 ||
+      log.waiting ||
+      log.learned.length > 0 ||
+      log.claimed.size > 0
+    )
       this.#logs.set(id, log);
   }
 

@@ -5,7 +5,18 @@ import type { Rule } from '../rules.js';
 import type { Pace } from '../slot-plan.js';
 import { StoreClock } from '../time.js';
 import { sourceLetter, type LearnEntry } from '../learning.js';
-import type { ClaimRequest, ClaimResult, InspectResult, LearnResult, ReserveRequest, ReserveResult, RestoredSlot, Settlement, Store, StoreNotice } from '../store.js';
+import type {
+  ClaimRequest,
+  ClaimResult,
+  InspectResult,
+  LearnResult,
+  ReserveRequest,
+  ReserveResult,
+  RestoredSlot,
+  Settlement,
+  Store,
+  StoreNotice,
+} from '../store.js';
 import { ruleArgs, type Decision } from './redis-batch.js';
 import { BatchQueue } from './redis-batch-queue.js';
 import { EvictionWatch } from './redis-evictions.js';
