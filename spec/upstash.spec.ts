@@ -95,9 +95,10 @@ describe('RedisStore on @upstash/redis (a function)', function () {
       expect(waited).to.be.within(900, 2_000);
       // Two decisions: deferred at first, booked a window later (no ask in between, none at the bound).
       expect(decisions).to.equal(2);
-      // Besides them: the stamps of the processes it waits for (read, the script loaded once), the
-      // key's pause before its slot booked ahead starts, and its completion.
-      expect(made).to.be.at.most(7);
+      // Besides them: the key's pause read before its slot booked ahead starts, and its completion;
+      // one more where its scripts were not loaded yet (EVAL after NOSCRIPT). The stamps of the
+      // processes it waits for are read riding its decisions, never on their own.
+      expect(made).to.be.within(4, 5);
     } finally {
       await worker.close();
     }

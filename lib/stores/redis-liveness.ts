@@ -305,6 +305,11 @@ export interface ReaperDeps {
   freed(namespace: string, key: string): void;
   /** Tells the store's watchers (`reapFailed`). */
   notify?(notice: StoreNotice): void;
+  /**
+   * False: the stamps are read only riding the namespace's batches, never on their own (a Redis
+   * reached over HTTP, where each read is a request, and a waiting call asks again anyway).
+   */
+  readonly ownReads?: boolean;
 }
 
 interface Watch {
@@ -389,7 +394,8 @@ export class Reaper {
       watch.armed = false;
       if (this.#closed) return;
       // Read riding a batch meanwhile: the next read is due a period after it.
-      const read = watch.readAt + WATCH_EVERY_MS - performance.now() > 1 ? Promise.resolve() : this.#watch(namespace, watch);
+      const read =
+        this.#deps.ownReads === false || watch.readAt + WATCH_EVERY_MS - performance.now() > 1 ? Promise.resolve() : this.#watch(namespace, watch);
       void read.finally(() => {
         const now = Date.now();
         for (const [key, contested] of watch.keys) if (contested.until < now) watch.keys.delete(key);

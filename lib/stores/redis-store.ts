@@ -115,6 +115,7 @@ export class RedisStore implements Store {
       run,
       freed: (namespace, key) => wakes.wake(names.wakes(namespace), key),
       notify,
+      ownReads: kind !== 'upstash',
     }));
     // Where Redis's clock stands against this process's, from the batches' round trips (the journal prunes by it).
     const clock = new StoreClock();
