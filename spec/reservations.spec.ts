@@ -5,9 +5,31 @@
  */
 import { Redis as UpstashRedis } from '@upstash/redis';
 import { expect } from 'chai';
-import { MemoryStore, RateLimitedError, ReservationError, Throttle, ThrottleConfigError, type Store, type ThrottleOptions } from '../lib/index.js';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { MemoryStore, RedisStore, RateLimitedError, ReservationError, Throttle, ThrottleConfigError, type Store, type ThrottleOptions } from '../lib/index.js';
 import { startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
 import { redisClient, redisServer, redisStore, uniquePrefix } from './support/hooks.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+/**
+ * A process that books a call of `u1` to start a window later (it sleeps until then), then reserves
+ * a slot after it, on ioredis with its liveness stamps; prints the reservation and stays until killed.
+ */
+const RESERVER = [
+  "const { Redis } = await import('ioredis');",
+  "const { RedisStore, Throttle } = await import('./lib/index.ts');",
+  'const store = new RedisStore(new Redis(process.env.REDIS_URL), { prefix: process.env.PREFIX });',
+  "const throttle = new Throttle({ name: 'acme', rules: ['1/s'], store, maxHoldMs: 500, reservationGraceMs: 2000 });",
+  "await throttle.schedule('u1', () => undefined);",
+  "void throttle.schedule('u1', () => undefined).catch(() => undefined);",
+  'await new Promise((resolve) => setTimeout(resolve, 100));',
+  "const reservation = await throttle.reserve('u1');",
+  'console.log(JSON.stringify(reservation));',
+  'setInterval(() => undefined, 1_000);',
+].join('\n');
 
 /** A token's content, as `lib/reservations.ts` writes it (what a hostile caller could read and alter). */
 function contentOf(token: string): { n: string; k: string; m: string[]; b: number } {
@@ -192,4 +214,38 @@ describe('Reservations: reserve now, call later', function () {
       });
     });
   }
+
+  describe('across processes', () => {
+    it('a reservation outlives the process that made it: a process that died leaves its sleeping call to be given back, and its reservation to be claimed', async () => {
+      const prefix = uniquePrefix();
+      const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', RESERVER], {
+        cwd: ROOT,
+        env: { ...process.env, REDIS_URL: redisServer().url, PREFIX: prefix },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      let output = '';
+      child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      while (!output.includes('\n')) await once(child.stdout, 'data');
+      const reservation = JSON.parse(output) as { token: string; startAt: number; claimBy: number };
+      child.kill('SIGKILL');
+      await once(child, 'exit');
+      const store = redisStore(redisClient(), { prefix });
+      expect(store).to.be.instanceOf(RedisStore);
+      const throttle = new Throttle({ name: 'acme', rules: ['1/s'], store, maxHoldMs: 500, reservationGraceMs: 2000 });
+      throttles.push(throttle);
+      const debug: string[] = [];
+      throttle.on('debug', ({ message }) => debug.push(message));
+      // A call of this process waits behind both: the dead process's sleeping call is given back
+      // (its stamps went stale), the reservation is not.
+      const waiting = throttle.schedule('u1', () => Date.now());
+      let claimedAt = 0;
+      await throttle.schedule('u1', () => (claimedAt = Date.now()), { token: reservation.token });
+      expect(claimedAt).to.be.within(reservation.startAt - 5, reservation.claimBy);
+      // Started on the reserved slot itself, not booked again.
+      expect(debug.filter((message) => message.includes('moved'))).to.deep.equal([]);
+      const waited = await waiting;
+      // One call a second: the waiting call is a window away from the claimed one.
+      expect(Math.abs(waited - claimedAt)).to.be.at.least(1_000 - 15);
+    });
+  });
 });
