@@ -72,6 +72,8 @@ export const PRELUDE: Readonly<Record<string, string>> = {
   throttle: "declare const throttle: import('vendor-throttle').Throttle;",
   redis: "declare const redis: import('ioredis').Redis;",
   plans: "declare const plans: { planOf(userId: string): Promise<'free' | 'pro'> };",
+  // An @upstash/qstash Client, as far as the examples use it.
+  qstash: 'declare const qstash: { publishJSON(request: { url: string; body: unknown; notBefore?: number }): Promise<{ messageId: string }> };',
 };
 
 /** The value and type names `lib/index.ts` exports: a block may use them without importing them. */
