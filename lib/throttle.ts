@@ -217,7 +217,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     try {
       const given = options?.token;
       // A reservation's token is read before the call: its cost is the reservation's.
-      const token = given === undefined ? undefined : decodeToken(given, typeof key === 'string' ? key : String(key));
+      // Its error names the key as given when it is one (the key itself is checked next).
+      const token = given === undefined ? undefined : decodeToken(given, typeof key === 'string' || typeof key === 'number' ? String(key) : describe(key));
       if (token !== undefined && options?.cost !== undefined && options.cost !== token.members.length)
         throw new ThrottleConfigError(`Expected no cost, or the reservation's (${token.members.length}), with a token; got ${describe(options.cost)}`, 'cost');
       // Synchronous for fixed rules: awaited only when rules depend on the key.

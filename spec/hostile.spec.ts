@@ -320,8 +320,10 @@ const scheduleOptions: fc.Arbitrary<unknown> = fc.oneof(
         timeoutMs: fc.oneof({ weight: 8, arbitrary: fc.integer({ min: 0, max: 50 }) }, oddNumber, jsonish),
         priority: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: -5, max: 5 }) }, oddNumber, jsonish),
         signal: fc.oneof({ weight: 4, arbitrary: fc.constantFrom('live', 'aborted') }, jsonish),
-        // Not a token from reserve(): cut, forged, or not a string.
+        // Not a token from reserve() (cut, forged, or not a string), and mostly left out: a call with
+        // any other token is refused, and enough calls must run.
         token: fc.oneof(
+          { weight: 12, arbitrary: fc.constant(undefined) },
           fc.constantFrom('vt1.', 'vt1.e30', 'vt1.eyJuIjoieCJ9', 'vt2.abc'),
           fc.string().map((text) => `vt1.${Buffer.from(text).toString('base64url')}`),
           jsonish,

@@ -437,21 +437,22 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
 
     it('counts a call without a completion until its bound, start + maxHoldMs', async () => {
       const { store, advance } = make();
-      const rules = [{ limit: 1, windowMs: 100 }];
-      const first = await store.reserve(request({ rules, maxHoldMs: 60 }));
-      await advance(30);
-      const waiting = await store.reserve(request({ rules, maxHoldMs: 60 }));
+      // Times long enough for a store reached over HTTP under load: each decision is a round trip.
+      const rules = [{ limit: 1, windowMs: 1_000 }];
+      const first = await store.reserve(request({ rules, maxHoldMs: 600 }));
+      await advance(300);
+      const waiting = await store.reserve(request({ rules, maxHoldMs: 600 }));
       expect(waiting.status).to.equal('deferred');
-      expect(waiting.retryMs).to.be.within(1, 31);
-      await advance(35);
+      expect(waiting.retryMs).to.be.within(1, 301);
+      await advance(350);
       // Never settled: its bound is its release.
-      const second = await store.reserve(request({ rules, maxHoldMs: 60 }));
-      expect(second).to.deep.include({ status: 'booked', ruleIndex: 0, startAt: first.startAt + 60 + 100 });
+      const second = await store.reserve(request({ rules, maxHoldMs: 600 }));
+      expect(second).to.deep.include({ status: 'booked', ruleIndex: 0, startAt: first.startAt + 600 + 1_000 });
       // Once it reports its completion, it counts from that time only.
       await store.settle('ns', 'k', [{ member: first.members[0]!, releaseAt: first.startAt + 5 }]);
       await store.settle('ns', 'k', [{ member: second.members[0]!, releaseAt: null }]);
-      const third = await store.reserve(request({ rules, maxHoldMs: 60 }));
-      expect(third).to.deep.include({ status: 'booked', ruleIndex: 0, startAt: first.startAt + 5 + 100 });
+      const third = await store.reserve(request({ rules, maxHoldMs: 600 }));
+      expect(third).to.deep.include({ status: 'booked', ruleIndex: 0, startAt: first.startAt + 5 + 1_000 });
     });
 
     if (announces) {
