@@ -394,8 +394,7 @@ export class Reaper {
       watch.armed = false;
       if (this.#closed) return;
       // Read riding a batch meanwhile: the next read is due a period after it.
-      const read =
-        this.#deps.ownReads === false || watch.readAt + WATCH_EVERY_MS - performance.now() > 1 ? Promise.resolve() : this.#watch(namespace, watch);
+      const read = this.#deps.ownReads === false || watch.readAt + WATCH_EVERY_MS - performance.now() > 1 ? Promise.resolve() : this.#watch(namespace, watch);
       void read.finally(() => {
         const now = Date.now();
         for (const [key, contested] of watch.keys) if (contested.until < now) watch.keys.delete(key);
