@@ -29,7 +29,10 @@ export interface TokenContent {
   readonly name: string;
   readonly key: string;
   readonly members: readonly string[];
+  /** The reserved slots' score in the log. */
   readonly bound: number;
+  /** Their start (store clock, ms). */
+  readonly start: number;
 }
 
 const PREFIX = 'vt1.';
@@ -39,7 +42,7 @@ const MAX_TOKEN = 64_000;
 const MEMBER = /^[A-Za-z0-9._-]{1,40}$/;
 
 export function encodeToken(content: TokenContent): string {
-  const json = JSON.stringify({ n: content.name, k: content.key, m: content.members, b: content.bound });
+  const json = JSON.stringify({ n: content.name, k: content.key, m: content.members, b: content.bound, s: content.start });
   return PREFIX + Buffer.from(json, 'utf8').toString('base64url');
 }
 
@@ -61,13 +64,14 @@ export function decodeToken(token: unknown, key: string): TokenContent {
     return malformed('its content is not JSON');
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return malformed('its content is not an object');
-  const { n, k, m, b, ...rest } = parsed as Record<string, unknown>;
+  const { n, k, m, b, s, ...rest } = parsed as Record<string, unknown>;
   if (Object.keys(rest).length > 0) return malformed(`it has fields it should not (${Object.keys(rest).slice(0, 3).join(', ')})`);
   if (typeof n !== 'string' || n.length === 0 || n.length > 100) return malformed('it names no throttle');
   if (typeof k !== 'string' || k.length === 0) return malformed('it names no key');
   if (!Array.isArray(m) || m.length === 0 || m.length > 1_000 || !m.every((member) => typeof member === 'string' && MEMBER.test(member)))
     return malformed('its slots are not slots');
   if (new Set(m).size !== m.length) return malformed('it names a slot twice');
-  if (typeof b !== 'number' || !Number.isSafeInteger(b) || b < 0) return malformed('its time is not a time');
-  return { name: n, key: k, members: m as string[], bound: b };
+  if (typeof b !== 'number' || !Number.isSafeInteger(b) || b < 0 || typeof s !== 'number' || !Number.isSafeInteger(s) || s < 0 || s > b)
+    return malformed('its times are not times');
+  return { name: n, key: k, members: m as string[], bound: b, start: s };
 }

@@ -2,6 +2,7 @@ import { StoreUnavailableError, ThrottleConfigError, ThrottleError } from './err
 import type { LocalFallback } from './fallback.js';
 import type { StoreErrorPolicy, ThrottleEvents } from './options.js';
 import type { Rule } from './rules.js';
+import type { TokenContent } from './reservations.js';
 import { sleep, StoreClock, withTimeout } from './time.js';
 import type { ClaimResult, KeyPart, ReserveRequest, ReserveResult, Store } from './store.js';
 
@@ -300,18 +301,19 @@ export class StoreClient {
   }
 
   /**
-   * Claims the reserved slots `members` (scored `bound`) for `call` (`Store.claim`), with the
-   * booking its answer places on this process's clock. A store's failure rejects as a decision's
-   * under 'fail' (reported in `storeError`): a claim is not asked again, since a claim that reached
-   * the store before its answer was lost has used the reservation.
+   * Claims a reservation's slots for `call` (`Store.claim`), with the booking its answer places on
+   * this process's clock. A store's failure rejects as a decision's under 'fail' (reported in
+   * `storeError`): a claim is not asked again, since a claim that reached the store before its
+   * answer was lost has used the reservation.
    */
-  async claim(call: Call, members: readonly string[], bound: number, graceMs: number): Promise<{ readonly result: ClaimResult; readonly booking: Booking }> {
+  async claim(call: Call, token: TokenContent, graceMs: number): Promise<{ readonly result: ClaimResult; readonly booking: Booking }> {
     const { store, namespace, maxHoldMs, policy } = this.#options;
     if (store.claim === undefined) throw new ThrottleConfigError('Expected a store that keeps reservations (Store.claim), got one without', 'store');
     const sentAt = performance.now();
     let result: ClaimResult;
     try {
-      result = await store.claim({ namespace, key: call.encoded, members, bound, graceMs, maxHoldMs, retainMs: call.retainMs });
+      const { members, bound, start } = token;
+      result = await store.claim({ namespace, key: call.encoded, members, bound, startAt: start, graceMs, maxHoldMs, retainMs: call.retainMs });
     } catch (error) {
       const failure = storeError(error);
       if (failure instanceof StoreUnavailableError) this.#options.notify('storeError', { key: call.key, error: failure, policy });

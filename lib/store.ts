@@ -101,11 +101,13 @@ export interface ClaimRequest {
   readonly key: string;
   /** The reserved slots' members (`ReserveResult.members` of a decision with `reserved`). */
   readonly members: readonly string[];
-  /** Their score in the log: their start + the reserving throttle's `maxHoldMs` + `graceMs`. */
+  /** Their score in the log: their start + the reserving throttle's `maxHoldMs` + its grace. */
   readonly bound: number;
-  /** How long after their start they can still be claimed (ms). */
+  /** Their start (store clock, ms), as the reservation said it. */
+  readonly startAt: number;
+  /** The claiming throttle's `reservationGraceMs`: the slots start no earlier than `bound` − `maxHoldMs` − this. */
   readonly graceMs: number;
-  /** The claiming throttle's `maxHoldMs`: the started call's slots count to now + this until completed. */
+  /** The claiming throttle's `maxHoldMs`: the call's slots count to now + this until completed; no claim after `bound` − this. */
   readonly maxHoldMs: number;
   /** History the key keeps, at least its longest window. */
   readonly retainMs: number;
@@ -115,11 +117,12 @@ export interface ClaimRequest {
  * - `started`: the call starts now on the slots `members` (this process's, settled as any call's);
  *   the reserved ones left the log;
  * - `early`: the slots start in `waitMs`; nothing changed;
- * - `late`: the grace after their start is over; they count to their bound, and cannot be claimed;
- * - `used`: the reservation was claimed before (its call made, or booked again);
- * - `moved`: the slots are gone, or the key is paused (a vendor pause or a lower learned limit took
- *   them out, or the store lost them): what is left of them leaves the log, the reservation counts
- *   as used, and the call books a slot again as any call does.
+ * - `late`: too late for a call to reach the vendor within the slots' bound; they count to it, and
+ *   cannot be claimed;
+ * - `used`: the reservation was claimed before;
+ * - `moved`: none of the slots is in the log (a vendor pause or a lower learned limit took them
+ *   out, the store lost them, or the token names no reservation), or the key is paused: those left
+ *   leave the log (then the reservation counts as used), and the call books a slot as any call.
  */
 export type ClaimStatus = 'started' | 'early' | 'late' | 'used' | 'moved';
 
@@ -338,10 +341,10 @@ export interface Store {
   mayStart?(namespace: string, members: readonly string[], startAt: number): boolean;
   /**
    * Optional: starts a call now on slots reserved earlier (`ReserveRequest.reserved`), by this
-   * process or another, if they are still in the key's log at their bound, their start has come,
-   * their grace is not over and no claim took them before: they leave the log, and the call's own
-   * slots take their place, to count to now + `maxHoldMs` until settled. A reservation is claimed
-   * at most once, whatever the claims race.
+   * process or another, if they are still in the key's log at their bound, their start has come, a
+   * call started now reaches the vendor within their bound, and no claim took them before: the
+   * call's own slots take their place, to count to now + `maxHoldMs` until settled. A reservation
+   * is claimed at most once, whatever the claims race.
    */
   claim?(request: ClaimRequest): Promise<ClaimResult>;
   /**

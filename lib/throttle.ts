@@ -277,8 +277,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * (a function that hands the token to its platform's delay): the slot counts in every process as
    * any call's. Make the call with `schedule(key, fn, { token })` at `startAt` (within the
    * throttle's `reservationGraceMs`). A token never used counts until its start + the grace +
-   * `maxHoldMs`, then a window. Waits, as `schedule()` does, only while the store cannot yet tell
-   * where the slot is (a call still in flight), within `maxDelayMs`.
+   * `maxHoldMs`, then a window. Never waits for a call in flight: its slot starts once the calls
+   * before it count no longer at their bounds, a start it can keep. It waits only in this process's
+   * line of the key's calls.
    *
    * Rejects, with nothing booked, with `RateLimitedError` (no slot within `maxDelayMs`),
    * `QueueFullError`, `StoreUnavailableError`, `ThrottleClosedError`, `signal.reason`, or
@@ -301,14 +302,23 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       this.#slots.release(call, grant);
       throw this.#storeClient.failure ?? new StoreUnavailableError('The store cannot be reached: a reservation cannot be made in this process alone');
     }
-    const startAt = Math.ceil(Date.now() + result.waitMs);
+    // The store decided between the ask and the answer: the slot surely starts by `startAt`, and
+    // surely can still be claimed at `claimBy`.
+    const now = Date.now();
+    const askedAt = now - (performance.now() - grant.askedAt);
     return {
       key: call.key,
       cost: call.cost,
       waitMs: result.waitMs,
-      startAt,
-      claimBy: startAt + this.#graceMs,
-      token: encodeToken({ name: this.name, key: call.encoded, members: result.members, bound: result.startAt + this.#maxHoldMs + this.#graceMs }),
+      startAt: Math.ceil(now + result.waitMs),
+      claimBy: Math.floor(askedAt + result.waitMs + this.#graceMs),
+      token: encodeToken({
+        name: this.name,
+        key: call.encoded,
+        members: result.members,
+        bound: result.startAt + this.#maxHoldMs + this.#graceMs,
+        start: result.startAt,
+      }),
     };
   }
 
@@ -321,7 +331,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (token.key !== call.encoded || call.also.length > 0) throw new ReservationError(call.key, 'otherKey', 'it was made for another key');
     for (;;) {
       this.#aborted(call)?.throwIfAborted();
-      const { result, booking } = await this.#storeClient.claim(call, token.members, token.bound, this.#graceMs);
+      const { result, booking } = await this.#storeClient.claim(call, token, this.#graceMs);
       switch (result.status) {
         case 'started': {
           const started: ReserveResult = {
@@ -333,7 +343,10 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
             ruleIndex: -1,
             members: result.members,
           };
-          return grantOf(started, booking);
+          const grant = grantOf(started, booking);
+          // An answer that came too late for the slot it started (a stalled event loop or link): as a booking's.
+          if (this.#lateBy(grant) > this.#maxHoldMs / 2 || !this.#mayStart(grant)) return this.#rebook(call, grant);
+          return grant;
         }
         case 'early':
           if (performance.now() + result.waitMs > call.deadline)
@@ -341,7 +354,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
           await this.#sleepUntil(call, keysOf(call), booking.receivedAt + result.waitMs);
           break;
         case 'late':
-          throw new ReservationError(call.key, 'late', `its grace is over (reservationGraceMs ${this.#graceMs} ms after its start)`);
+          throw new ReservationError(call.key, 'late', 'its grace is over: a call started now could reach the vendor after its slot counts no longer');
         case 'used':
           throw new ReservationError(call.key, 'used', 'a call was made with it already');
         default:
@@ -659,7 +672,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     limited: (call, answer, waitMs) => limitedError(call, answer, waitMs),
     windowOf: (call, answer) => (answer.ruleIndex >= 0 ? ruleAt(call, answer.ruleIndex).rule.windowMs : 1),
     refused: (call, answer, at) => {
-      if (at.store === this.store) this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, reasonOf(call, answer), bindingKey(call, answer));
+      // A reservation's refusal counts the calls in flight at their bounds: it says nothing of other calls.
+      if (at.store === this.store && call.graceMs === undefined)
+        this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, reasonOf(call, answer), bindingKey(call, answer));
     },
     release: (call, answer, at) => this.#slots.release(call, grantOf(answer, at)),
     failure: () => this.#storeClient.failure,

@@ -10,6 +10,7 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { MemoryStore, RedisStore, RateLimitedError, ReservationError, Throttle, ThrottleConfigError, type Store, type ThrottleOptions } from '../lib/index.js';
 import { startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
+import { delegatingStore } from './support/delegating-store.js';
 import { redisClient, redisServer, redisStore, uniquePrefix } from './support/hooks.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -32,8 +33,8 @@ const RESERVER = [
 ].join('\n');
 
 /** A token's content, as `lib/reservations.ts` writes it (what a hostile caller could read and alter). */
-function contentOf(token: string): { n: string; k: string; m: string[]; b: number } {
-  return JSON.parse(Buffer.from(token.slice('vt1.'.length), 'base64url').toString('utf8')) as { n: string; k: string; m: string[]; b: number };
+function contentOf(token: string): { n: string; k: string; m: string[]; b: number; s: number } {
+  return JSON.parse(Buffer.from(token.slice('vt1.'.length), 'base64url').toString('utf8')) as { n: string; k: string; m: string[]; b: number; s: number };
 }
 
 function tokenOf(content: object): string {
@@ -104,7 +105,8 @@ describe('Reservations: reserve now, call later', function () {
         const caller = open();
         const first = await reserver.reserve('u1');
         expect(first.waitMs).to.equal(0);
-        expect(first.claimBy - first.startAt).to.equal(150);
+        // The grace from the start, less the round trip (the store decided somewhere in it).
+        expect(first.claimBy - first.startAt).to.be.within(1, 150);
         const second = await reserver.reserve('u1');
         // A third is not deferred behind the two in flight: it gets a start it can keep, once both count no longer at their bounds.
         const third = await reserver.reserve('u1');
@@ -212,8 +214,89 @@ describe('Reservations: reserve now, call later', function () {
         if (typeof forged === 'number') expect(Math.abs(forged - sleptUntil)).to.be.at.least(250);
         else expect(forged).to.be.instanceOf(ReservationError);
       });
+
+      it('marks a reservation used only once its slots are found: an altered token books as any call, and leaves the real one good', async () => {
+        const throttle = open({ rules: ['4/300ms'] });
+        const { token } = await throttle.reserve('u1', { cost: 2 });
+        const content = contentOf(token);
+        let calls = 0;
+        // Its bound altered: no slot of it is found, nothing is marked, the call books a slot of its own.
+        await throttle.schedule('u1', () => calls++, { token: tokenOf({ ...content, b: content.b + 1 }) });
+        expect(calls).to.equal(1);
+        await throttle.schedule('u1', () => calls++, { token });
+        expect(calls).to.equal(2);
+        // Its members in another order: the same reservation, used.
+        const reordered = await rejection(throttle.schedule('u1', () => calls++, { token: tokenOf({ ...content, m: [...content.m].reverse() }) }));
+        expect(reordered).to.be.instanceOf(ReservationError).with.property('reason', 'used');
+        // A start altered earlier: the call still waits for the slot's own (its bound less this process's hold and grace).
+        const later = await throttle.reserve('u1', { cost: 2 });
+        const altered = contentOf(later.token);
+        let startedAt = 0;
+        await throttle.schedule('u1', () => (startedAt = Date.now()), { token: tokenOf({ ...altered, s: altered.s - 10_000 }) });
+        expect(startedAt).to.be.at.least(later.startAt - 5);
+        expect(calls).to.equal(2);
+      });
+
+      it('a process with a longer grace than the reserving one still starts the call at its slot, not before', async () => {
+        const reserver = open({ rules: ['1/1s'], reservationGraceMs: 150 });
+        const claimer = open({ rules: ['1/1s'], reservationGraceMs: 5_000 });
+        await reserver.reserve('u1');
+        const second = await reserver.reserve('u1');
+        expect(second.waitMs).to.be.at.least(1_000);
+        let startedAt = 0;
+        await claimer.schedule('u1', () => (startedAt = Date.now()), { token: second.token });
+        expect(startedAt).to.be.at.least(second.startAt - 5);
+      });
+
+      it('a refused reservation refuses no call: a call that can wait for completions still gets its slot', async () => {
+        const throttle = open({ rules: ['2/300ms'], maxHoldMs: 600, reservationGraceMs: 300 });
+        const running = [0, 1].map(() => throttle.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 50))));
+        await new Promise((resolve) => setTimeout(resolve, 10));
+        // Counting the calls in flight at their bounds, the reservation would start 1.2 s away.
+        expect(await rejection(throttle.reserve('u1', { maxDelayMs: 200 }))).to.be.instanceOf(RateLimitedError);
+        // A call's slot comes a window after their completions, about 340 ms away.
+        const started = performance.now();
+        await throttle.schedule('u1', () => undefined, { maxDelayMs: 600 });
+        expect(performance.now() - started).to.be.below(600);
+        await Promise.all(running);
+      });
+
+      if (subject.shared) {
+        it('a claim on a quiet key leaves its log with a time to live', async () => {
+          const throttle = open();
+          const { token } = await throttle.reserve('u1');
+          await throttle.schedule('u1', () => undefined, { token });
+          await new Promise((resolve) => setTimeout(resolve, 50));
+          const ttl = await redisClient().pttl(`${prefix}:acme:{u1}:log`);
+          expect(ttl).to.be.within(1, 10_000);
+        });
+      }
     });
   }
+
+  it('a claim answered too late for its slot books again (as a late booking does): no window over the limit', async () => {
+    const inner = new MemoryStore();
+    let slow = 0;
+    const store = delegatingStore(inner, {
+      claim: async (request) => {
+        const result = await inner.claim(request);
+        // The answer of the first claim arrives 500 ms late (a stalled link).
+        if (slow++ === 0) await new Promise((resolve) => setTimeout(resolve, 500));
+        return result;
+      },
+    });
+    const throttle = new Throttle({ name: 'acme', rules: ['1/1s'], store, maxHoldMs: 200, reservationGraceMs: 150 });
+    throttles.push(throttle);
+    const { token } = await throttle.reserve('u1');
+    const other = new Throttle({ name: 'acme', rules: ['1/1s'], store: inner, maxHoldMs: 200 });
+    throttles.push(other);
+    const starts: number[] = [];
+    const claimed = throttle.schedule('u1', () => starts.push(Date.now()), { token });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await Promise.all([claimed, other.schedule('u1', () => starts.push(Date.now()))]);
+    starts.sort((a, b) => a - b);
+    expect(starts[1]! - starts[0]!).to.be.at.least(1_000 - 15);
+  });
 
   describe('across processes', () => {
     it('a reservation outlives the process that made it: a process that died leaves its sleeping call to be given back, and its reservation to be claimed', async () => {

@@ -64,7 +64,7 @@ interface KeyLog {
     readonly since: number;
     readonly refusals: number;
   }>;
-  /** Reservations claimed (`claim`), by their first member: each until its grace ends (store clock). */
+  /** Reservations claimed (`claim`), by their smallest member: each until no claim could take it (store clock). */
   claimed: Map<string, number>;
 }
 
@@ -189,32 +189,37 @@ export class MemoryStore implements Store {
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     const now = this.#clock();
     const nowMs = Math.ceil(now);
-    const { members, bound, graceMs, maxHoldMs } = request;
-    const start = bound - maxHoldMs - graceMs;
+    const { members, bound, maxHoldMs } = request;
+    const start = Math.max(request.startAt, bound - maxHoldMs - request.graceMs);
+    const last = bound - maxHoldMs;
     const answer = { now: nowMs, waitMs: 0, members: [] as string[] };
     const id = `${request.namespace}\n${request.key}`;
     const log = this.#open(id, Math.floor(now));
-    for (const [first, until] of log.claimed) if (until < now) log.claimed.delete(first);
-    if (log.claimed.has(members[0]!)) return { ...answer, status: 'used' };
+    for (const [mark, until] of log.claimed) if (until < now) log.claimed.delete(mark);
+    const mark = [...members].sort()[0]!;
+    if (log.claimed.has(mark)) return { ...answer, status: 'used' };
     if (now < start) return { ...answer, status: 'early', waitMs: Math.ceil(start - now) };
-    if (now > start + graceMs) return { ...answer, status: 'late' };
-    log.claimed.set(members[0]!, start + graceMs);
+    if (now > last) return { ...answer, status: 'late' };
     const present = members.filter((member) => {
       if (!member.startsWith(RESERVED)) return false;
       const index = log.members.lastIndexOf(member);
       return index >= 0 && log.scores[index] === bound;
     });
+    if (present.length === 0) return { ...answer, status: 'moved' };
+    log.claimed.set(mark, last);
+    let started: string[] = [];
+    if (present.length === members.length && log.pausedUntil <= now) {
+      started = members.map(() => String(++this.#seq));
+      for (const member of started) insert(log, nowMs + maxHoldMs, member);
+    }
     for (const member of present) {
       const index = log.members.lastIndexOf(member);
       log.scores.splice(index, 1);
       log.members.splice(index, 1);
     }
-    log.expiresAt = Math.max(log.expiresAt, start + graceMs + 1);
+    log.expiresAt = Math.max(log.expiresAt, last + 1);
     this.#logs.set(id, log);
-    if (present.length < members.length || log.pausedUntil > now) return { ...answer, status: 'moved' };
-    const started = members.map(() => String(++this.#seq));
-    for (const member of started) insert(log, nowMs + maxHoldMs, member);
-    return { ...answer, status: 'started', members: started };
+    return started.length > 0 ? { ...answer, status: 'started', members: started } : { ...answer, status: 'moved' };
   }
 
   /** Written at once (in-process, nothing to batch): `_coalesceMs` is not needed. */

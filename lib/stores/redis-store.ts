@@ -411,15 +411,17 @@ export class RedisStore implements Store {
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
-    const { namespace, key, members, bound, graceMs, maxHoldMs, retainMs } = request;
+    const { namespace, key, members, bound, startAt, graceMs, maxHoldMs, retainMs } = request;
     await this.#recovery?.recovered(namespace);
     const names = this.#names;
     const { log, meta } = names.of(namespace, key);
     const first = this.#seq + 1;
     this.#seq += members.length;
     const started = members.map((_, i) => names.member(first + i));
-    const args = [bound, graceMs, maxHoldMs, members.length, ...members, ...started];
-    const reply = replies.claim(await this.#driver.run(scripts.claim.name, [log, meta, `${meta}:claimed:${members[0]}`], args));
+    // The mark is named by the smallest member: a token with its members in another order is the same reservation.
+    const mark = `${meta}:claimed:${[...members].sort()[0]!}`;
+    const args = [bound, startAt, graceMs, maxHoldMs, members.length, ...members, ...started];
+    const reply = replies.claim(await this.#driver.run(scripts.claim.name, [log, meta, mark], args));
     if (reply.status !== 'started') return { ...reply, members: NONE };
     this.#recovery?.journal.book(namespace, key, first, members.length, reply.now + maxHoldMs, retainMs);
     this.#heartbeat?.start();
