@@ -1044,6 +1044,8 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
         ],
       ];
       const maxHoldMs = 8;
+      /** A reservation's grace (`reservationGraceMs`). */
+      const GRACE_MS = 5;
       const retainMs = 60;
       const delays = [0, 15, Infinity];
       const op = fc.oneof(
@@ -1055,6 +1057,8 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
             cost: fc.integer({ min: 1, max: 2 }),
             delay: fc.nat(delays.length - 1),
             rules: fc.nat(ruleSets.length - 1),
+            // A reservation (`Throttle.reserve`): never deferred, its slot held a grace longer.
+            reserved: fc.boolean(),
           }),
         },
         // A completion may come after the bound (a call slower than maxHoldMs): the store keeps the bound.
@@ -1087,7 +1091,16 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
           const subject = make();
           const { store, namespace } = subject;
           const model = new ReferenceModel(retainMs);
-          const booked: Array<{ key: string; members: readonly string[]; start: number; release: number; cost: number; open: boolean; ruleSet: number }> = [];
+          const booked: Array<{
+            key: string;
+            members: readonly string[];
+            start: number;
+            release: number;
+            hold: number;
+            cost: number;
+            open: boolean;
+            ruleSet: number;
+          }> = [];
           const seenMembers = new Set<string>();
           // Keys a limit above their rules was learned for: their calls go past the configured rules (the model pins them).
           const raised = new Set<string>();
@@ -1117,7 +1130,8 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
             } else if (step.kind === 'reserve') {
               const ruleSet = fixed ? fixed[step.key] : step.rules;
               const rules = ruleSets[ruleSet]!;
-              const modelRequest: ModelRequest = { rules, cost: step.cost, maxDelayMs: delays[step.delay]!, maxHoldMs };
+              const hold = step.reserved ? maxHoldMs + GRACE_MS : maxHoldMs;
+              const modelRequest: ModelRequest = { rules, cost: step.cost, maxDelayMs: delays[step.delay]!, maxHoldMs: hold, reserved: step.reserved };
               const exact = subject.clock?.();
               const result = await store.reserve(request({ key: step.key, ...modelRequest, retainMs }));
               const got: ModelDecision = {
@@ -1145,7 +1159,8 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
                   key: step.key,
                   members: result.members,
                   start: result.startAt,
-                  release: result.startAt + maxHoldMs,
+                  release: result.startAt + hold,
+                  hold,
                   cost: step.cost,
                   open: true,
                   ruleSet,
@@ -1200,7 +1215,7 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
               const kept = calls.every((call) => ruleSets[call.ruleSet]!.some((r) => r.windowMs > 0 && r.limit <= rule.limit && r.windowMs >= rule.windowMs));
               if (kept) expect(maxInWindow(starts, rule.windowMs), `${key}: ${rule.limit}/${rule.windowMs}`).to.be.at.most(rule.limit);
             }
-            for (const call of calls) expect(call.release - call.start).to.be.within(0, maxHoldMs);
+            for (const call of calls) expect(call.release - call.start).to.be.within(0, call.hold);
           }
           await store.close();
         }),

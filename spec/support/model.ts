@@ -35,6 +35,8 @@ export interface ModelRequest {
   readonly cost: number;
   readonly maxDelayMs: number;
   readonly maxHoldMs: number;
+  /** A reservation: never deferred; it starts once each rule filled by calls in flight has room at their bounds. */
+  readonly reserved?: boolean;
 }
 
 export interface ModelDecision {
@@ -118,12 +120,17 @@ export class ReferenceModel {
       const { rule, slots } = entry;
       const frees = slots.map((slot) => slot.score).filter((v) => slots.filter((slot) => slot.score > v).length <= rule.limit - cost);
       const at = Math.min(...frees);
-      if (bound === undefined || at < bound) bound = at;
-      const soonest = Math.max(nowMs, at - request.maxHoldMs) + rule.windowMs;
+      // A reservation waits for that score itself: then the rule has room whatever the call does.
+      const soonest = request.reserved === true ? at + rule.windowMs : Math.max(nowMs, at - request.maxHoldMs) + rule.windowMs;
+      if (request.reserved !== true && (bound === undefined || at < bound)) bound = at;
       if (soonest > earliest) {
         earliest = soonest;
         ruleIndex = entry.index;
       }
+    }
+    if (request.reserved === true) {
+      const waitMs = earliest <= now ? 0 : Math.ceil(earliest - now);
+      return { status: waitMs > request.maxDelayMs ? 'refused' : 'booked', startAt: Math.ceil(earliest), waitMs, retryMs: 0, ruleIndex };
     }
     const waitMs = earliest <= now ? 0 : Math.ceil(earliest - now);
     const limited = waitMs > request.maxDelayMs;
