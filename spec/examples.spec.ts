@@ -55,6 +55,17 @@ describe('examples', function () {
     for (const user of ['ann', 'ben', 'cal']) for (const at of times.get(user)!) expect(at).to.be.below(secondWindow);
   });
 
+  it('functions: webhooks reserve and return, each call starts at its reserved time, 2 a second, and a token delivered twice makes one call', async () => {
+    const lines = await runExample('functions.ts', { EXAMPLE_WEBHOOKS: '6' });
+    expect(lines.at(-1)).to.equal('bob: a token delivered twice: refused: used');
+    const calls = lines.slice(0, -1).map((line) => /^alice: reserved for (\d+) ms, started (\d+) ms$/.exec(line));
+    expect(calls.every((match) => match !== null)).to.equal(true);
+    expect(calls).to.have.length(6);
+    const starts = calls.map((match) => Number(match![2]));
+    for (const match of calls) expect(Number(match![2]) - Number(match![1]), match![0]).to.be.within(-2, 1_000);
+    expect(mostInWindow(starts, 995)).to.equal(2);
+  });
+
   it('opentelemetry: prints three spans of the throttle, each the parent of its HTTP span, the third held by 2/s, then the metrics', async () => {
     const output = (await runExample('opentelemetry.ts', {})).join('\n');
     const spans = output.split(/\n(?=\{)/).filter((block) => block.includes("name: 'schedule acme'"));
