@@ -18,7 +18,11 @@ export interface Reservation {
   readonly waitMs: number;
   /** When the call may start: `Date.now()` plus `waitMs` when the answer came (ms since the epoch, rounded up). */
   readonly startAt: number;
-  /** The last moment a call can start with the token: `startAt` + the throttle's `reservationGraceMs`. */
+  /**
+   * The last moment a call surely starts with the token: the slot's start + the throttle's
+   * `reservationGraceMs`, counted from when the reservation was asked for (up to a round trip
+   * before `startAt` + the grace).
+   */
   readonly claimBy: number;
   /** Pass it to `schedule(key, fn, { token })` then, in any process sharing the store. A short ASCII string. */
   readonly token: string;
