@@ -88,13 +88,7 @@ if (settings) {
         }
         perInvocation.push(made());
       };
-      await Promise.all([
-        ...Array.from({ length: calls }, () => longLived.schedule('42', async () => (await fetch(vendorUrl)).text())),
-        ...Array.from({ length: calls }, () => invoke()),
-      ]);
-      await longLived.close();
-      const ideal = (Math.ceil((2 * calls) / LIMIT) - 1) * 1_000;
-      const span = Math.max(...arrivals) - Math.min(...arrivals);
+      const { span, ideal } = await beside(longLived, calls, vendorUrl, arrivals, invoke);
       const byCommand = new Map<string, number>();
       for (const request of rest.requests) for (const command of request.commands) byCommand.set(command, (byCommand.get(command) ?? 0) + 1);
       const mean = perInvocation.reduce((sum, n) => sum + n, 0) / perInvocation.length;
@@ -114,6 +108,25 @@ if (settings) {
     await rest.close();
     await redis.stop();
   }
+}
+
+/**
+ * `calls` calls of the long-lived process beside `calls` invocations, all released at once, the
+ * long-lived throttle closed after; the vendor's first to last arrival, and the ideal.
+ */
+async function beside(
+  longLived: InstanceType<typeof Throttle>,
+  calls: number,
+  vendorUrl: string,
+  arrivals: readonly number[],
+  invocation: () => Promise<void>,
+): Promise<{ readonly span: number; readonly ideal: number }> {
+  await Promise.all([
+    ...Array.from({ length: calls }, () => longLived.schedule('42', async () => (await fetch(vendorUrl)).text())),
+    ...Array.from({ length: calls }, () => invocation()),
+  ]);
+  await longLived.close();
+  return { span: Math.max(...arrivals) - Math.min(...arrivals), ideal: (Math.ceil((2 * calls) / LIMIT) - 1) * 1_000 };
 }
 
 /** The calls made with reservations: each invocation reserves and returns; one made afresh at `startAt` makes the call. */
@@ -170,13 +183,7 @@ async function reservations(calls: number, runs: number, rest: UpstashRest, work
       );
       calling.push(called.requests);
     };
-    await Promise.all([
-      ...Array.from({ length: calls }, () => longLived.schedule('42', async () => (await fetch(vendorUrl)).text())),
-      ...Array.from({ length: calls }, () => reserveAndCall()),
-    ]);
-    await longLived.close();
-    const ideal = (Math.ceil((2 * calls) / LIMIT) - 1) * 1_000;
-    const span = Math.max(...arrivals) - Math.min(...arrivals);
+    const { span, ideal } = await beside(longLived, calls, vendorUrl, arrivals, reserveAndCall);
     const sorted = [...lateness].sort((a, b) => a - b);
     const mean = (values: readonly number[]): string => (values.reduce((sum, n) => sum + n, 0) / values.length).toFixed(1);
     console.log(
