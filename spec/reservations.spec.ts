@@ -95,7 +95,7 @@ describe('Reservations: reserve now, call later', function () {
       /** A throttle as one process's: on Redis, with a store of its own. */
       const open = (options: Partial<ThrottleOptions> = {}): Throttle => {
         const store = subject.shared ? subject.store() : memory;
-        const throttle = new Throttle({ name: 'acme', rules: ['2/300ms'], maxHoldMs: 200, reservationGraceMs: 150, ...options, store });
+        const throttle = new Throttle({ name: 'acme', rules: ['2/300ms'], maxHoldMs: 200, reservationGraceMs: 1_000, ...options, store });
         throttles.push(throttle);
         return throttle;
       };
@@ -106,12 +106,12 @@ describe('Reservations: reserve now, call later', function () {
         const first = await reserver.reserve('u1');
         expect(first.waitMs).to.equal(0);
         // The grace from the start, less the round trip (the store decided somewhere in it).
-        expect(first.claimBy - first.startAt).to.be.within(1, 150);
+        expect(first.claimBy - first.startAt).to.be.within(1, 1_000);
         const second = await reserver.reserve('u1');
         // A third is not deferred behind the two in flight: it gets a start it can keep, once both count no longer at their bounds.
         const third = await reserver.reserve('u1');
-        // Its start: the first's, plus its bound (maxHoldMs + reservationGraceMs) and a window; each answered after its own round trip.
-        expect(third.startAt - first.startAt).to.be.within(650 - 40, 650 + 60);
+        // Its start (store clock): the first's, plus its bound (maxHoldMs + reservationGraceMs) and a window.
+        expect(contentOf(third.token).s - contentOf(first.token).s).to.equal(200 + 1_000 + 300);
         expect((await caller.inspect('u1')).bookedAhead).to.be.at.least(1);
         // A call of another process finds the window full.
         expect(await rejection(caller.schedule('u1', () => 'x', { maxDelayMs: 0 }))).to.be.instanceOf(RateLimitedError);
@@ -119,8 +119,7 @@ describe('Reservations: reserve now, call later', function () {
         expect(await caller.schedule('u1', () => 'second', { token: second.token })).to.equal('second');
         let startedAt = 0;
         await caller.schedule('u1', () => (startedAt = Date.now()), { token: third.token });
-        expect(startedAt).to.be.at.least(third.startAt - 5);
-        expect(startedAt).to.be.below(third.startAt + 100);
+        expect(startedAt).to.be.within(third.startAt - 5, third.claimBy);
       });
 
       it('refuses a token used twice, for another key, or of another throttle, with nothing called', async () => {
@@ -158,7 +157,8 @@ describe('Reservations: reserve now, call later', function () {
         const later = await throttle.reserve('u1');
         const early = await rejection(throttle.schedule('u1', () => 'early', { token: later.token, maxDelayMs: 100 }));
         expect(early).to.be.instanceOf(ReservationError).with.property('reason', 'early');
-        expect((early as ReservationError).retryAfterMs).to.be.within(400, 700);
+        // Further than the call's maxDelayMs, and no further than the slot's start (its ms rounded up).
+        expect((early as ReservationError).retryAfterMs).to.be.within(101, 1_501);
         let startedAt = 0;
         await throttle.schedule('u1', () => (startedAt = Date.now()), { token: later.token });
         expect(startedAt).to.be.at.least(later.startAt - 5);
@@ -256,8 +256,8 @@ describe('Reservations: reserve now, call later', function () {
         expect(await rejection(throttle.reserve('u1', { maxDelayMs: 200 }))).to.be.instanceOf(RateLimitedError);
         // A call's slot comes a window after their completions, about 340 ms away.
         const started = performance.now();
-        await throttle.schedule('u1', () => undefined, { maxDelayMs: 600 });
-        expect(performance.now() - started).to.be.below(600);
+        await throttle.schedule('u1', () => undefined, { maxDelayMs: 900 });
+        expect(performance.now() - started).to.be.below(900);
         await Promise.all(running);
       });
 
@@ -268,7 +268,7 @@ describe('Reservations: reserve now, call later', function () {
           await throttle.schedule('u1', () => undefined, { token });
           await new Promise((resolve) => setTimeout(resolve, 50));
           const ttl = await redisClient().pttl(`${prefix}:acme:{u1}:log`);
-          expect(ttl).to.be.within(1, 10_000);
+          expect(ttl).to.be.within(1, 20_000);
         });
       }
     });
