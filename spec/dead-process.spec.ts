@@ -63,6 +63,13 @@ async function run(victimFate: 'killed' | 'stalled'): Promise<Outcome> {
       // Killed once a liveness stamp covers the slots it booked ahead (stamps go every
       // STAMP_EVERY_MS: slots asked for after the last one are in none, and count to their bound).
       await new Promise((resolve) => setTimeout(resolve, 2 * STAMP_EVERY_MS));
+      // Killed while it sleeps: its sleeping calls may all have started during the wait, the next
+      // ones not yet booked (under load). Each booking batch carries a stamp while stamps go on.
+      const since = victim.messages.length;
+      const latest = victim.messages.filter((message): message is FaultWorkerProgress => message.type === 'progress').at(-1);
+      if (latest === undefined || latest.sleeping < 1) {
+        await victim.waitFor((message) => message.type === 'progress' && message.sleeping >= 1 && victim.messages.indexOf(message) >= since);
+      }
       victim.child.kill('SIGKILL');
     }
     const done = await survivor.waitFor((message): message is FaultWorkerDone => message.type === 'done');
