@@ -9,6 +9,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { MemoryStore, RedisStore, RateLimitedError, ReservationError, Throttle, ThrottleConfigError, type Store, type ThrottleOptions } from '../lib/index.js';
+import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
 import { startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
 import { delegatingStore } from './support/delegating-store.js';
 import { redisClient, redisServer, redisStore, uniquePrefix } from './support/hooks.js';
@@ -296,6 +297,46 @@ describe('Reservations: reserve now, call later', function () {
     await Promise.all([claimed, other.schedule('u1', () => starts.push(Date.now()))]);
     starts.sort((a, b) => a - b);
     expect(starts[1]! - starts[0]!).to.be.at.least(1_000 - 15);
+  });
+
+  it('over HTTP, a reservation lost with a Redis restarted empty: at its time, its call books a slot as any call, on the Redis as it is now', async () => {
+    let server: RedisServer | undefined = await startRedis();
+    const own = await startUpstashRest(server.url);
+    try {
+      const open = (): Throttle => {
+        const throttle = new Throttle({
+          name: 'acme',
+          rules: ['1/1s'],
+          store: redisStore(new UpstashRedis({ url: own.url, token: own.token, retry: false }), { prefix }),
+          maxHoldMs: 200,
+          reservationGraceMs: 1_000,
+        });
+        throttles.push(throttle);
+        return throttle;
+      };
+      prefix = uniquePrefix();
+      const reserver = open();
+      await reserver.reserve('u1');
+      const { token, startAt } = await reserver.reserve('u1');
+      const port = server.port;
+      await server.stop();
+      server = undefined;
+      server = await startRedis({ port });
+      const caller = open();
+      const debug: string[] = [];
+      caller.on('debug', ({ message }) => debug.push(message));
+      let calledAt = 0;
+      // It waits for its start as any token (the claim looks no further before it); its slot is gone
+      // with the data, and it books one on the log as it is then.
+      await caller.schedule('u1', () => (calledAt = Date.now()), { token });
+      expect(calledAt).to.be.within(startAt - 5, startAt + 1_000);
+      expect(debug.some((message) => message.includes('moved'))).to.equal(true);
+      // The window the call took holds: another call waits a window for it.
+      expect(await rejection(caller.schedule('u1', () => 'x', { maxDelayMs: 0 }))).to.be.instanceOf(RateLimitedError);
+    } finally {
+      await own.close();
+      await server?.stop();
+    }
   });
 
   describe('across processes', () => {
