@@ -1,5 +1,7 @@
+import type { Grant } from './completions.js';
 import { ReservationError, ThrottleConfigError } from './errors.js';
 import { describe } from './rules.js';
+import type { Call } from './store-client.js';
 
 /**
  * Reservations (docs/design.md, "Reservations"): a slot booked now for a call made later, by this
@@ -44,6 +46,26 @@ const PREFIX = 'vt1.';
 const MAX_TOKEN = 64_000;
 /** A member as the stores write them: `r<n>` (MemoryStore), `<n>.<tag>` (RedisStore). */
 const MEMBER = /^[A-Za-z0-9._-]{1,40}$/;
+
+/**
+ * What a reservation booked for `call` (`grant`, in the throttle `name`'s store) tells its caller.
+ * The store decided between the ask and the answer: the slot surely starts by `startAt`, and surely
+ * can still be claimed at `claimBy`.
+ */
+export function reservationOf(name: string, call: Call, grant: Grant, maxHoldMs: number, graceMs: number): Reservation {
+  const { result } = grant;
+  const now = Date.now();
+  const askedAt = now - (performance.now() - grant.askedAt);
+  const token = encodeToken({ name, key: call.encoded, members: result.members, bound: result.startAt + maxHoldMs + graceMs, start: result.startAt });
+  return {
+    key: call.key,
+    cost: call.cost,
+    waitMs: result.waitMs,
+    startAt: Math.ceil(now + result.waitMs),
+    claimBy: Math.floor(askedAt + result.waitMs + graceMs),
+    token,
+  };
+}
 
 export function encodeToken(content: TokenContent): string {
   const json = JSON.stringify({ n: content.name, k: content.key, m: content.members, b: content.bound, s: content.start });

@@ -2,7 +2,6 @@ import { StoreUnavailableError, ThrottleConfigError, ThrottleError } from './err
 import type { LocalFallback } from './fallback.js';
 import type { StoreErrorPolicy, ThrottleEvents } from './options.js';
 import type { Rule } from './rules.js';
-import type { TokenContent } from './reservations.js';
 import { sleep, StoreClock, withTimeout } from './time.js';
 import type { ClaimResult, KeyPart, ReserveRequest, ReserveResult, Store } from './store.js';
 
@@ -306,7 +305,11 @@ export class StoreClient {
    * `storeError`): a claim is not asked again, since a claim that reached the store before its
    * answer was lost has used the reservation.
    */
-  async claim(call: Call, token: TokenContent, graceMs: number): Promise<{ readonly result: ClaimResult; readonly booking: Booking }> {
+  async claim(
+    call: Call,
+    token: { readonly members: readonly string[]; readonly bound: number; readonly start: number },
+    graceMs: number,
+  ): Promise<{ readonly result: ClaimResult; readonly booking: Booking }> {
     const { store, namespace, maxHoldMs, policy } = this.#options;
     if (store.claim === undefined) throw new ThrottleConfigError('Expected a store that keeps reservations (Store.claim), got one without', 'store');
     const sentAt = performance.now();

@@ -11,7 +11,7 @@ import { PAUSED } from './slot-plan.js';
 import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
 import { Completions, grantOf, Slots, type Grant } from './completions.js';
 import { CallTimeoutError, ReservationError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
-import { decodeToken, encodeToken, type Reservation, type TokenContent } from './reservations.js';
+import { decodeToken, reservationOf, type Reservation, type TokenContent } from './reservations.js';
 import { StoreClient, storeError, type Call } from './store-client.js';
 import { LocalFallback } from './fallback.js';
 import type { KeyInput, KeysInput } from './keys.js';
@@ -266,10 +266,15 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
 
   /** A booking for the call, booked again if it woke too late for its slot or the store may have given the slot back. */
   async #bookChecked(call: Call): Promise<Grant> {
-    const grant = await this.#book(call);
-    // Rare (a stalled event loop). Nothing is awaited from the check to the start.
-    if (this.#lateBy(grant) > this.#maxHoldMs / 2 || !this.#mayStart(grant)) return this.#rebook(call, grant);
-    return grant;
+    return this.#startable(call, await this.#book(call));
+  }
+
+  /**
+   * The grant, or a new booking when the call woke too late for its slot or the store may have
+   * given the slot back (rare: a stalled event loop or link). Nothing is awaited from the check to the start.
+   */
+  #startable(call: Call, grant: Grant): Grant | Promise<Grant> {
+    return this.#lateBy(grant) > this.#maxHoldMs / 2 || !this.#mayStart(grant) ? this.#rebook(call, grant) : grant;
   }
 
   /**
@@ -293,33 +298,13 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (this.store.claim === undefined) throw new ThrottleConfigError('Expected a store that keeps reservations (Store.claim), got one without', 'store');
     const prepared = prepareCall(this.#reserveDefaults, key, options);
     const call: Call = { ...(prepared instanceof Promise ? await prepared : prepared), graceMs: this.#graceMs };
-    this.#aborted(call)?.throwIfAborted();
-    this.#refusals.check(call.line, call.cost, call.deadline - performance.now());
-    const grant = await this.#lines.enter(call, this.#hooks);
-    const { result } = grant;
+    const grant = await this.#enter(call);
     // Booked in the throttle's store: a local fallback's booking could be claimed by no other process.
     if (grant.store !== this.store) {
       this.#slots.release(call, grant);
       throw this.#storeClient.failure ?? new StoreUnavailableError('The store cannot be reached: a reservation cannot be made in this process alone');
     }
-    // The store decided between the ask and the answer: the slot surely starts by `startAt`, and
-    // surely can still be claimed at `claimBy`.
-    const now = Date.now();
-    const askedAt = now - (performance.now() - grant.askedAt);
-    return {
-      key: call.key,
-      cost: call.cost,
-      waitMs: result.waitMs,
-      startAt: Math.ceil(now + result.waitMs),
-      claimBy: Math.floor(askedAt + result.waitMs + this.#graceMs),
-      token: encodeToken({
-        name: this.name,
-        key: call.encoded,
-        members: result.members,
-        bound: result.startAt + this.#maxHoldMs + this.#graceMs,
-        start: result.startAt,
-      }),
-    };
+    return reservationOf(this.name, call, grant, this.#maxHoldMs, this.#graceMs);
   }
 
   /**
@@ -343,10 +328,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
             ruleIndex: -1,
             members: result.members,
           };
-          const grant = grantOf(started, booking);
-          // An answer that came too late for the slot it started (a stalled event loop or link): as a booking's.
-          if (this.#lateBy(grant) > this.#maxHoldMs / 2 || !this.#mayStart(grant)) return this.#rebook(call, grant);
-          return grant;
+          return this.#startable(call, grantOf(started, booking));
         }
         case 'early':
           if (performance.now() + result.waitMs > call.deadline)
@@ -586,9 +568,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * row the call could not read its key's pause when a slot it booked ahead came (see PAUSE_READS).
    */
   async #book(call: Call, failedReads = 0): Promise<Grant> {
-    this.#aborted(call)?.throwIfAborted();
-    this.#refusals.check(call.line, call.cost, call.deadline - performance.now());
-    const grant = await this.#lines.enter(call, this.#hooks);
+    const grant = await this.#enter(call);
     const { result } = grant;
     if (result.waitMs > 0) {
       this.#notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: reasonOf(call, result), ...alsoOf(call) });
@@ -625,6 +605,13 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
     }
     return grant;
+  }
+
+  /** The call's booking through its key's line, unless it was aborted or a recent refusal answers for it. */
+  #enter(call: Call): Promise<Grant> {
+    this.#aborted(call)?.throwIfAborted();
+    this.#refusals.check(call.line, call.cost, call.deadline - performance.now());
+    return this.#lines.enter(call, this.#hooks);
   }
 
   /** Sleeps until local time `at`, counted among the calls sleeping until their slot. */
