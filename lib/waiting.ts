@@ -109,7 +109,12 @@ export class KeyLine<C> {
     if (!this.#asksAgain || this.#deferred) return;
     this.#waited = true;
     this.#deferred = true;
-    this.#timer = setTimeout(() => this.wake(), Math.max(1, Math.min(result.retryMs, result.waitMs)));
+    this.#timer = setTimeout(() => this.wake(), this.#againIn(result));
+  }
+
+  /** When a deferred head asks again: at its bound, or, where nothing wakes it, when its slot could first be free if sooner. */
+  #againIn(result: ReserveResult): number {
+    return Math.max(1, this.#asksAgain ? Math.min(result.retryMs, result.waitMs) : result.retryMs);
   }
 
   /** The head waits for a completion (or its bound): calls added now wait behind it. */
@@ -219,7 +224,7 @@ export class KeyLine<C> {
       if (deferred) this.#waited = true;
       if (deferred && !this.#woken) {
         this.#deferred = true;
-        this.#timer = setTimeout(() => this.wake(), Math.max(1, this.#asksAgain ? Math.min(deferred.retryMs, deferred.waitMs) : deferred.retryMs));
+        this.#timer = setTimeout(() => this.wake(), this.#againIn(deferred));
         return;
       }
     }
