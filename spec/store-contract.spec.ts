@@ -821,14 +821,17 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
     it('learns from refusals: one less a refusal within a window, down to what the window took, and a tenth more a window without one (two after a refusal)', async () => {
       const { store, advance } = make();
       if (store.learn === undefined) throw new Error('Expected the store to learn limits');
-      const rules = [{ limit: 10, windowMs: 150 }];
-      const down = { mode: 'down' as const, limit: 10, windowMs: 150, source: 'refusals' as const, lapseMs: 60_000 };
+      // A window long enough for a store reached over HTTP under load: each step below is a round trip.
+      const windowMs = 600;
+      const rules = [{ limit: 10, windowMs }];
+      const down = { mode: 'down' as const, limit: 10, windowMs, source: 'refusals' as const, lapseMs: 60_000 };
       const up = { ...down, mode: 'up' as const };
       const limitNow = async () => (await store.inspect('ns', 'k', rules)).rules[0]!.limit;
-      for (let i = 0; i < 10; i++) {
-        const booked = await store.reserve(request({ rules }));
-        await store.settle('ns', 'k', [{ member: booked.members[0]!, releaseAt: booked.now }]);
-      }
+      // Ten calls, completed together: the window that took them holds them all whatever the round trips took.
+      const booked = [];
+      for (let i = 0; i < 10; i++) booked.push(await store.reserve(request({ rules, maxHoldMs: 10_000 })));
+      const completedAt = booked.at(-1)!.now;
+      for (const call of booked) await store.settle('ns', 'k', [{ member: call.members[0]!, releaseAt: completedAt }]);
       // Four of the ten refused: 9, 8, 7, 6.
       const limits = [];
       for (let i = 0; i < 4; i++) {
@@ -837,17 +840,17 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
         limits.push(result.learned[0]!.limit);
       }
       expect(limits).to.deep.equal([9, 8, 7, 6]);
-      expect((await store.inspect('ns', 'k', rules)).learned?.[0]).to.deep.include({ limit: 6, windowMs: 150, source: 'refusals' });
+      expect((await store.inspect('ns', 'k', rules)).learned?.[0]).to.deep.include({ limit: 6, windowMs, source: 'refusals' });
       // No probe up within two windows of the refusals.
       expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(false);
-      await advance(160);
+      await advance(windowMs + 40);
       expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(false);
-      await advance(160);
+      await advance(windowMs + 40);
       expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(true);
       expect(await limitNow()).to.equal(7);
       // The next a window after a rise.
       expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(false);
-      await advance(160);
+      await advance(windowMs + 40);
       expect((await store.learn('ns', 'k', [up], 0)).changed).to.equal(true);
       expect(await limitNow()).to.equal(8);
       // A refusal in the new window: one less than in force (no call of the window to measure by).
@@ -857,7 +860,7 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
       expect(await limitNow()).to.equal(1);
       // Back up by a tenth (at least 1) a window, and forgotten at the configured limit.
       for (let i = 0; i < 11; i++) {
-        await advance(160);
+        await advance(windowMs + 40);
         await store.learn('ns', 'k', [up], 0);
       }
       expect((await store.inspect('ns', 'k', rules)).learned).to.deep.equal([]);
