@@ -1,6 +1,7 @@
 import type { Grant } from './completions.js';
 import { ReservationError, ThrottleConfigError } from './errors.js';
 import { describe } from './rules.js';
+import { MOST_DEPS, type Dependency } from './slot-plan.js';
 import type { Call } from './store-client.js';
 
 /**
@@ -39,13 +40,15 @@ export interface TokenContent {
   readonly bound: number;
   /** Their start (store clock, ms). */
   readonly start: number;
+  /** Their dependencies (`ReserveResult.deps`): slots to have released a window before the call starts. */
+  readonly deps: readonly Dependency[];
 }
 
 const PREFIX = 'vt1.';
 /** Longest token read: one of 1,000 slots fits well within it. */
 const MAX_TOKEN = 64_000;
-/** A member as the stores write them: `r<n>` (MemoryStore), `<n>.<tag>` (RedisStore). */
-const MEMBER = /^[A-Za-z0-9._-]{1,40}$/;
+/** A member as the stores write them: `r<n>` (MemoryStore), `<n>.<tag>` (RedisStore), a reservation's with `~<hash>`. */
+const MEMBER = /^[A-Za-z0-9._~-]{1,64}$/;
 
 /**
  * What a reservation booked for `call` (`grant`, in the throttle `name`'s store) tells its caller.
@@ -56,7 +59,14 @@ export function reservationOf(name: string, call: Call, grant: Grant, maxHoldMs:
   const { result } = grant;
   const now = Date.now();
   const askedAt = now - (performance.now() - grant.askedAt);
-  const token = encodeToken({ name, key: call.encoded, members: result.members, bound: result.startAt + maxHoldMs + graceMs, start: result.startAt });
+  const token = encodeToken({
+    name,
+    key: call.encoded,
+    members: result.members,
+    bound: result.startAt + maxHoldMs + graceMs,
+    start: result.startAt,
+    deps: result.deps ?? [],
+  });
   return {
     key: call.key,
     cost: call.cost,
@@ -68,7 +78,8 @@ export function reservationOf(name: string, call: Call, grant: Grant, maxHoldMs:
 }
 
 export function encodeToken(content: TokenContent): string {
-  const json = JSON.stringify({ n: content.name, k: content.key, m: content.members, b: content.bound, s: content.start });
+  const deps = content.deps.length === 0 ? {} : { d: content.deps };
+  const json = JSON.stringify({ n: content.name, k: content.key, m: content.members, b: content.bound, s: content.start, ...deps });
   return PREFIX + Buffer.from(json, 'utf8').toString('base64url');
 }
 
@@ -90,7 +101,7 @@ export function decodeToken(token: unknown, key: string): TokenContent {
     return malformed('its content is not JSON');
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return malformed('its content is not an object');
-  const { n, k, m, b, s, ...rest } = parsed as Record<string, unknown>;
+  const { n, k, m, b, s, d = [], ...rest } = parsed as Record<string, unknown>;
   if (Object.keys(rest).length > 0) return malformed(`it has fields it should not (${Object.keys(rest).slice(0, 3).join(', ')})`);
   if (typeof n !== 'string' || n.length === 0 || n.length > 100) return malformed('it names no throttle');
   if (typeof k !== 'string' || k.length === 0) return malformed('it names no key');
@@ -99,5 +110,11 @@ export function decodeToken(token: unknown, key: string): TokenContent {
   if (new Set(m).size !== m.length) return malformed('it names a slot twice');
   if (typeof b !== 'number' || !Number.isSafeInteger(b) || b < 0 || typeof s !== 'number' || !Number.isSafeInteger(s) || s < 0 || s > b)
     return malformed('its times are not times');
-  return { name: n, key: k, members: m as string[], bound: b, start: s };
+  if (
+    !Array.isArray(d) ||
+    d.length > MOST_DEPS ||
+    !d.every((dep) => Array.isArray(dep) && dep.length === 2 && typeof dep[0] === 'string' && MEMBER.test(dep[0]) && Number.isSafeInteger(dep[1]) && dep[1] > 0)
+  )
+    return malformed('its dependencies are not slots and windows');
+  return { name: n, key: k, members: m as string[], bound: b, start: s, deps: d as Dependency[] };
 }

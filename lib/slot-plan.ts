@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Rule } from './rules.js';
 
 /**
@@ -128,6 +129,10 @@ export interface LogView {
   readonly pausedUntil?: number;
   /** The live buckets of a bucketed rule (see `Rule.bucketMs`). */
   readonly bucketsOf?: BucketsOf;
+  /** The member of the i-th smallest score: a reservation's dependencies name them. */
+  readonly memberAt?: (index: number) => string;
+  /** Whether the i-th smallest score is a reservation's slot (`ReserveRequest.reserved`). */
+  readonly reservedAt?: (index: number) => boolean;
 }
 
 /**
@@ -155,14 +160,21 @@ export function planSlot(
  * apply to that key's log, and the call starts when every rule of every key allows it, exactly as
  * if the rules of all keys were one key's. `ruleIndex` counts the rules of the logs in order (the
  * first log's rules, then the second's, ...); `waitOn` lists the logs whose binding call is in flight.
+ *
+ * `graceMs` (a reservation, of one key, with its grace within `maxHoldMs`): never deferred. Where a
+ * binding score is still a bound, the slot starts at the soonest that call could release (its
+ * start: {@link reservedHold}), and `deps` lists the slots so taken to be released (see
+ * {@link reservationDeps}); a bucketed rule's bound counts released at its score instead. With
+ * more than {@link MOST_DEPS} of them, every bound does.
  */
 export function planSlots(
   logs: readonly LogView[],
   cost: number,
   now: number,
   maxHoldMs: number,
-  sure = false,
-): SlotPlan & { readonly waitOn: readonly number[] } {
+  graceMs?: number,
+): SlotPlan & { readonly waitOn: readonly number[]; readonly deps?: readonly Dependency[] } {
+  const reserved = graceMs !== undefined;
   const nowMs = Math.ceil(now);
   let startAt = now;
   let ruleIndex = -1;
@@ -172,7 +184,7 @@ export function planSlots(
       ruleIndex = PAUSED;
     }
   }
-  const pending: Array<readonly [score: number, windowMs: number, rule: number, log: number]> = [];
+  const pending: Pending[] = [];
   let offset = 0;
   for (let l = 0; l < logs.length; l++) {
     const { size, scoreAt, rules, bucketsOf, configured = rules.length } = logs[l]!;
@@ -182,19 +194,20 @@ export function planSlots(
       const index = r < configured ? offset + r : LEARNED;
       let score: number | undefined;
       let freeAt: number | undefined;
+      let at: number | undefined;
       if (rule.bucketMs) {
         const buckets = bucketsOf?.(rule) ?? [];
         const found = bucketedFreeAt(size, scoreAt, buckets, rule, cost, now);
         freeAt = found.freeAt;
         if (found.index >= 0) score = scoreAt(found.index);
       } else {
-        const index = size - rule.limit + cost - 1;
-        if (index >= 0) {
-          score = scoreAt(index);
+        at = size - rule.limit + cost - 1;
+        if (at >= 0) {
+          score = scoreAt(at);
           freeAt = score + rule.windowMs;
         }
       }
-      if (score !== undefined && score > nowMs) pending.push([score, rule.windowMs, index, l]);
+      if (score !== undefined && score > nowMs) pending.push([score, rule.windowMs, index, l, at]);
       else if (freeAt !== undefined && freeAt > startAt) {
         startAt = freeAt;
         ruleIndex = index;
@@ -205,28 +218,100 @@ export function planSlots(
   let bound: number | undefined;
   let earliest = startAt;
   let waitOn: number[] = NO_LOGS;
-  if (sure) {
-    // A reservation (as vt_bounds's SURE): it starts once each binding call counts no longer, released at its bound.
-    for (const [score, windowMs, r] of pending) {
-      if (score + windowMs > startAt) {
-        startAt = score + windowMs;
-        ruleIndex = r;
-      }
-    }
-    return { startAt, ruleIndex, bound: undefined, earliest: startAt, waitOn: NO_LOGS };
-  }
-  for (const [score, windowMs, r, l] of pending) {
+  for (const [score, windowMs, r, l, at] of pending) {
     if (score + windowMs <= startAt) continue;
-    if (bound === undefined || score < bound) bound = score;
-    if (waitOn === NO_LOGS) waitOn = [l];
-    else if (!waitOn.includes(l)) waitOn.push(l);
-    const soonest = Math.max(nowMs, score - maxHoldMs) + windowMs;
+    // A reservation's bucketed bound counts released at its score (as vt_bounds's RESERVED).
+    let soonest = Math.max(nowMs, score - maxHoldMs) + windowMs;
+    if (reserved) soonest = at === undefined ? score + windowMs : Math.max(nowMs, score - reservedHold(logs[l]!, at, maxHoldMs, graceMs)) + windowMs;
+    if (!reserved) {
+      if (bound === undefined || score < bound) bound = score;
+      if (waitOn === NO_LOGS) waitOn = [l];
+      else if (!waitOn.includes(l)) waitOn.push(l);
+    }
     if (soonest > earliest) {
       earliest = soonest;
       ruleIndex = r;
     }
   }
-  return { startAt, ruleIndex, bound, earliest, waitOn };
+  if (!reserved) return { startAt, ruleIndex, bound, earliest, waitOn };
+  const deps = reservationDeps(logs, pending, Math.ceil(earliest));
+  if (deps !== false) return { startAt: earliest, ruleIndex, bound: undefined, earliest, waitOn: NO_LOGS, deps };
+  // Too many: every binding bound counts released at its score (as vt_bounds_sure).
+  for (const [score, windowMs, r] of pending) {
+    if (score + windowMs > startAt) {
+      startAt = score + windowMs;
+      ruleIndex = r;
+    }
+  }
+  return { startAt, ruleIndex, bound: undefined, earliest: startAt, waitOn: NO_LOGS, deps: NO_DEPS };
+}
+
+/**
+ * How long before its score the binding slot at `at` released at the soonest, for a reservation (as
+ * vt_reserved_hold): `maxHoldMs` for a reservation's slot (it holds the grace), `maxHoldMs` −
+ * `graceMs` for a call's; where slots of both kinds share its score, a call's.
+ */
+function reservedHold({ size, scoreAt, reservedAt }: LogView, at: number, maxHoldMs: number, graceMs: number): number {
+  const score = scoreAt(at);
+  let from = at;
+  while (from > 0 && scoreAt(from - 1) === score) from--;
+  for (let i = from; i < size && scoreAt(i) === score; i++) if (reservedAt?.(i) !== true) return maxHoldMs - graceMs;
+  return maxHoldMs;
+}
+
+/** A binding score still a bound: the score, its rule's window, the rule's index, the log, and its place in the log (none for a bucketed rule). */
+type Pending = readonly [score: number, windowMs: number, rule: number, log: number, at: number | undefined];
+
+/**
+ * A slot a reservation took to be released by its start (`reservationDeps`), and the window of the
+ * rule it counts in: the reservation's call may start once the slot's release is known and at
+ * least this long ago.
+ */
+export type Dependency = readonly [member: string, windowMs: number];
+
+/** A reservation's dependencies, at most (as lua/includes/decide.lua's VT_RESERVE_MOST_DEPS). */
+export const MOST_DEPS = 32;
+
+const NO_DEPS: readonly Dependency[] = [];
+
+/**
+ * A reservation's dependencies at its start `start` (as lua/includes/decide.lua, vt_deps): for each
+ * exact rule whose binding score was still a bound, the slots at or below it in the log that count
+ * at `start` unless released by then, each with the rule's window; false when more than MOST_DEPS.
+ */
+function reservationDeps(logs: readonly LogView[], pending: readonly Pending[], start: number): readonly Dependency[] | false {
+  let deps: Dependency[] | undefined;
+  for (const [score, windowMs, , l, at] of pending) {
+    if (at === undefined || score + windowMs <= start) continue;
+    const { size, scoreAt, memberAt } = logs[l]!;
+    let below = 0;
+    while (below < size && scoreAt(below) <= start - windowMs) below++;
+    for (let i = below; i <= at; i++) {
+      deps ??= [];
+      if (deps.length === MOST_DEPS) return false;
+      deps.push([memberAt!(i), windowMs]);
+    }
+  }
+  return deps ?? NO_DEPS;
+}
+
+/** Dependencies as a reservation's members carry their hash: "MEMBER WINDOW ..." (vt_deps's list). */
+export function depsText(deps: readonly Dependency[]): string {
+  return deps.map(([member, windowMs]) => `${member} ${windowMs}`).join(' ');
+}
+
+/** Dependencies from their list (`depsText`, vt_deps's); none from nothing. */
+export function depsOf(text: string | undefined): readonly Dependency[] {
+  if (text === undefined || text === '') return NO_DEPS;
+  const parts = text.split(' ');
+  const deps: Dependency[] = [];
+  for (let i = 0; i + 1 < parts.length; i += 2) deps.push([parts[i]!, Number(parts[i + 1])]);
+  return deps;
+}
+
+/** What a reservation's members' names end with: "~" and 16 hex digits of the SHA-1 of `depsText` (none without dependencies). */
+export function depsSuffix(deps: readonly Dependency[]): string {
+  return deps.length === 0 ? '' : `~${createHash('sha1').update(depsText(deps)).digest('hex').slice(0, 16)}`;
 }
 
 /** How many scores in the sorted log count against a window of `windowMs` at time `now`. */

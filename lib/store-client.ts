@@ -4,6 +4,7 @@ import type { StoreErrorPolicy, ThrottleEvents } from './options.js';
 import type { Rule } from './rules.js';
 import { sleep, StoreClock, withTimeout } from './time.js';
 import type { ClaimResult, KeyPart, ReserveRequest, ReserveResult, Store } from './store.js';
+import type { Dependency } from './slot-plan.js';
 
 /** How long after a failed subscription to completions the next wait tries again. */
 const LISTEN_RETRY_MS = 5_000;
@@ -205,6 +206,7 @@ export class StoreClient {
         also,
         stay,
         reserved: true,
+        graceMs,
       };
     }
     return { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs, retainMs: call.retainMs, also, stay };
@@ -307,7 +309,7 @@ export class StoreClient {
    */
   async claim(
     call: Call,
-    token: { readonly members: readonly string[]; readonly bound: number; readonly start: number },
+    token: { readonly members: readonly string[]; readonly bound: number; readonly start: number; readonly deps: readonly Dependency[] },
     graceMs: number,
   ): Promise<{ readonly result: ClaimResult; readonly booking: Booking }> {
     const { store, namespace, maxHoldMs, policy } = this.#options;
@@ -315,8 +317,8 @@ export class StoreClient {
     const sentAt = performance.now();
     let result: ClaimResult;
     try {
-      const { members, bound, start } = token;
-      result = await store.claim({ namespace, key: call.encoded, members, bound, startAt: start, graceMs, maxHoldMs, retainMs: call.retainMs });
+      const { members, bound, start, deps } = token;
+      result = await store.claim({ namespace, key: call.encoded, members, bound, startAt: start, graceMs, maxHoldMs, retainMs: call.retainMs, deps });
     } catch (error) {
       const failure = storeError(error);
       if (failure instanceof StoreUnavailableError) this.#options.notify('storeError', { key: call.key, error: failure, policy });

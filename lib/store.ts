@@ -1,6 +1,6 @@
 import type { LearnEntry, LearnedLimit } from './learning.js';
 import type { Rule } from './rules.js';
-import type { Pace } from './slot-plan.js';
+import type { Dependency, Pace } from './slot-plan.js';
 
 /**
  * A change to a slot already in a key's log:
@@ -46,9 +46,18 @@ export interface ReserveRequest {
   /**
    * A slot reserved for a call made later, maybe by another process (`Throttle.reserve`), claimed
    * with `claim()`: it is never given back as a dead process's slot, and `maxHoldMs` covers the
-   * grace after its start within which it can be claimed.
+   * grace after its start within which it can be claimed. It is never deferred: where a binding
+   * call is in flight (or booked ahead), it is booked at the soonest that call could release, and
+   * the slots it so took to be released are its dependencies (`ReserveResult.deps`), which its
+   * claim checks.
    */
   readonly reserved?: boolean;
+  /**
+   * With `reserved`: the reservations' grace, within `maxHoldMs`. A slot booked ahead releases at
+   * the soonest at its start: its score − `maxHoldMs` for a reservation's, and − (`maxHoldMs` −
+   * this) for a call's.
+   */
+  readonly graceMs?: number;
 }
 
 /** One more key of a call (see `ReserveRequest.also`). */
@@ -93,6 +102,8 @@ export interface ReserveResult {
   readonly ruleIndex: number;
   /** Members of the booked slots (`cost` of them, the same in every key of the call), empty unless booked. */
   readonly members: readonly string[];
+  /** A reservation booked: its dependencies (see `ReserveRequest.reserved`), in the order its members' names carry their hash. */
+  readonly deps?: readonly Dependency[];
 }
 
 /** A claim of slots reserved earlier (`Store.claim`): its call starts now, in place of those slots. */
@@ -101,6 +112,8 @@ export interface ClaimRequest {
   readonly key: string;
   /** The reserved slots' members (`ReserveResult.members` of a decision with `reserved`). */
   readonly members: readonly string[];
+  /** Their dependencies (`ReserveResult.deps`): the claim checks them against the hash the members' names carry. */
+  readonly deps: readonly Dependency[];
   /** Their score in the log: their start + the reserving throttle's `maxHoldMs` + its grace. */
   readonly bound: number;
   /** Their start (store clock, ms), as the reservation said it. */
@@ -116,13 +129,15 @@ export interface ClaimRequest {
 /**
  * - `started`: the call starts now on the slots `members` (this process's, settled as any call's);
  *   the reserved ones left the log;
- * - `early`: the slots start in `waitMs`; nothing changed;
+ * - `early`: the slots start in `waitMs` (their start, or a window after a dependency's release);
+ *   nothing changed;
  * - `late`: too late for a call to reach the vendor within the slots' bound; they count to it, and
  *   cannot be claimed;
  * - `used`: the reservation was claimed before;
  * - `moved`: none of the slots is in the log (a vendor pause or a lower learned limit took them
- *   out, the store lost them, or the token names no reservation), or the key is paused: those left
- *   leave the log (then the reservation counts as used), and the call books a slot as any call.
+ *   out, the store lost them, or the token names no reservation), the key is paused, or a
+ *   dependency has not released in time for the slots' bound: those left leave the log (then the
+ *   reservation counts as used), and the call books a slot as any call.
  */
 export type ClaimStatus = 'started' | 'early' | 'late' | 'used' | 'moved';
 
@@ -342,9 +357,10 @@ export interface Store {
   /**
    * Optional: starts a call now on slots reserved earlier (`ReserveRequest.reserved`), by this
    * process or another, if they are still in the key's log at their bound, their start has come, a
-   * call started now reaches the vendor within their bound, and no claim took them before: the
-   * call's own slots take their place, to count to now + `maxHoldMs` until settled. A reservation
-   * is claimed at most once, whatever the claims race.
+   * call started now reaches the vendor within their bound, each of their dependencies released
+   * a window ago, and no claim took them before: the call's own slots take their place, to count
+   * to now + `maxHoldMs` until settled. A reservation is claimed at most once, whatever the claims
+   * race. A dependency claimed since is followed to the slots that took its place.
    */
   claim?(request: ClaimRequest): Promise<ClaimResult>;
   /**

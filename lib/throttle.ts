@@ -236,7 +236,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
       let grant: Grant;
       try {
-        grant = token === undefined ? await this.#bookChecked(call) : await this.#claim(call, token);
+        if (token !== undefined) grant = await this.#claim(call, token);
+        else if (this.#reservesItsSlot(call)) grant = await this.#reserveAndClaim(call);
+        else grant = await this.#bookChecked(call);
       } catch (error) {
         life?.notStarted(error);
         trace?.notStarted(error);
@@ -264,6 +266,43 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
   }
 
+  /**
+   * A call of one key on a store that announces no completions (a Redis over HTTP) does not wait by
+   * asking again: it reserves its slot, which is never deferred, and claims it when it starts.
+   */
+  #reservesItsSlot(call: Call): boolean {
+    return this.store.announces === false && this.store.claim !== undefined && call.also.length === 0;
+  }
+
+  /**
+   * The call's slot as a reservation of its own (`reserve()` and the claim of its token), over a
+   * store that announces nothing: one decision, then at the slot's start one claim (it checks the
+   * vendor pause too), where a waiting call would ask again each time its slot could be free. A
+   * slot that starts now and depends on no call is started on as it is, with no claim.
+   */
+  async #reserveAndClaim(call: Call): Promise<Grant> {
+    const reservation: Call = { ...call, graceMs: this.#graceMs };
+    const grant = await this.#enter(reservation);
+    const { result } = grant;
+    const deps = result.deps ?? [];
+    // Decided by a local fallback (the store cannot be reached): no other process could count a
+    // reservation there; the call books as any call.
+    if (grant.store !== this.store) {
+      this.#slots.release(call, grant);
+      return this.#bookChecked(call);
+    }
+    if (result.waitMs === 0 && deps.length === 0) return this.#startable(call, grant);
+    this.#notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: reasonOf(call, result), ...alsoOf(call) });
+    try {
+      await this.#sleepUntil(call, keysOf(call), grant.startsAt);
+    } catch (reason) {
+      this.#slots.release(call, grant);
+      throw reason;
+    }
+    const bound = result.startAt + this.#maxHoldMs + this.#graceMs;
+    return this.#claim(call, { name: this.name, key: call.encoded, members: result.members, bound, start: result.startAt, deps });
+  }
+
   /** A booking for the call, booked again if it woke too late for its slot or the store may have given the slot back. */
   async #bookChecked(call: Call): Promise<Grant> {
     return this.#startable(call, await this.#book(call));
@@ -282,8 +321,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * (a function that hands the token to its platform's delay): the slot counts in every process as
    * any call's. Make the call with `schedule(key, fn, { token })` at `startAt` (within the
    * throttle's `reservationGraceMs`). A token never used counts until its start + the grace +
-   * `maxHoldMs`, then a window. Never waits for a call in flight: its slot starts once the calls
-   * before it count no longer at their bounds, a start it can keep. It waits only in this process's
+   * `maxHoldMs`, then a window. Never waits for a call in flight: its slot starts a window after the
+   * soonest those calls could release, and its call waits at its start for those that ran longer
+   * (its dependencies, checked by the claim). It waits only in this process's
    * line of the key's calls.
    *
    * Rejects, with nothing booked, with `RateLimitedError` (no slot within `maxDelayMs`),
@@ -309,7 +349,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
 
   /**
    * The call's start on its reservation's slot (`Store.claim`): waiting for the slot's start
-   * within `maxDelayMs`; booked as any call where the slot moved.
+   * and for the calls it depends on to have released a window before, within `maxDelayMs`; booked
+   * as any call where the slot moved.
    */
   async #claim(call: Call, token: TokenContent): Promise<Grant> {
     if (token.name !== this.name) throw new ReservationError(call.key, 'otherThrottle', `it was made by the throttle "${token.name}", not "${this.name}"`);
@@ -332,7 +373,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         }
         case 'early':
           if (performance.now() + result.waitMs > call.deadline)
-            throw new ReservationError(call.key, 'early', `its slot starts in ${result.waitMs} ms, past the call's maxDelayMs`, result.waitMs);
+            throw new ReservationError(call.key, 'early', `its call may start in ${result.waitMs} ms, past the call's maxDelayMs`, result.waitMs);
           await this.#sleepUntil(call, keysOf(call), booking.receivedAt + result.waitMs);
           break;
         case 'late':
@@ -340,8 +381,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
         case 'used':
           throw new ReservationError(call.key, 'used', 'a call was made with it already');
         default:
-          // Moved (a vendor pause, a lower learned limit, a store that lost it): a slot as any call's.
-          this.#notify('debug', { message: "the reservation's slot moved (a vendor pause, a lower learned limit, or lost): booking again", key: call.key });
+          // Moved (a vendor pause, a lower learned limit, a store that lost it, a call it depends on still running): a slot as any call's.
+          this.#notify('debug', {
+            message: "the reservation's slot moved (a vendor pause, a lower learned limit, lost, or a call it depends on still running): booking again",
+            key: call.key,
+          });
           return this.#bookChecked(call);
       }
     }
@@ -659,8 +703,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     limited: (call, answer, waitMs) => limitedError(call, answer, waitMs),
     windowOf: (call, answer) => (answer.ruleIndex >= 0 ? ruleAt(call, answer.ruleIndex).rule.windowMs : 1),
     refused: (call, answer, at) => {
-      // A reservation's refusal counts the calls in flight at their bounds: it says nothing of other calls.
-      if (at.store === this.store && call.graceMs === undefined)
+      // A reservation's refusal counts reservations booked ahead from their start, and waits for a
+      // bucketed rule's calls at their bounds: it says nothing of other calls, unless every call reserves.
+      if (at.store === this.store && (call.graceMs === undefined || this.store.announces === false))
         this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, reasonOf(call, answer), bindingKey(call, answer));
     },
     release: (call, answer, at) => this.#slots.release(call, grantOf(answer, at)),

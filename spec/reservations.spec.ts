@@ -34,8 +34,18 @@ const RESERVER = [
 ].join('\n');
 
 /** A token's content, as `lib/reservations.ts` writes it (what a hostile caller could read and alter). */
-function contentOf(token: string): { n: string; k: string; m: string[]; b: number; s: number } {
-  return JSON.parse(Buffer.from(token.slice('vt1.'.length), 'base64url').toString('utf8')) as { n: string; k: string; m: string[]; b: number; s: number };
+function contentOf(token: string): TokenFields {
+  return JSON.parse(Buffer.from(token.slice('vt1.'.length), 'base64url').toString('utf8')) as TokenFields;
+}
+
+/** The fields of a token: throttle, key, members, bound, start, dependencies. */
+interface TokenFields {
+  n: string;
+  k: string;
+  m: string[];
+  b: number;
+  s: number;
+  d?: Array<[string, number]>;
 }
 
 function tokenOf(content: object): string {
@@ -104,15 +114,18 @@ describe('Reservations: reserve now, call later', function () {
       it('books the slot in the log for every process, and a call made with the token starts on it, at its time', async () => {
         const reserver = open();
         const caller = open();
+        const askedAt = performance.now();
         const first = await reserver.reserve('u1');
         expect(first.waitMs).to.equal(0);
         // The grace from the start, less the round trip (the store decided somewhere in it).
         expect(first.claimBy - first.startAt).to.be.within(1, 1_000);
         const second = await reserver.reserve('u1');
-        // A third is not deferred behind the two in flight: it gets a start it can keep, once both count no longer at their bounds.
+        // A third is not deferred behind the two not yet claimed: it starts a window after the
+        // first could release (at its start, or now if later), and depends on it.
         const third = await reserver.reserve('u1');
-        // Its start (store clock): the first's, plus its bound (maxHoldMs + reservationGraceMs) and a window.
-        expect(contentOf(third.token).s - contentOf(first.token).s).to.equal(200 + 1_000 + 300);
+        const elapsed = performance.now() - askedAt;
+        expect(contentOf(third.token).s - contentOf(first.token).s).to.be.within(300, 300 + Math.ceil(elapsed) + 1);
+        expect(contentOf(third.token).d).to.deep.equal([[contentOf(first.token).m[0], 300]]);
         expect((await caller.inspect('u1')).bookedAhead).to.be.at.least(1);
         // A call of another process finds the window full.
         expect(await rejection(caller.schedule('u1', () => 'x', { maxDelayMs: 0 }))).to.be.instanceOf(RateLimitedError);
@@ -206,10 +219,14 @@ describe('Reservations: reserve now, call later', function () {
         const sleeper = throttle.schedule('u1', () => Date.now());
         await new Promise((resolve) => setTimeout(resolve, 20));
         const usage = await throttle.inspect('u1');
-        expect(usage.bookedAhead).to.equal(1);
-        // The sleeper's member: the store's next number after the reservation's (MemoryStore), or the first of the process's own (RedisStore).
+        // Over HTTP the sleeper holds a reservation of its own (a store that announces nothing), counted beside the first.
+        const http = subject.name.includes('HTTP');
+        expect(usage.bookedAhead).to.equal(http ? 2 : 1);
+        // The sleeper's member: the store's next number after the reservation's (MemoryStore), the
+        // first of the process's own (RedisStore), or over HTTP its reservation's, the next.
         const reserved = content.m[0]!;
-        const regular = reserved.startsWith('r') ? String(Number(reserved.slice(1)) + 1) : reserved.replace(/^\d+/, '1');
+        let regular = reserved.startsWith('r') ? String(Number(reserved.slice(1)) + 1) : reserved.replace(/^\d+/, '1');
+        if (http) regular = reserved.replace(/^\d+/, (number) => String(Number(number) + 1));
         const forged = await throttle.schedule('u1', () => Date.now(), { token: tokenOf({ ...content, m: [regular] }) }).catch((error: unknown) => error);
         const sleptUntil = await sleeper;
         if (typeof forged === 'number') expect(Math.abs(forged - sleptUntil)).to.be.at.least(250);
@@ -236,6 +253,70 @@ describe('Reservations: reserve now, call later', function () {
         await throttle.schedule('u1', () => (startedAt = Date.now()), { token: tokenOf({ ...altered, s: altered.s - 10_000 }) });
         expect(startedAt).to.be.at.least(later.startAt - 5);
         expect(calls).to.equal(2);
+      });
+
+      it('reserves behind calls in flight without waiting for them: the call starts a window after the one it depends on released', async () => {
+        const throttle = open();
+        let release!: () => void;
+        const gate = new Promise<void>((resolve) => (release = resolve));
+        let started = 0;
+        const flying = [1, 2].map(() => throttle.schedule('u1', () => (started++, gate)));
+        while (started < 2) await new Promise((resolve) => setTimeout(resolve, 5));
+        const askedAt = Date.now();
+        const reservation = await throttle.reserve('u1');
+        // Not deferred: booked a window after now, on the first call's release by then.
+        expect(reservation.startAt - askedAt).to.be.within(295, 300 + (Date.now() - askedAt) + 1);
+        expect(contentOf(reservation.token).d).to.have.length(1);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        release();
+        await Promise.all(flying);
+        const releasedAt = Date.now();
+        let startedAt = 0;
+        await throttle.schedule('u1', () => (startedAt = Date.now()), { token: reservation.token });
+        // At its time it waits until that call released a window before, and no longer.
+        expect(startedAt).to.be.at.least(releasedAt + 300 - 5);
+        expect(startedAt).to.be.at.most(reservation.claimBy);
+      });
+
+      it('follows a dependency claimed since to the call that took its place', async () => {
+        const throttle = open({ rules: ['1/300ms'] });
+        const debug: string[] = [];
+        throttle.on('debug', ({ message }) => debug.push(message));
+        const askedAt = performance.now();
+        const first = await throttle.reserve('u1');
+        const second = await throttle.reserve('u1');
+        expect(contentOf(second.token).d).to.deep.equal([[contentOf(first.token).m[0], 300]]);
+        expect(contentOf(second.token).s - contentOf(first.token).s).to.be.within(300, 300 + Math.ceil(performance.now() - askedAt) + 1);
+        let firstEnded = 0;
+        await throttle.schedule(
+          'u1',
+          async () => {
+            await new Promise((resolve) => setTimeout(resolve, 60));
+            firstEnded = Date.now();
+          },
+          { token: first.token },
+        );
+        let secondAt = 0;
+        await throttle.schedule('u1', () => (secondAt = Date.now()), { token: second.token });
+        // A window after the first call completed, not after its start: its slot was followed.
+        expect(secondAt - firstEnded).to.be.at.least(300 - 5);
+        expect(debug.filter((message) => message.includes('moved'))).to.deep.equal([]);
+      });
+
+      it('a token with its dependencies altered names no reservation: the call books as any call, and the real token stays good', async () => {
+        const throttle = open();
+        const earlier = [await throttle.reserve('u1'), await throttle.reserve('u1')];
+        const { token } = await throttle.reserve('u1');
+        const content = contentOf(token);
+        expect(content.d).to.have.length(1);
+        let calls = 0;
+        for (const reservation of earlier) await throttle.schedule('u1', () => calls++, { token: reservation.token });
+        for (const d of [[], [[content.d![0]![0], 1]]]) await throttle.schedule('u1', () => calls++, { token: tokenOf({ ...content, d }) });
+        expect(calls).to.equal(4);
+        await throttle.schedule('u1', () => calls++, { token });
+        expect(calls).to.equal(5);
+        const used = await rejection(throttle.schedule('u1', () => calls++, { token }));
+        expect(used).to.be.instanceOf(ReservationError).with.property('reason', 'used');
       });
 
       it('a process with a longer grace than the reserving one still starts the call at its slot, not before', async () => {

@@ -2,9 +2,9 @@ import { expect } from 'chai';
 import fc from 'fast-check';
 import { keyNames } from '../lib/keys.js';
 import type { Rule } from '../lib/rules.js';
-import type { ReserveRequest, ReserveResult, Store } from '../lib/store.js';
+import type { ClaimResult, ReserveRequest, ReserveResult, Store } from '../lib/store.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
-import { LEARNED } from '../lib/slot-plan.js';
+import { LEARNED, type Dependency } from '../lib/slot-plan.js';
 import { Redis as UpstashRedis } from '@upstash/redis';
 import { nodeRedisClient, redisClient, redisServer, redisStore, uniquePrefix, type NodeRedisClient } from './support/hooks.js';
 import { startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
@@ -1048,25 +1048,31 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
       ];
       const maxHoldMs = 8;
       /** A reservation's grace (`reservationGraceMs`). */
-      const GRACE_MS = 5;
+      const GRACE_MS = 20;
       const retainMs = 60;
       const delays = [0, 15, Infinity];
       const op = fc.oneof(
         {
-          weight: 4,
+          weight: 6,
           arbitrary: fc.record({
             kind: fc.constant('reserve' as const),
             key: fc.constantFrom('a', 'b'),
             cost: fc.integer({ min: 1, max: 2 }),
             delay: fc.nat(delays.length - 1),
             rules: fc.nat(ruleSets.length - 1),
-            // A reservation (`Throttle.reserve`): never deferred, its slot held a grace longer.
-            reserved: fc.boolean(),
+            // A reservation (`Throttle.reserve`), one in three: never deferred, its slot held a grace longer.
+            reserved: fc.nat(2).map((n) => n === 0),
           }),
         },
         // A completion may come after the bound (a call slower than maxHoldMs): the store keeps the bound.
         { weight: 2, arbitrary: fc.record({ kind: fc.constant('complete' as const), pick: fc.nat(), after: fc.nat(maxHoldMs + 4) }) },
         { weight: 1, arbitrary: fc.record({ kind: fc.constant('release' as const), pick: fc.nat() }) },
+        // A reservation's call, made with its token: a claim.
+        // `settle`: the calls it depends on complete first; `wait`: told to wait, it waits and claims again, as a throttle does.
+        {
+          weight: 2,
+          arbitrary: fc.record({ kind: fc.constant('claim' as const), pick: fc.nat(), settle: fc.boolean(), wait: fc.boolean() }),
+        },
         { weight: 3, arbitrary: fc.record({ kind: fc.constant('wait' as const), ms: fc.integer({ min: 1, max: 12 }), half: fc.boolean() }) },
         { weight: 1, arbitrary: fc.record({ kind: fc.constant('pause' as const), key: fc.constantFrom('a', 'b'), ms: fc.integer({ min: 1, max: 20 }) }) },
         // A limit learned from the vendor (0 forgets it; aboveRules: it may raise a rule); a window of 120 ms lies beyond the history kept.
@@ -1094,6 +1100,8 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
           const subject = make();
           const { store, namespace } = subject;
           const model = new ReferenceModel(retainMs);
+          // The slots booked, in order: calls, and reservations (`reserved`: a slot, not a call,
+          // until a claim makes it one, at the reservation's place in the order).
           const booked: Array<{
             key: string;
             members: readonly string[];
@@ -1103,6 +1111,7 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
             cost: number;
             open: boolean;
             ruleSet: number;
+            reserved?: { readonly bound: number; readonly deps: readonly Dependency[]; claimable: boolean };
           }> = [];
           const seenMembers = new Set<string>();
           // Keys a limit above their rules was learned for: their calls go past the configured rules (the model pins them).
@@ -1134,7 +1143,13 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
               const ruleSet = fixed ? fixed[step.key] : step.rules;
               const rules = ruleSets[ruleSet]!;
               const hold = step.reserved ? maxHoldMs + GRACE_MS : maxHoldMs;
-              const modelRequest: ModelRequest = { rules, cost: step.cost, maxDelayMs: delays[step.delay]!, maxHoldMs: hold, reserved: step.reserved };
+              const modelRequest: ModelRequest = {
+                rules,
+                cost: step.cost,
+                maxDelayMs: delays[step.delay]!,
+                maxHoldMs: hold,
+                ...(step.reserved ? { reserved: true, graceMs: GRACE_MS } : {}),
+              };
               const exact = subject.clock?.();
               const result = await store.reserve(request({ key: step.key, ...modelRequest, retainMs }));
               const got: ModelDecision = {
@@ -1167,12 +1182,69 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
                   cost: step.cost,
                   open: true,
                   ruleSet,
+                  ...(step.reserved ? { reserved: { bound: result.startAt + hold, deps: result.deps ?? [], claimable: true } } : {}),
                 });
+              }
+            } else if (step.kind === 'claim') {
+              const claimable = booked.filter((b) => b.reserved?.claimable === true);
+              const target = claimable[step.pick % Math.max(1, claimable.length)];
+              if (!target) continue;
+              const claim = {
+                members: target.members,
+                bound: target.reserved!.bound,
+                startAt: target.start,
+                graceMs: GRACE_MS,
+                maxHoldMs,
+                retainMs,
+                deps: target.reserved!.deps,
+              };
+              if (step.settle) {
+                const now = (await store.inspect(namespace, 'probe', ruleSets[0]!)).now;
+                for (const dep of booked.filter(
+                  (b) => b.open && b.reserved === undefined && b.start <= now && b.members.some((m) => claim.deps.some(([d]) => d === m)),
+                )) {
+                  dep.open = false;
+                  dep.release = Math.min(dep.release, now);
+                  await store.settle(
+                    namespace,
+                    dep.key,
+                    dep.members.map((member) => ({ member, releaseAt: now })),
+                  );
+                  for (const member of dep.members) model.settle(dep.key, member, now);
+                }
+              }
+              let result: ClaimResult;
+              for (let attempt = 0; ; attempt++) {
+                const exact = subject.clock?.();
+                result = await store.claim!({ namespace, key: target.key, ...claim });
+                const nows = exact !== undefined ? [exact] : [result.now, result.now - 0.5];
+                // The model's answer at each reading the store's could be, applied at the one that matches.
+                const answers = nows.map((now) => model.claim(target.key, now, claim, result.members, false));
+                const at = Math.max(
+                  0,
+                  answers.findIndex((answer) => answer.status === result.status && answer.waitMs === result.waitMs),
+                );
+                expect({ status: result.status, waitMs: result.waitMs }, `claim on ${target.key}`).to.deep.equal(answers[at]);
+                model.claim(target.key, nows[at]!, claim, result.members);
+                if (result.status !== 'early' || !step.wait || attempt === 2) break;
+                await subject.advance(result.waitMs);
+              }
+              if (result.status === 'started') {
+                for (const member of result.members) {
+                  expect(seenMembers.has(member), 'member reused').to.equal(false);
+                  seenMembers.add(member);
+                }
+                Object.assign(target, { members: result.members, start: result.now, release: result.now + maxHoldMs, hold: maxHoldMs, reserved: undefined });
+              } else if (result.status === 'moved') {
+                // Its slots left: no call starts on them.
+                booked.splice(booked.indexOf(target), 1);
+              } else if (result.status !== 'early') {
+                target.reserved!.claimable = false;
               }
             } else {
               // Completions come from calls that started; releases from calls that never will.
               const now = (await store.inspect(namespace, 'probe', ruleSets[0]!)).now;
-              const open = booked.filter((b) => b.open && (step.kind === 'release' || b.start <= now));
+              const open = booked.filter((b) => b.open && b.reserved === undefined && (step.kind === 'release' || b.start <= now));
               const target = open[step.pick % Math.max(1, open.length)];
               if (!target) continue;
               target.open = false;
@@ -1191,8 +1263,10 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
             if (raised.has(key)) continue;
             const calls = booked.filter((b) => b.key === key);
             // Each call was placed under its own rule set: the calls booked before it still counting
-            // at its start (with their final, lowest releases) left room for it.
+            // at its start (with their final, lowest releases) left room for it. A reservation not
+            // claimed is a slot that counts, not a call.
             calls.forEach((call, index) => {
+              if (call.reserved !== undefined) return;
               for (const rule of ruleSets[call.ruleSet]!) {
                 const counting = calls
                   .slice(0, index)
@@ -1203,14 +1277,17 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
             });
             // Whatever the order of the bookings: no window of a rule every call of the key kept
             // holds more than its limit of starts.
-            const starts = calls.flatMap((call) => Array.from({ length: call.cost }, () => call.start));
+            const starts = calls.flatMap((call) => (call.reserved === undefined ? Array.from({ length: call.cost }, () => call.start) : []));
             for (const rule of ruleSets.flat()) {
               if (rule.windowMs === 0) {
                 // A cap in flight: at no start are more than its limit of slots started and not yet released.
                 const kept = calls.every((call) => ruleSets[call.ruleSet]!.some((r) => r.windowMs === 0 && r.limit <= rule.limit));
                 if (!kept) continue;
                 for (const call of calls) {
-                  const inFlight = calls.filter((b) => b.start <= call.start && b.release > call.start).reduce((sum, b) => sum + b.cost, 0);
+                  if (call.reserved !== undefined) continue;
+                  const inFlight = calls
+                    .filter((b) => b.reserved === undefined && b.start <= call.start && b.release > call.start)
+                    .reduce((sum, b) => sum + b.cost, 0);
                   expect(inFlight, `${key}: ${rule.limit} concurrent at ${call.start}`).to.be.at.most(rule.limit);
                 }
                 continue;

@@ -19,8 +19,9 @@ import { spawnWorkers } from './support/worker.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
-/** Decisions the last `invoke()` asked of its store. */
+/** Decisions and claims the last `invoke()` asked of its store. */
 let decisions = 0;
+let claims: string[] = [];
 
 /** One invocation: a new client, store and throttle for one call, closed at the end; the REST requests it made. */
 async function invoke(rest: UpstashRest, prefix: string, rules: string, run: () => Promise<unknown>, maxDelayMs = Infinity): Promise<number> {
@@ -29,9 +30,16 @@ async function invoke(rest: UpstashRest, prefix: string, rules: string, run: () 
   const store = new RedisStore(client, { prefix });
   const reserve = store.reserve.bind(store);
   decisions = 0;
+  claims = [];
   store.reserve = (request) => {
     decisions++;
     return reserve(request);
+  };
+  const claim = store.claim.bind(store);
+  store.claim = async (request) => {
+    const result = await claim(request);
+    claims.push(result.status);
+    return result;
   };
   const throttle = new Throttle({ name: 'acme', rules: [rules as '5/s'], store, maxDelayMs });
   try {
@@ -80,7 +88,7 @@ describe('RedisStore on @upstash/redis (a function)', function () {
     expect(Math.min(...requests)).to.be.within(2, 3);
   });
 
-  it('an invocation that waits for calls in flight asks again when its slot could first be free, not at once nor at their bound', async () => {
+  it('an invocation that waits for calls in flight reserves its slot, and claims it at its start once the call it depends on released a window before', async () => {
     const prefix = uniquePrefix();
     // Five calls of a worker in flight for 300 ms fill the window of 5/s.
     const worker = new Throttle({ name: 'acme', rules: ['5/s'], store: new RedisStore(redisClient(), { prefix }) });
@@ -91,13 +99,15 @@ describe('RedisStore on @upstash/redis (a function)', function () {
       const made = await invoke(rest, prefix, '5/s', async () => undefined);
       const waited = performance.now() - started;
       await Promise.all(busy);
-      // Deferred on the calls in flight, asked again once a window had passed: booked, then started.
-      expect(waited).to.be.within(900, 2_000);
-      // Two decisions: deferred at first, booked a window later (no ask in between, none at the bound).
-      expect(decisions).to.equal(2);
-      // Besides them: the key's pause read before its slot booked ahead starts, and its completion;
-      // one more where its scripts were not loaded yet (EVAL after NOSCRIPT). The stamps of the
-      // processes it waits for are read riding its decisions, never on their own.
+      // Its slot a window after the calls in flight started; its call a window after the first completed.
+      expect(waited).to.be.within(1_150, 2_000);
+      // One decision, never deferred: booked a window later, on the first call in flight releasing by then.
+      expect(decisions).to.equal(1);
+      // At the slot's start the claim (it reads the key's pause too) finds that call completed 250
+      // ms later than taken, and says when; the claim then starts the call on the slot.
+      expect(claims).to.deep.equal(['early', 'started']);
+      // Besides them, its completion; one more where its scripts were not loaded yet (EVAL after
+      // NOSCRIPT). The stamps of the processes it waits for are read riding its decision, never on their own.
       expect(made).to.be.within(4, 5);
     } finally {
       await worker.close();

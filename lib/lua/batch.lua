@@ -27,9 +27,10 @@
                     the namespace's liveness stamps (alive.lua), after the index and the mark. N >= 0:
                     this process's stamp rides the batch, written as alive.lua 'stamp' writes it (N,
                     HOLD, KEEP_MS, SWEEP '1'); READ '1': the stamps are read, as alive.lua 'read' does
-  A[1]     S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, SURE, R, then R
-                    triples LIMIT, WINDOW, BUCKET (includes/decide.lua); SURE 1: the set's calls are
-                    reservations, never deferred (includes/decide.lua, vt_bounds)
+  A[1]     S        number of rule sets, followed by S sets: MAX_HOLD, RETAIN, RESERVED, R, then R
+                    triples LIMIT, WINDOW, BUCKET (includes/decide.lua); RESERVED -1, or the set's
+                    calls are reservations, never deferred, and it is their grace within MAX_HOLD
+                    (includes/decide.lua, vt_bounds and vt_deps)
            then the operations, to the end of A, each its code (VT_OP_*, declared with the other
            codes in lib/stores/redis-scripts.ts, CODES) and its fields; K names a key, KEYS[2K-1 .. 2K]:
              DECIDE       K, SET (1-based), COST, STAY, COUNT, then COUNT pairs MAX_DELAY, FIRST:
@@ -55,7 +56,7 @@
   Returns { VT_BATCH_EPOCH_CHANGED } when the epoch changed (the store lost its data; nothing was
   done), else { VT_BATCH_DONE (VT_BATCH_DONE_UNDER_CHANGED_EPOCH: a SOFT batch whose epoch was not
   the one sent), NOW_MS, then per decided call in order its five values, or the one
-  VT_STATUS_BOOKED_NOW (includes/decide.lua), then one per check (includes/check.lua), then one per
+  VT_STATUS_BOOKED_NOW, or VT_STATUS_BOOKED_DEPS and five more (includes/decide.lua), then one per check (includes/check.lua), then one per
   PAUSED, then with EVICTED '1' the count (-1 where INFO is denied), then with ALIVE the stamp's time
   (-1: none written), then with READ '1' alive.lua 'read''s reply }: NOW_MS is the store clock (0 when
   no decision or check was asked for).
@@ -105,7 +106,7 @@ local sets = {}
 local i = 2
 for n = 1, A[1] do
   local rule_count = tonumber(A[i + 3])
-  local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), sure = A[i + 2] == 1, rule_count = rule_count, config_count = rule_count, rules_at = i + 4, most = 0, most_exact = 0, bucketed = false, meta_fields = { unpack(VT_META_FIELDS) }, groups = {}, limits = {}, windows = {}, buckets = {} }
+  local set = { max_hold = tonumber(A[i]), retain = tonumber(A[i + 1]), reserved = A[i + 2] >= 0, grace = A[i + 2], rule_count = rule_count, config_count = rule_count, rules_at = i + 4, most = 0, most_exact = 0, bucketed = false, meta_fields = { unpack(VT_META_FIELDS) }, groups = {}, limits = {}, windows = {}, buckets = {} }
   local by_prefix = {}
   local longest = 1
   local exact_least = math.huge

@@ -3,6 +3,7 @@ import { checkKnown } from '../validate.js';
 import {
   bucketIndex,
   countInWindow,
+  depsSuffix,
   foldHorizon,
   placeInLine,
   planSlot,
@@ -64,8 +65,12 @@ interface KeyLog {
     readonly since: number;
     readonly refusals: number;
   }>;
-  /** Reservations claimed (`claim`), by their smallest member: each until no claim could take it (store clock). */
-  claimed: Map<string, number>;
+  /**
+   * Reservations claimed (`claim`), by member (as lua/claim.lua's POINTER keys): the slot that took
+   * its place (none when the claim booked nothing), until its slots count no longer and no claim
+   * could take it (store clock). The first member marks the reservation.
+   */
+  claimed: Map<string, { readonly to: string | undefined; readonly until: number }>;
 }
 
 /** The start of a reservation's members (`ReserveRequest.reserved`): only those can be claimed. */
@@ -146,6 +151,8 @@ export class MemoryStore implements Store {
       views.push({
         size: log.scores.length,
         scoreAt: (index) => log.scores[index]!,
+        memberAt: (index) => log.members[index]!,
+        reservedAt: (index) => log.members[index]!.startsWith(RESERVED),
         rules,
         configured,
         pausedUntil: log.pausedUntil,
@@ -153,7 +160,7 @@ export class MemoryStore implements Store {
       });
     }
     this.#sweep(cut);
-    const plan = planSlots(views, request.cost, now, request.maxHoldMs, request.reserved === true);
+    const plan = planSlots(views, request.cost, now, request.maxHoldMs, request.reserved === true ? (request.graceMs ?? 0) : undefined);
     const { ruleIndex, bound, earliest } = plan;
     const startAt = Math.ceil(plan.startAt);
     const waitMs = earliest <= now ? 0 : Math.ceil(earliest - now);
@@ -172,9 +179,10 @@ export class MemoryStore implements Store {
       return { ...answer, status: 'deferred', retryMs: Math.max(1, Math.ceil(bound - now)) };
     }
     const members: string[] = [];
-    // A reservation's members are told apart from calls' (claim takes only those).
+    // A reservation's members are told apart from calls' (claim takes only those), and end with the hash of its dependencies.
     const prefix = request.reserved === true ? RESERVED : '';
-    for (let i = 0; i < request.cost; i++) members.push(`${prefix}${++this.#seq}`);
+    const suffix = plan.deps === undefined ? '' : depsSuffix(plan.deps);
+    for (let i = 0; i < request.cost; i++) members.push(`${prefix}${++this.#seq}${suffix}`);
     const score = startAt + request.maxHoldMs;
     for (let i = 0; i < parts.length; i++) {
       const log = logs[i]!;
@@ -182,35 +190,64 @@ export class MemoryStore implements Store {
       log.expiresAt = Math.max(log.expiresAt, score + parts[i]!.retainMs);
       this.#logs.set(ids[i]!, log);
     }
-    return { ...answer, status: 'booked', members };
+    return { ...answer, status: 'booked', members, ...(plan.deps === undefined ? {} : { deps: plan.deps }) };
   }
 
   /** As lua/claim.lua. */
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     const now = this.#clock();
     const nowMs = Math.ceil(now);
-    const { members, bound, maxHoldMs } = request;
+    const { bound, maxHoldMs, deps } = request;
+    const members = [...request.members].sort();
     const start = Math.max(request.startAt, bound - maxHoldMs - request.graceMs);
     const last = bound - maxHoldMs;
     const answer = { now: nowMs, waitMs: 0, members: [] as string[] };
     const id = `${request.namespace}\n${request.key}`;
     const log = this.#open(id, Math.floor(now));
-    for (const [mark, until] of log.claimed) if (until < now) log.claimed.delete(mark);
-    const mark = [...members].sort()[0]!;
-    if (log.claimed.has(mark)) return { ...answer, status: 'used' };
+    for (const [member, pointer] of log.claimed) if (pointer.until < now) log.claimed.delete(member);
+    // The first member marks the reservation: a token with its members in another order is the same reservation.
+    if (log.claimed.has(members[0]!)) return { ...answer, status: 'used' };
     if (now < start) return { ...answer, status: 'early', waitMs: Math.ceil(start - now) };
     if (now > last) return { ...answer, status: 'late' };
+    const suffix = depsSuffix(deps);
     const present = members.filter((member) => {
-      if (!member.startsWith(RESERVED)) return false;
+      const named = suffix === '' ? !member.includes('~') : member.endsWith(suffix);
+      if (!named || !member.startsWith(RESERVED)) return false;
       const index = log.members.lastIndexOf(member);
       return index >= 0 && log.scores[index] === bound;
     });
     if (present.length === 0) return { ...answer, status: 'moved' };
-    log.claimed.set(mark, last);
+    let startable = present.length === members.length && log.pausedUntil <= now;
+    if (startable) {
+      // Each dependency's release, followed to the slot that took its place where it was claimed.
+      let ready = start;
+      for (const [member, windowMs] of deps) {
+        let index = log.members.lastIndexOf(member);
+        const to = index < 0 ? log.claimed.get(member)?.to : undefined;
+        if (to !== undefined) index = log.members.lastIndexOf(to);
+        if (index < 0) continue;
+        const score = log.scores[index]!;
+        if (score > nowMs) {
+          ready = Infinity;
+          break;
+        }
+        ready = Math.max(ready, score + windowMs);
+      }
+      if (ready > last) startable = false;
+      else if (ready > now) return { ...answer, status: 'early', waitMs: Math.ceil(ready - now) };
+    }
     let started: string[] = [];
-    if (present.length === members.length && log.pausedUntil <= now) {
+    if (startable) {
       started = members.map(() => String(++this.#seq));
-      for (const member of started) insert(log, nowMs + maxHoldMs, member);
+      // The pointers last until the call's slots count no longer: a dependency followed then is released.
+      const until = now + Math.max(Math.ceil(last - now) + 1, maxHoldMs + Math.ceil(request.retainMs));
+      for (let i = 0; i < started.length; i++) {
+        insert(log, nowMs + maxHoldMs, started[i]!);
+        log.claimed.set(members[i]!, { to: started[i]!, until });
+      }
+      log.expiresAt = Math.max(log.expiresAt, until);
+    } else {
+      log.claimed.set(members[0]!, { to: undefined, until: now + Math.max(1, Math.ceil(last - now) + 1) });
     }
     for (const member of present) {
       const index = log.members.lastIndexOf(member);

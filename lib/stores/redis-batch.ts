@@ -33,8 +33,8 @@ export interface DecideOp extends OpOf<'decide', Decision> {
   readonly also: readonly KeyPart[];
   /** A call of one key: this process still waits on the key through calls of several keys (it stays in the key's waiting list). */
   readonly stay: boolean;
-  /** A reservation (`ReserveRequest.reserved`): never deferred (its set's SURE). */
-  readonly reserved: boolean;
+  /** A reservation's grace (`ReserveRequest.reserved`, `graceMs`): never deferred (its set's RESERVED); -1 for a call. */
+  readonly graceMs: number;
 }
 
 /** The completions and releases of a key's calls: NUMBER, RELEASE_AT (-1: never started) pairs. */
@@ -69,6 +69,8 @@ export interface Decision {
   /** The store's clock when it decided. */
   readonly now: number;
   readonly retryMs: number;
+  /** A reservation booked with dependencies: them, as lua/includes/decide.lua's vt_deps lists them. */
+  readonly deps?: string;
 }
 
 /** What a batch's checks found. */
@@ -125,7 +127,7 @@ const ruleText = new WeakMap<readonly Rule[], string>();
 /** A distinct rule set of a batch: its SET is its place among them, 1-based. */
 interface RuleSet {
   readonly maxHoldMs: number;
-  readonly sure: boolean;
+  readonly graceMs: number;
   readonly retainMs: number;
   /** Its rules' arguments, joined: two rules arrays alike are one set. */
   readonly text: string;
@@ -172,16 +174,16 @@ export function encodeBatch(groups: ReadonlyArray<readonly Op[]>, checks?: Check
   const others: Array<CompleteOp | LeaveOp | CheckOp | TidyOp> = [];
   const several: DecideOp[] = [];
   const paused: PausedOp[] = [];
-  // SET of a rule set: the distinct (MAX_HOLD, RETAIN, SURE, rules) of the batch, 1-based.
-  const setOf = (maxHoldMs: number, retainMs: number, rules: readonly Rule[], sure = false): number => {
+  // SET of a rule set: the distinct (MAX_HOLD, RETAIN, RESERVED, rules) of the batch, 1-based.
+  const setOf = (maxHoldMs: number, retainMs: number, rules: readonly Rule[], graceMs = -1): number => {
     let text = ruleText.get(rules);
     if (text === undefined) ruleText.set(rules, (text = ruleArgs(rules).join(',')));
     for (let s = 0; s < sets.length; s++) {
       const set = sets[s]!;
-      if (set.maxHoldMs === maxHoldMs && set.retainMs === retainMs && set.sure === sure && set.text === text) return s + 1;
+      if (set.maxHoldMs === maxHoldMs && set.retainMs === retainMs && set.graceMs === graceMs && set.text === text) return s + 1;
     }
-    sets.push({ maxHoldMs, retainMs, sure, text });
-    for (const value of [maxHoldMs, retainMs, sure ? 1 : 0, ...ruleArgs(rules)]) setArgs.push(value);
+    sets.push({ maxHoldMs, retainMs, graceMs, text });
+    for (const value of [maxHoldMs, retainMs, graceMs, ...ruleArgs(rules)]) setArgs.push(value);
     return sets.length;
   };
   // K of a key: its place among the keys of the batch, 1-based (a key of a group: its group's).
@@ -260,7 +262,7 @@ export function encodeBatch(groups: ReadonlyArray<readonly Op[]>, checks?: Check
         case 'decide':
           decides = true;
           if (op.also.length > 0) several.push(op);
-          else setOfOp[single++] = setOf(op.maxHoldMs, op.retainMs, op.rules, op.reserved);
+          else setOfOp[single++] = setOf(op.maxHoldMs, op.retainMs, op.rules, op.graceMs);
       }
     }
     // Before anything is decided on the key (a key a process holds nothing on has no witness). A
@@ -481,7 +483,7 @@ function writeName(out: Buffer, at: number, userLength: number, head: Uint8Array
 
 /**
  * The one reader of lua/batch.lua's reply: `{ DONE, NOW_MS, per decision its answer (VT_STATUS_BOOKED_NOW
- * alone, or five values), per check its finding, per pause read its end, with EVICTED the count of
+ * alone, five values, or six: VT_STATUS_BOOKED_DEPS's), per check its finding, per pause read its end, with EVICTED the count of
  * evicted keys, with ALIVE the stamp's time and with its READ the stamps }`, checked against what the
  * batch asked for.
  */
@@ -505,6 +507,12 @@ function readReply(reply: unknown, decisionCount: number, checkCount: number, pa
     const startAt = next();
     const ruleIndex = next();
     const retryMs = next();
+    if (status === STATUS.bookedDeps) {
+      const deps: unknown = reply[at++];
+      if (typeof deps !== 'string' && !Buffer.isBuffer(deps)) return unexpected('batch', reply);
+      decisions.push({ status: STATUS.booked, waitMs, startAt, ruleIndex, now, retryMs, deps: deps.toString() });
+      continue;
+    }
     decisions.push(status === STATUS.notMade ? undefined : { status, waitMs, startAt, ruleIndex, now, retryMs });
   }
   const checks = Array.from({ length: checkCount }, next);

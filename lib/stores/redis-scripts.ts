@@ -13,9 +13,12 @@ export const CODES = {
   op: { decide: 1, decideKeys: 2, complete: 3, leave: 4, check: 5, checkFull: 6, tidy: 7, paused: 8, witness: 9 },
   /**
    * A decided call's status (lua/includes/decide.lua); `notMade`: its key was found lost, asked
-   * again once put back; `bookedNow`: booked to start at once, answered in this one value.
+   * again once put back; `bookedNow`: booked to start at once, answered in this one value;
+   * `bookedDeps`: a reservation booked with its dependencies, answered in six.
    */
-  status: { refused: 0, booked: 1, deferred: 2, notMade: 3, bookedNow: 4 },
+  status: { refused: 0, booked: 1, deferred: 2, notMade: 3, bookedNow: 4, bookedDeps: 5 },
+  /** A reservation's dependencies, at most (lua/includes/decide.lua, vt_deps; lib/slot-plan.ts, reservationDeps). */
+  reserve: { mostDeps: 32 },
   /** The first value of a batch's reply: done, or nothing done because the namespace's epoch changed. */
   batch: { done: 1, epochChanged: 3, doneUnderChangedEpoch: 4 },
   /** What a key's check found (lua/includes/check.lua). */
@@ -48,7 +51,7 @@ function snakeCase(name: string): string {
  * lines replaced by `lib/lua/includes/name.lua`. Command names carry a version so that two library
  * versions sharing one client never run each other's script.
  */
-export const SCRIPT_VERSION = 29;
+export const SCRIPT_VERSION = 30;
 
 /** A script: its name (the ioredis command it is defined as) and its text. */
 export interface ScriptDefinition {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { ThrottleConfigError } from '../errors.js';
 import { RedisNames, type HashTag } from '../keys.js';
 import type { Rule } from '../rules.js';
-import type { Pace } from '../slot-plan.js';
+import { depsOf, depsSuffix, type Pace } from '../slot-plan.js';
 import { StoreClock } from '../time.js';
 import { sourceLetter, type LearnEntry } from '../learning.js';
 import type {
@@ -274,7 +274,7 @@ export class RedisStore implements Store {
         first,
         also,
         stay,
-        reserved: request.reserved === true,
+        graceMs: request.reserved === true ? (request.graceMs ?? 0) : -1,
         resolve: (decision) => {
           try {
             resolve(this.#decided(request, first, decision));
@@ -298,8 +298,14 @@ export class RedisStore implements Store {
     if (status === CODES.status.booked) {
       members = cost === 1 ? [names.member(first)] : Array.from({ length: cost }, (_, i) => names.member(first + i));
       // A reservation is this process's to neither journal, stamp nor start: its claim may come from
-      // any process, and finds it gone if the store lost it (the call then books again).
-      if (request.reserved === true) return { status: STATUSES[status]!, waitMs, retryMs, startAt, now, ruleIndex, members };
+      // any process, and finds it gone if the store lost it (the call then books again). Its
+      // members' names end with the hash of its dependencies.
+      if (request.reserved === true) {
+        const deps = depsOf(decision.deps);
+        const suffix = depsSuffix(deps);
+        if (suffix !== '') members = members.map((member) => member + suffix);
+        return { status: STATUSES[status]!, waitMs, retryMs, startAt, now, ruleIndex, members, deps };
+      }
       this.#recovery?.journal.book(namespace, key, first, cost, startAt + maxHoldMs, retainMs);
       for (const part of also) this.#recovery?.journal.book(namespace, part.key, first, cost, startAt + maxHoldMs, part.retainMs);
       this.#heartbeat?.start();
@@ -411,17 +417,18 @@ export class RedisStore implements Store {
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
-    const { namespace, key, members, bound, startAt, graceMs, maxHoldMs, retainMs } = request;
+    const { namespace, key, bound, startAt, graceMs, maxHoldMs, retainMs, deps } = request;
     await this.#recovery?.recovered(namespace);
     const names = this.#names;
     const { log, meta } = names.of(namespace, key);
     const first = this.#seq + 1;
+    // Ascending: the first names the reservation's mark, so a token with its members in another order is the same reservation.
+    const members = [...request.members].sort();
     this.#seq += members.length;
     const started = members.map((_, i) => names.member(first + i));
-    // The mark is named by the smallest member: a token with its members in another order is the same reservation.
-    const mark = `${meta}:claimed:${[...members].sort()[0]!}`;
-    const args = [bound, startAt, graceMs, maxHoldMs, members.length, ...members, ...started];
-    const reply = replies.claim(await this.#driver.run(scripts.claim.name, [log, meta, mark], args));
+    const pointers = [...members, ...deps.map(([member]) => member)].map((member) => `${meta}:claimed:${member}`);
+    const args = [bound, startAt, graceMs, maxHoldMs, Math.ceil(retainMs), members.length, deps.length, ...members, ...started, ...deps.flat()];
+    const reply = replies.claim(await this.#driver.run(scripts.claim.name, [log, meta, ...pointers], args));
     if (reply.status !== 'started') return { ...reply, members: NONE };
     this.#recovery?.journal.book(namespace, key, first, members.length, reply.now + maxHoldMs, retainMs);
     this.#heartbeat?.start();

@@ -121,7 +121,7 @@ function decide(key: string, first: number): DecideOp {
     first,
     also: [],
     stay: false,
-    reserved: false,
+    graceMs: -1,
     resolve: noop,
     reject: noop,
     tries: 0,

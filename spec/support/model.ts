@@ -1,4 +1,5 @@
 import type { Rule } from '../../lib/rules.js';
+import { MOST_DEPS } from '../../lib/slot-plan.js';
 import type { ReserveStatus } from '../../lib/store.js';
 
 /**
@@ -19,6 +20,8 @@ import type { ReserveStatus } from '../../lib/store.js';
 interface Slot {
   readonly member: string;
   score: number;
+  /** A reservation's slot: its score is its start + maxHoldMs + the grace. */
+  readonly reserved?: boolean;
 }
 
 interface KeyState {
@@ -28,6 +31,19 @@ interface KeyState {
   learned: Map<number, { limit: number; source: string; aboveRules: boolean }>;
   /** A decision was deferred: the next settle on the key announces itself. */
   waiting: boolean;
+  /** Reservations claimed, by member: the slot that took its place, until when (see `claim`). */
+  claimed: Map<string, { readonly to: string | undefined; readonly until: number }>;
+}
+
+/** A claim of a reservation (`Store.claim`), as the model takes it. */
+export interface ModelClaim {
+  readonly members: readonly string[];
+  readonly bound: number;
+  readonly startAt: number;
+  readonly graceMs: number;
+  readonly maxHoldMs: number;
+  readonly retainMs: number;
+  readonly deps: ReadonlyArray<readonly [member: string, windowMs: number]>;
 }
 
 export interface ModelRequest {
@@ -35,8 +51,14 @@ export interface ModelRequest {
   readonly cost: number;
   readonly maxDelayMs: number;
   readonly maxHoldMs: number;
-  /** A reservation: never deferred; it starts once each rule filled by calls in flight has room at their bounds. */
+  /**
+   * A reservation: never deferred; it starts at the soonest the calls in flight that fill a rule
+   * could release (their dependencies), or, with more than MOST_DEPS of those, once each such rule
+   * has room at their bounds.
+   */
   readonly reserved?: boolean;
+  /** A reservation's grace, within `maxHoldMs`. */
+  readonly graceMs?: number;
 }
 
 export interface ModelDecision {
@@ -115,13 +137,19 @@ export class ReferenceModel {
     // rule has no room before that plus its window.
     let bound: number | undefined;
     let earliest = start;
+    const startRule = ruleIndex;
+    const held: Array<{ readonly entry: Entry; readonly at: number }> = [];
     for (const entry of all) {
       if (known.includes(entry) || fits(entry, start)) continue;
       const { rule, slots } = entry;
       const frees = slots.map((slot) => slot.score).filter((v) => slots.filter((slot) => slot.score > v).length <= rule.limit - cost);
       const at = Math.min(...frees);
-      // A reservation waits for that score itself: then the rule has room whatever the call does.
-      const soonest = request.reserved === true ? at + rule.windowMs : Math.max(nowMs, at - request.maxHoldMs) + rule.windowMs;
+      held.push({ entry, at });
+      // A reservation takes the slots at that score to have started a hold before it: the
+      // reservations' hold holds their grace, a call's does not (with both there, a call's).
+      const reservations = slots.filter((slot) => slot.score === at).every((slot) => slot.reserved === true);
+      const hold = request.reserved === true && !reservations ? request.maxHoldMs - (request.graceMs ?? 0) : request.maxHoldMs;
+      const soonest = Math.max(nowMs, at - hold) + rule.windowMs;
       if (request.reserved !== true && (bound === undefined || at < bound)) bound = at;
       if (soonest > earliest) {
         earliest = soonest;
@@ -129,6 +157,22 @@ export class ReferenceModel {
       }
     }
     if (request.reserved === true) {
+      // A reservation starts there too, taking the calls that hold it back to release by then: its
+      // dependencies, the slots beyond the rule's room that still count at its start. With more
+      // than MOST_DEPS of them, it waits for those scores themselves instead: then each rule has
+      // room whatever the calls do.
+      const at = Math.ceil(earliest);
+      const deps = held.reduce((sum, { entry }) => sum + Math.max(0, counting(entry, at) - (entry.rule.limit - cost)), 0);
+      if (deps > MOST_DEPS) {
+        earliest = start;
+        ruleIndex = startRule;
+        for (const { entry, at: score } of held) {
+          if (score + entry.rule.windowMs > earliest) {
+            earliest = score + entry.rule.windowMs;
+            ruleIndex = entry.index;
+          }
+        }
+      }
       const waitMs = earliest <= now ? 0 : Math.ceil(earliest - now);
       return { status: waitMs > request.maxDelayMs ? 'refused' : 'booked', startAt: Math.ceil(earliest), waitMs, retryMs: 0, ruleIndex };
     }
@@ -146,7 +190,7 @@ export class ReferenceModel {
     const state = this.#state(key);
     if (decision.status === 'deferred') state.waiting = true;
     if (decision.status !== 'booked') return;
-    for (const member of members) state.slots.push({ member, score: decision.startAt + request.maxHoldMs });
+    for (const member of members) state.slots.push({ member, score: decision.startAt + request.maxHoldMs, reserved: request.reserved === true });
   }
 
   /** A completion lowers a slot's score (never raises it); a release removes it. True when a deferred decision is woken. */
@@ -158,6 +202,58 @@ export class ReferenceModel {
     const woke = state.waiting;
     state.waiting = false;
     return woke;
+  }
+
+  /**
+   * A claim at store time `now`: the call starts on the reserved slots if they are all in the log
+   * at their bound, no claim came before, it is no earlier than their start (nor than the bound −
+   * hold − grace) and no later than the bound − hold, the key is not paused, and every dependency
+   * (followed to the slot that took its place, where it was claimed) is known and released a window
+   * ago; `started` then takes their place, scored ceil(now) + hold. Too early: nothing changes.
+   * Slots there but not startable leave, and the reservation counts as used. `apply` false: the
+   * answer alone, nothing changed.
+   */
+  claim(key: string, now: number, claim: ModelClaim, started: readonly string[], apply = true): { status: string; waitMs: number } {
+    const state = this.#state(key);
+    const nowMs = Math.ceil(now);
+    const pointer = (member: string) => {
+      const found = state.claimed.get(member);
+      return found !== undefined && found.until >= now ? found : undefined;
+    };
+    const members = [...claim.members].sort();
+    const start = Math.max(claim.startAt, claim.bound - claim.maxHoldMs - claim.graceMs);
+    const last = claim.bound - claim.maxHoldMs;
+    if (pointer(members[0]!) !== undefined) return { status: 'used', waitMs: 0 };
+    if (now < start) return { status: 'early', waitMs: Math.ceil(start - now) };
+    if (now > last) return { status: 'late', waitMs: 0 };
+    const slotOf = (member: string | undefined) => state.slots.find((slot) => slot.member === member);
+    const present = members.filter((member) => slotOf(member)?.score === claim.bound);
+    if (present.length === 0) return { status: 'moved', waitMs: 0 };
+    let startable = present.length === members.length && state.pausedUntil <= now;
+    if (startable) {
+      let ready = start;
+      for (const [member, windowMs] of claim.deps) {
+        const slot = slotOf(member) ?? slotOf(pointer(member)?.to);
+        if (slot === undefined) continue;
+        ready = slot.score > nowMs ? Infinity : Math.max(ready, slot.score + windowMs);
+        if (ready === Infinity) break;
+      }
+      if (ready > last) startable = false;
+      else if (ready > now) return { status: 'early', waitMs: Math.ceil(ready - now) };
+    }
+    if (!apply) return { status: startable ? 'started' : 'moved', waitMs: 0 };
+    for (const [member, { until }] of state.claimed) if (until < now) state.claimed.delete(member);
+    state.slots = state.slots.filter((slot) => !present.includes(slot.member));
+    if (!startable) {
+      state.claimed.set(members[0]!, { to: undefined, until: now + Math.max(1, Math.ceil(last - now) + 1) });
+      return { status: 'moved', waitMs: 0 };
+    }
+    const until = now + Math.max(Math.ceil(last - now) + 1, claim.maxHoldMs + Math.ceil(claim.retainMs));
+    started.forEach((member, i) => {
+      state.slots.push({ member, score: nowMs + claim.maxHoldMs });
+      state.claimed.set(members[i]!, { to: member, until });
+    });
+    return { status: 'started', waitMs: 0 };
   }
 
   /** A vendor pause: no start before `until`; a later pause in place is kept. Returns the pause in force. */
@@ -217,7 +313,7 @@ export class ReferenceModel {
 
   #state(key: string): KeyState {
     let state = this.#keys.get(key);
-    if (!state) this.#keys.set(key, (state = { slots: [], pausedUntil: 0, waiting: false, learned: new Map() }));
+    if (!state) this.#keys.set(key, (state = { slots: [], pausedUntil: 0, waiting: false, learned: new Map(), claimed: new Map() }));
     return state;
   }
 }

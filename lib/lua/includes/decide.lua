@@ -27,7 +27,8 @@
 
   Appends to OUT, per call, five values: status, wait_ms, start_at, rule_index, retry_ms; or, for
   a call booked to start at once (the usual answer), the one value VT_STATUS_BOOKED_NOW (wait 0,
-  start at NOW_MS, no rule, no retry: the other four are known).
+  start at NOW_MS, no rule, no retry: the other four are known); or, for a reservation booked with
+  dependencies (vt_deps), VT_STATUS_BOOKED_DEPS, the four, and the dependencies.
   status: VT_STATUS_BOOKED (start in wait_ms), VT_STATUS_REFUSED (wait_ms: no slot before then),
   VT_STATUS_DEFERRED (ask again after a completion on the key, or in retry_ms at the latest; no
   slot before wait_ms).
@@ -119,6 +120,7 @@ local function vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index
     if r >= set.config_count then index = VT_RULE_LEARNED end
     local score = nil
     local free_at = nil
+    local at, member = nil, nil
     if folded[r] ~= nil then
       -- Buckets are read only once the log and the buckets together could fill the rule.
       if buckets[r] == nil and size + folded[r] > limit - cost then
@@ -130,15 +132,17 @@ local function vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index
         if entry ~= nil then score = tonumber(entry[2]) end
       end
     else
-      local index = size - limit + cost - 1
-      if index >= 0 then
-        score = tonumber(redis.call('ZRANGE', key.log, index, index, 'WITHSCORES')[2])
+      at = size - limit + cost - 1
+      if at >= 0 then
+        local entry = redis.call('ZRANGE', key.log, at, at, 'WITHSCORES')
+        score, member = tonumber(entry[2]), entry[1]
         free_at = score + window
       end
     end
     if score ~= nil and score > now_ms then
       pending = pending or {}
-      pending[#pending + 1] = { score, window, index, key }
+      -- AT and MEMBER: the binding score's place in the log and its slot, for a reservation (vt_bounds, vt_deps); nil for a bucketed rule.
+      pending[#pending + 1] = { score, window, index, key, at, member }
     elseif free_at ~= nil and free_at > start_at then
       start_at = free_at
       rule_index = index
@@ -147,28 +151,44 @@ local function vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index
   return start_at, rule_index, pending
 end
 
+-- Where a reservation takes the binding slot of pending entry P to release at the soonest: its
+-- start, its score - MAX_HOLD for a reservation's slot (MAX_HOLD holds its grace), else its score -
+-- (MAX_HOLD - GRACE), a call's. Slots of both kinds at that score: a call's (the later).
+local function vt_reserved_hold(p, max_hold, grace)
+  if (tonumber(string.match(p[6], '^%d+')) or 0) < VT_CLAIM_RESERVED then return max_hold - grace end
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', p[4].log, p[1], p[1])) do
+    if (tonumber(string.match(member, '^%d+')) or 0) < VT_CLAIM_RESERVED then return max_hold - grace end
+  end
+  return max_hold
+end
+
 -- A bound binds if its window still reaches past the start; the earliest such bound is when the
 -- caller asks again at the latest (by then that score is known). Its call released at the soonest
 -- when it started (bound - MAX_HOLD) or now: no slot before that plus its window. Each key with a
 -- binding bound waits until its earliest one (waits_until, when the call is deferred).
 --
--- SURE (a reservation's set): no bound binds; the call starts once each binding call counts no
--- longer, released at its bound (its score), so that it gets a start it can keep without asking
--- again.
-local function vt_bounds(pending, start_at, now_ms, max_hold, rule_index, sure)
+-- RESERVED (a reservation's set, SET.grace its grace): no bound binds; the call is booked at that
+-- soonest start (vt_reserved_hold), and the slots it counted released by then are its dependencies
+-- (vt_deps), which its claim checks. A bucketed rule's bound (a fold could take a dependency out
+-- of the log before its window passed) counts released at its score instead, a start the slot
+-- keeps whatever that call does.
+local function vt_bounds(pending, start_at, now_ms, set, rule_index)
   local bound = nil
   local earliest = start_at
+  local reserved = set.reserved
   for _, p in ipairs(pending or vt_none) do
-    if sure then
-      if p[1] + p[2] > earliest then
-        earliest = p[1] + p[2]
-        rule_index = p[3]
+    if p[1] + p[2] > start_at then
+      local soonest
+      if not reserved then
+        soonest = math.max(now_ms, p[1] - set.max_hold) + p[2]
+        if bound == nil or p[1] < bound then bound = p[1] end
+        local key = p[4]
+        if key.binds == nil or p[1] < key.binds then key.binds = p[1] end
+      elseif p[5] == nil then
+        soonest = p[1] + p[2]
+      else
+        soonest = math.max(now_ms, p[1] - vt_reserved_hold(p, set.max_hold, set.grace)) + p[2]
       end
-    elseif p[1] + p[2] > start_at then
-      if bound == nil or p[1] < bound then bound = p[1] end
-      local key = p[4]
-      if key.binds == nil or p[1] < key.binds then key.binds = p[1] end
-      local soonest = math.max(now_ms, p[1] - max_hold) + p[2]
       if soonest > earliest then
         earliest = soonest
         rule_index = p[3]
@@ -178,10 +198,48 @@ local function vt_bounds(pending, start_at, now_ms, max_hold, rule_index, sure)
   return bound, earliest, rule_index
 end
 
+-- A reservation's dependencies at START: for each exact rule whose binding score was still a bound,
+-- the slots at or below it (log index AT) that count at START unless released by then: the
+-- reservation took them to release at their start (or now). Its claim starts only once each has
+-- released a window before (lua/claim.lua). Returns them as "MEMBER WINDOW ..." (the ordered list
+-- the reservation's members carry the hash of), or nil when none, or false when more than
+-- VT_RESERVE_MOST_DEPS (then the reservation counts them released at their bounds: vt_bounds_sure).
+local function vt_deps(pending, start)
+  local parts = nil
+  local count = 0
+  for _, p in ipairs(pending or vt_none) do
+    if p[5] ~= nil and p[1] + p[2] > start then
+      local below = redis.call('ZCOUNT', p[4].log, '-inf', start - p[2])
+      if below <= p[5] then
+        count = count + p[5] - below + 1
+        if count > VT_RESERVE_MOST_DEPS then return false end
+        local entries = redis.call('ZRANGE', p[4].log, below, p[5])
+        parts = parts or {}
+        for _, member in ipairs(entries) do
+          parts[#parts + 1] = member
+          parts[#parts + 1] = string.format('%d', p[2])
+        end
+      end
+    end
+  end
+  return parts and table.concat(parts, ' ')
+end
+
+-- A reservation with too many dependencies: every binding bound counts released at its score.
+local function vt_bounds_sure(pending, start_at, rule_index)
+  for _, p in ipairs(pending or vt_none) do
+    if p[1] + p[2] > start_at then
+      start_at = p[1] + p[2]
+      rule_index = p[3]
+    end
+  end
+  return start_at, rule_index
+end
+
 -- Appends the answer to one call to OUT: status, wait_ms, start_at, rule_index, retry_ms, or
 -- VT_STATUS_BOOKED_NOW alone (see the header). Returns its status, whether to book it, whether it
 -- waits for a completion (deferred by a bound), and its start (ms, rounded up).
-local function vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index)
+local function vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index, deps)
   local wait = 0
   if earliest > now then wait = math.ceil(earliest - now) end
   start_at = math.ceil(start_at)
@@ -204,7 +262,9 @@ local function vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest,
     status, book = VT_STATUS_REFUSED, false
   end
   local n = #out
-  if book and wait == 0 and rule_index == VT_RULE_NONE and start_at == now_ms then
+  if book and deps ~= nil then
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] = VT_STATUS_BOOKED_DEPS, wait, start_at, rule_index, retry, deps
+  elseif book and wait == 0 and rule_index == VT_RULE_NONE and start_at == now_ms then
     out[n + 1] = VT_STATUS_BOOKED_NOW
   else
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, wait, start_at, rule_index, retry
@@ -213,18 +273,21 @@ local function vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest,
 end
 
 -- Books COST slots at SCORE in KEY: members FIRST .. FIRST+COST-1 followed by TAG (FIRST as sent
--- when COST is 1, the usual call). The first booking on a key with a witness checks it: a call of
+-- when COST is 1, the usual call), and by SUFFIX where given (a reservation's: the hash of its
+-- dependencies, vt_deps). The first booking on a key with a witness checks it: a call of
 -- one slot adds the witness with it (ZADD NX, no command of its own: it adds 2 where the witness was
 -- gone), a larger one looks it up first. Returns false, booking nothing, when the key lost its data
 -- (the witness gone while it counts, and no fold took it): the caller puts back its calls.
-local function vt_key_book(key, score, cost, first, tag, now)
+local function vt_key_book(key, score, cost, first, tag, now, suffix)
   -- A booking into an empty log (new, or emptied by a trim or a fold) creates the key: it has no
   -- time to live yet, which PEXPIRE GT would not set.
   if key.size == 0 then key.fresh = true end
   local witness = key.witness
+  local own = tag
+  if suffix then tag = tag .. suffix end
   if witness ~= nil then
     key.witness = nil
-    local member = witness.number .. tag
+    local member = witness.number .. own
     local gone
     if cost == 1 then
       gone = redis.call('ZADD', key.log, 'NX', score, first .. tag, witness.score, member) == 2
@@ -407,13 +470,20 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
     if key.pause > now then start_at, rule_index = key.pause, VT_RULE_PAUSED end
     local pending
     start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, nil, 0)
-    local bound, earliest
-    bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set.max_hold, rule_index, set.sure)
-    if set.sure then start_at = earliest end
+    local bound, earliest, deps
+    bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set, rule_index)
+    if set.reserved and pending ~= nil then
+      deps = vt_deps(pending, math.ceil(earliest))
+      if deps == false then
+        deps = nil
+        earliest, rule_index = vt_bounds_sure(pending, start_at, rule_index)
+      end
+      start_at = earliest
+    end
     local answered = #out
-    local status, book, waits, start = vt_answer(out, now, now_ms, math.max(ready, key.hold), a[calls_at + 2 * c], start_at, earliest, bound, rule_index)
+    local status, book, waits, start = vt_answer(out, now, now_ms, math.max(ready, key.hold), a[calls_at + 2 * c], start_at, earliest, bound, rule_index, deps)
     if waits then key.waits_until = math.max(key.waits_until, bound) end
-    if book and not vt_key_book(key, start + set.max_hold, cost, a[calls_at + 2 * c + 1], tag, now) then
+    if book and not vt_key_book(key, start + set.max_hold, cost, a[calls_at + 2 * c + 1], tag, now, deps and '~' .. string.sub(redis.sha1hex(deps), 1, 16)) then
       lost = true
       for v = answered + 1, #out do out[v] = nil end
       for rest = c, count - 1 do
@@ -459,7 +529,7 @@ local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, f
     offset = offset + key.set.config_count
   end
   local bound, earliest
-  bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, max_hold, rule_index)
+  bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, keys[1].set, rule_index)
   local _, book, waits, start = vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index)
   for _, key in ipairs(keys) do
     if waits and key.binds ~= nil then key.waits_until = key.binds end
