@@ -1,5 +1,5 @@
 import { DelayedError, type Job } from 'bullmq';
-import { RateLimitedError, ThrottleClosedError, ThrottleConfigError } from '../errors.js';
+import { RateLimitedError, ReservationError, ThrottleClosedError, ThrottleConfigError } from '../errors.js';
 import type { KeyInput, KeysInput } from '../keys.js';
 import { describe } from '../rules.js';
 import type { Throttle } from '../throttle.js';
@@ -14,7 +14,10 @@ export interface ThrottledJob {
   readonly id?: string;
   readonly attemptsStarted: number;
   readonly attemptsMade: number;
+  /** The job's data: a job delayed to its reserved slot carries the reservation's token in it (`RESERVATION`). */
+  readonly data?: unknown;
   moveToDelayed(timestamp: number, token?: string): Promise<void>;
+  updateData?(data: unknown): Promise<void>;
 }
 
 /** A BullMQ processor function, as `new Worker(name, processor)` takes it (or a sandboxed processor file exports). */
@@ -25,7 +28,7 @@ export interface ThrottleProcessorOptions<J extends ThrottledJob = Job> {
   readonly key: (job: J) => KeysInput | PromiseLike<KeysInput>;
   /**
    * Longest wait for a slot in the worker, in ms. A job whose slot is further goes back to the queue,
-   * delayed to its place, and the worker takes the next job.
+   * delayed to its reserved slot (or its place in the key's line), and the worker takes the next job.
    * @default 250
    */
   readonly waitMs?: number;
@@ -52,6 +55,25 @@ const HOLD_HALF_LIFE_MS = 5_000;
 /** How long a job waits in the queue when its throttle closed before its slot (ms): a worker still running on the closed throttle must not spin on it. */
 const CLOSED_DELAY_MS = 1_000;
 
+/** The field of a job's data that holds the token of the slot it was delayed to (`Throttle.reserve`). */
+export const RESERVATION = 'vendorThrottleReservation';
+
+/** The token a job carries, if any. */
+function heldToken(job: ThrottledJob): string | undefined {
+  const data = job.data;
+  if (data === null || typeof data !== 'object' || Array.isArray(data)) return undefined;
+  const token = (data as Record<string, unknown>)[RESERVATION];
+  return typeof token === 'string' ? token : undefined;
+}
+
+/** The job's data as a plain object, without the token: the data a job delayed to its reserved slot carries it in; undefined when it cannot. */
+function plainData(job: ThrottledJob): Record<string, unknown> | undefined {
+  const data = job.data;
+  if (data === null || typeof data !== 'object' || Array.isArray(data) || Object.getPrototypeOf(data) !== Object.prototype) return undefined;
+  const { [RESERVATION]: _token, ...rest } = data as Record<string, unknown>;
+  return rest;
+}
+
 /**
  * Whether a job back from its delay whose slot is `retryAfterMs` away goes to that slot itself: the
  * key's line ran a little ahead of its log (the calls ran longer than the line assumed) when the
@@ -66,11 +88,13 @@ async function lateForItsPlace(internals: ThrottleInternals, error: RateLimitedE
 
 /**
  * A BullMQ processor that never holds a worker on a full window: `processor` runs once the job's
- * slot is free, within `waitMs`; a job whose slot is further goes back to the queue delayed to its
- * place in the key's line, shared by every worker (`Throttle.lineUp`), so the worker takes the next
- * job. Waiting is not an attempt: the job is moved with `job.moveToDelayed()` and `DelayedError`,
- * which BullMQ does not count in `attemptsMade`. A job whose throttle closes before its slot goes
- * back to the queue, a second later. See docs/adapters.md.
+ * slot is free, within `waitMs`. The slot is a reservation (`Throttle.reserve`): a job whose slot is
+ * further goes back to the queue delayed to it, its token in its data, so the worker takes the next
+ * job, and whichever worker takes it back starts the call on that slot. A job of several keys, or
+ * whose data cannot carry a token, is delayed to its place in the key's line, shared by every
+ * worker (`Throttle.lineUp`), instead. Waiting is not an attempt: the job is moved with
+ * `job.moveToDelayed()` and `DelayedError`, which BullMQ does not count in `attemptsMade`. A job
+ * whose throttle closes before its slot goes back to the queue, a second later. See docs/adapters.md.
  *
  * ```ts
  * const worker = new Worker('imports', throttleProcessor(throttle, (job) => acme.sync(job.data), { key: (job) => job.data.user }), { connection });
@@ -115,6 +139,8 @@ export function throttleProcessor<J extends ThrottledJob, R>(
     let started = false;
     const run = async (): Promise<R> => {
       started = true;
+      // The processor sees the job's data as it was added.
+      if (heldToken(job) !== undefined) delete (job.data as Record<string, unknown>)[RESERVATION];
       const startedAt = performance.now();
       try {
         return await processor(job, token, signal);
@@ -141,6 +167,58 @@ export function throttleProcessor<J extends ThrottledJob, R>(
       const delayMs = (await internals.lineUp(key, fromMs, { holdMs: holdMs(performance.now()), cost }).catch(lineUnknown(key))) ?? fromMs;
       return delay(delayMs, 'its place in the line', key);
     };
+    const aborting = signal === undefined ? {} : { signal };
+    // A job's slot in the worker: waited for up to a window (unknown: no longer than it would have).
+    const inWorker = async (key: KeyInput): Promise<number> => (lastStart ? Infinity : Math.max(waitMs, await internals.shortestWindow(key).catch(() => 0)));
+    const closed = async (): Promise<never> => {
+      // Not the job's failure: another worker (or this one, on a new throttle) takes it.
+      await job.moveToDelayed(Date.now() + CLOSED_DELAY_MS, token);
+      throw new DelayedError('vendor-throttle: the throttle closed before the job could start');
+    };
+    /**
+     * The job's slot as a reservation (a key of its own, a store that keeps reservations, data that
+     * can carry a token): reserved once, by whichever worker takes the job first; within `waitMs`
+     * the job waits for it in the worker, further it goes back to the queue delayed to the slot,
+     * its token in its data, and whichever worker takes it then starts the call on that slot.
+     */
+    const reserved = async (key: KeyInput, data: Record<string, unknown>): Promise<R> => {
+      const held = heldToken(job);
+      const onSlot = async (slotToken: string): Promise<R | undefined> => {
+        try {
+          return await throttle.schedule(key, run, { token: slotToken, maxDelayMs: await inWorker(key), ...aborting });
+        } catch (error) {
+          if (started) throw error;
+          if (error instanceof ThrottleClosedError) return closed();
+          // Its slot further than a window (a call it depends on ran long): back to the queue, to it.
+          if (error instanceof ReservationError && error.reason === 'early') return delay(error.retryAfterMs, 'its reserved slot', String(key));
+          // Used, late, or moved and no slot within the wait: a new reservation.
+          if (error instanceof ReservationError || error instanceof RateLimitedError) return undefined;
+          throw error;
+        }
+      };
+      if (held !== undefined) {
+        const done = await onSlot(held);
+        if (done !== undefined || started) return done as R;
+      }
+      if (lastStart) return throttle.schedule(key, run, { maxDelayMs: Infinity, cost, ...aborting });
+      let reservation;
+      try {
+        reservation = await throttle.reserve(key, { cost, maxDelayMs: Infinity, ...aborting });
+      } catch (error) {
+        if (error instanceof ThrottleClosedError) return closed();
+        throw error;
+      }
+      if (reservation.waitMs <= waitMs) {
+        const done = await onSlot(reservation.token);
+        if (done !== undefined || started) return done as R;
+        return reserved(key, data);
+      }
+      await job.updateData!({ ...data, [RESERVATION]: reservation.token });
+      return delay(reservation.waitMs, 'its reserved slot', String(key));
+    };
+    const data = plainData(job);
+    if (keyList.length === 1 && token !== undefined && job.updateData !== undefined && data !== undefined && throttle.store.claim !== undefined)
+      return reserved(keyList[0]!, data);
     if (!returned && !lastStart) {
       // A new job whose key has jobs delayed to places not due yet goes behind them, not into a slot
       // they are due to take.
@@ -161,11 +239,7 @@ export function throttleProcessor<J extends ThrottledJob, R>(
         if (returned && !delayedTwice && (await lateForItsPlace(internals, error))) return delay(error.retryAfterMs, 'its slot', error.key);
         return lineUp(error.key, error.retryAfterMs);
       }
-      if (error instanceof ThrottleClosedError) {
-        // Not the job's failure: another worker (or this one, on a new throttle) takes it.
-        await job.moveToDelayed(Date.now() + CLOSED_DELAY_MS, token);
-        throw new DelayedError('vendor-throttle: the throttle closed before the job could start');
-      }
+      if (error instanceof ThrottleClosedError) return closed();
       throw error;
     }
   };
