@@ -270,7 +270,7 @@ type Pending = readonly [score: number, windowMs: number, rule: number, log: num
 export type Dependency = readonly [member: string, windowMs: number];
 
 /** A reservation's dependencies, at most (as lua/includes/decide.lua's VT_RESERVE_MOST_DEPS). */
-export const MOST_DEPS = 32;
+export const MOST_DEPS = 128;
 
 const NO_DEPS: readonly Dependency[] = [];
 

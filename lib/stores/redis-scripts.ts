@@ -18,7 +18,7 @@ export const CODES = {
    */
   status: { refused: 0, booked: 1, deferred: 2, notMade: 3, bookedNow: 4, bookedDeps: 5 },
   /** A reservation's dependencies, at most (lua/includes/decide.lua, vt_deps; lib/slot-plan.ts, reservationDeps). */
-  reserve: { mostDeps: 32 },
+  reserve: { mostDeps: 128 },
   /** The first value of a batch's reply: done, or nothing done because the namespace's epoch changed. */
   batch: { done: 1, epochChanged: 3, doneUnderChangedEpoch: 4 },
   /** What a key's check found (lua/includes/check.lua). */
