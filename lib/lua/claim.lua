@@ -111,7 +111,7 @@ end
 if startable then
   local score = now_ms + hold
   -- The pointers last until the call's slots count no longer: a dependency followed then is released.
-  local life = math.max(math.ceil(last - now) + 1, hold + retain)
+  local life = math.ceil(math.max(last - now + 1, hold + retain))
   for i = 1, cost do
     local member = ARGV[started_at + i]
     redis.call('ZADD', log, score, member)

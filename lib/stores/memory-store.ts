@@ -240,7 +240,7 @@ export class MemoryStore implements Store {
     if (startable) {
       started = members.map(() => String(++this.#seq));
       // The pointers last until the call's slots count no longer: a dependency followed then is released.
-      const until = now + Math.max(Math.ceil(last - now) + 1, maxHoldMs + Math.ceil(request.retainMs));
+      const until = now + Math.ceil(Math.max(last - now + 1, maxHoldMs + Math.ceil(request.retainMs)));
       for (let i = 0; i < started.length; i++) {
         insert(log, nowMs + maxHoldMs, started[i]!);
         log.claimed.set(members[i]!, { to: started[i]!, until });

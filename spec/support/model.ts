@@ -248,7 +248,7 @@ export class ReferenceModel {
       state.claimed.set(members[0]!, { to: undefined, until: now + Math.max(1, Math.ceil(last - now) + 1) });
       return { status: 'moved', waitMs: 0 };
     }
-    const until = now + Math.max(Math.ceil(last - now) + 1, claim.maxHoldMs + Math.ceil(claim.retainMs));
+    const until = now + Math.ceil(Math.max(last - now + 1, claim.maxHoldMs + Math.ceil(claim.retainMs)));
     started.forEach((member, i) => {
       state.slots.push({ member, score: nowMs + claim.maxHoldMs });
       state.claimed.set(members[i]!, { to: member, until });
