@@ -113,7 +113,9 @@ export function decodeToken(token: unknown, key: string): TokenContent {
   if (
     !Array.isArray(d) ||
     d.length > MOST_DEPS ||
-    !d.every((dep) => Array.isArray(dep) && dep.length === 2 && typeof dep[0] === 'string' && MEMBER.test(dep[0]) && Number.isSafeInteger(dep[1]) && dep[1] > 0)
+    !d.every(
+      (dep) => Array.isArray(dep) && dep.length === 2 && typeof dep[0] === 'string' && MEMBER.test(dep[0]) && Number.isSafeInteger(dep[1]) && dep[1] >= 0,
+    )
   )
     return malformed('its dependencies are not slots and windows');
   return { name: n, key: k, members: m as string[], bound: b, start: s, deps: d as Dependency[] };

@@ -303,7 +303,7 @@ export class StoreClient {
 
   /**
    * Claims a reservation's slots for `call` (`Store.claim`), with the booking its answer places on
-   * this process's clock. A store's failure rejects as a decision's under 'fail' (reported in
+   * this process's clock; with `giveBack`, takes them out instead (its own call was aborted). A store's failure rejects as a decision's under 'fail' (reported in
    * `storeError`): a claim is not asked again, since a claim that reached the store before its
    * answer was lost has used the reservation.
    */
@@ -311,6 +311,7 @@ export class StoreClient {
     call: Call,
     token: { readonly members: readonly string[]; readonly bound: number; readonly start: number; readonly deps: readonly Dependency[] },
     graceMs: number,
+    giveBack = false,
   ): Promise<{ readonly result: ClaimResult; readonly booking: Booking }> {
     const { store, namespace, maxHoldMs, policy } = this.#options;
     if (store.claim === undefined) throw new ThrottleConfigError('Expected a store that keeps reservations (Store.claim), got one without', 'store');
@@ -318,7 +319,8 @@ export class StoreClient {
     let result: ClaimResult;
     try {
       const { members, bound, start, deps } = token;
-      result = await store.claim({ namespace, key: call.encoded, members, bound, startAt: start, graceMs, maxHoldMs, retainMs: call.retainMs, deps });
+      const give = giveBack ? { giveBack } : {};
+      result = await store.claim({ namespace, key: call.encoded, members, bound, startAt: start, graceMs, maxHoldMs, retainMs: call.retainMs, deps, ...give });
     } catch (error) {
       const failure = storeError(error);
       if (failure instanceof StoreUnavailableError) this.#options.notify('storeError', { key: call.key, error: failure, policy });

@@ -124,6 +124,8 @@ export interface ClaimRequest {
   readonly maxHoldMs: number;
   /** History the key keeps, at least its longest window. */
   readonly retainMs: number;
+  /** No call starts: the reserved slots leave the log, the reservation counts as used (`moved`). Its own process gives back a reservation whose call was aborted. */
+  readonly giveBack?: boolean;
 }
 
 /**

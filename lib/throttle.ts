@@ -293,14 +293,33 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
     if (result.waitMs === 0 && deps.length === 0) return this.#startable(call, grant);
     this.#notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: reasonOf(call, result), ...alsoOf(call) });
+    const content = this.#ownToken(call, result);
     try {
-      await this.#sleepUntil(call, keysOf(call), grant.startsAt);
-    } catch (reason) {
-      this.#slots.release(call, grant);
-      throw reason;
+      // A slot at the end of a vendor pause: the end is the retries' (#behindRetries).
+      await this.#sleepUntil(call, keysOf(call), grant.startsAt + (result.ruleIndex === PAUSED ? this.#behindRetries(call) : 0));
+      return await this.#claim(call, content);
+    } catch (error) {
+      // Not started: the slot is given back (its members carry the hash of their dependencies:
+      // only a claim can take them out).
+      this.#giveBack(call, content);
+      if (!(error instanceof ReservationError)) throw error;
+      // Its grace over (a stall): a slot as any call's. Too far for the call's maxDelayMs: refused.
+      if (error.reason === 'late') return this.#bookChecked(call);
+      throw limitedError(call, result, error.retryAfterMs);
     }
+  }
+
+  /** The token of a reservation this process made for its own call (`#reserveAndClaim`). */
+  #ownToken(call: Call, result: ReserveResult): TokenContent {
     const bound = result.startAt + this.#maxHoldMs + this.#graceMs;
-    return this.#claim(call, { name: this.name, key: call.encoded, members: result.members, bound, start: result.startAt, deps });
+    return { name: this.name, key: call.encoded, members: result.members, bound, start: result.startAt, deps: result.deps ?? [] };
+  }
+
+  /** Takes a reservation of this process's out of the log, its call not started (aborted, refused), in the background. */
+  #giveBack(call: Call, content: TokenContent): void {
+    this.#storeClient
+      .claim(call, content, this.#graceMs, true)
+      .catch((error: unknown) => this.#notify('debug', { message: 'cannot give back a reserved slot; it counts until its bound', key: call.key, error }));
   }
 
   /** A booking for the call, booked again if it woke too late for its slot or the store may have given the slot back. */
@@ -708,7 +727,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       if (at.store === this.store && (call.graceMs === undefined || this.store.announces === false))
         this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, reasonOf(call, answer), bindingKey(call, answer));
     },
-    release: (call, answer, at) => this.#slots.release(call, grantOf(answer, at)),
+    release: (call, answer, at) => {
+      // A reservation with dependencies: only a claim can take its slots out.
+      if (call.graceMs !== undefined && (answer.deps?.length ?? 0) > 0 && at.store === this.store) this.#giveBack(call, this.#ownToken(call, answer));
+      else this.#slots.release(call, grantOf(answer, at));
+    },
     failure: () => this.#storeClient.failure,
   };
 

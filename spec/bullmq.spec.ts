@@ -260,6 +260,20 @@ describe('throttleProcessor (BullMQ)', function () {
     expect(calls.map((call) => call.id)).to.deep.equal(['a']);
   });
 
+  it('sends a job at its last start back to the queue too when its throttle is closed, not to the failed set', async () => {
+    const { queue, throttles, workers } = await setUp({ workers: 1, processor: { maxStartedAttempts: 1 }, worker: { maxStartedAttempts: 2 } });
+    await throttles[0]!.close();
+    await queue.add('call', { user: 'alice' }, { jobId: 'last' });
+    let job = await queue.getJob('last');
+    while ((await job!.getState()) === 'waiting' || (await job!.getState()) === 'active') {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      job = await queue.getJob('last');
+    }
+    await workers[0]!.close();
+    expect(await job!.getState()).to.equal('delayed');
+    expect(job!.attemptsMade).to.equal(0);
+  });
+
   it("counts a job's cost in the line: a job of a whole window's cost gets a window of its own", async () => {
     const { queue, calls, finished } = await setUp({ workers: 1, processor: { cost: () => 5 } });
     const ended = finished(4);

@@ -278,6 +278,21 @@ describe('Reservations: reserve now, call later', function () {
         expect(startedAt).to.be.at.most(reservation.claimBy);
       });
 
+      it('reserves behind a cap on calls in flight: its dependency counts for a window of 0, and its call starts once that call completed', async () => {
+        const throttle = open({ rules: ['1 concurrent'] });
+        let release!: () => void;
+        let completedAt = 0;
+        const running = throttle.schedule('u1', () => new Promise<void>((resolve) => (release = resolve)).then(() => (completedAt = Date.now())));
+        while (release === undefined) await new Promise((resolve) => setTimeout(resolve, 5));
+        const reservation = await throttle.reserve('u1');
+        expect(contentOf(reservation.token).d).to.deep.equal([[contentOf(reservation.token).d![0]![0], 0]]);
+        setTimeout(release, 100);
+        let startedAt = 0;
+        await throttle.schedule('u1', () => (startedAt = Date.now()), { token: reservation.token });
+        await running;
+        expect(startedAt).to.be.at.least(completedAt);
+      });
+
       it('follows a dependency claimed since to the call that took its place', async () => {
         const throttle = open({ rules: ['1/300ms'] });
         const debug: string[] = [];

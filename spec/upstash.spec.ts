@@ -114,6 +114,32 @@ describe('RedisStore on @upstash/redis (a function)', function () {
     }
   });
 
+  it('an invocation aborted while it waits gives its reserved slot back: the next call starts once the window allows', async () => {
+    const client = new UpstashRedis({ url: rest.url, token: rest.token, retry: false });
+    const store = new RedisStore(client, { prefix: uniquePrefix() });
+    const throttle = new Throttle({ name: 'acme', rules: ['1/s'], store, maxHoldMs: 2_000, reservationGraceMs: 3_000 });
+    try {
+      const first = throttle.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300)));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const aborting = new AbortController();
+      // It depends on the first call: its slot's members carry their hash, and only a claim takes them out.
+      const second = throttle.schedule('u1', () => 'second', { signal: aborting.signal }).catch((error: unknown) => error);
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      aborting.abort();
+      expect(await second).to.have.property('name', 'AbortError');
+      await first;
+      const freeAt = performance.now() + 1_000;
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+      let startedAt = 0;
+      await throttle.schedule('u1', () => (startedAt = performance.now()), { maxDelayMs: 500 });
+      // Free a window after the first call: the second's slot (counting to its bound, 5 s on) is gone.
+      expect(startedAt - freeAt).to.be.below(500);
+    } finally {
+      await throttle.close();
+      await store.close();
+    }
+  });
+
   it('leaves nothing running after close(): a process that made an invocation exits by itself', async () => {
     const script = [
       "const { Redis } = await import('@upstash/redis');",

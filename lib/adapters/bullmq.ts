@@ -182,25 +182,46 @@ export function throttleProcessor<J extends ThrottledJob, R>(
      * its token in its data, and whichever worker takes it then starts the call on that slot.
      */
     const reserved = async (key: KeyInput, data: Record<string, unknown>): Promise<R> => {
-      const held = heldToken(job);
-      const onSlot = async (slotToken: string): Promise<R | undefined> => {
+      const at = String(key);
+      /**
+       * The call on the reserved slot (`stored`: the token is in the job's data), waited for up to a
+       * window in the worker; further (a call it depends on ran long), the job is delayed to it.
+       * Undefined with the time to come back when the reservation is gone (used, late, or moved
+       * with no slot within the wait).
+       */
+      const onSlot = async (slotToken: string, stored: boolean): Promise<{ readonly value: R } | { readonly againInMs: number }> => {
         try {
-          return await throttle.schedule(key, run, { token: slotToken, maxDelayMs: await inWorker(key), ...aborting });
+          return { value: await throttle.schedule(key, run, { token: slotToken, maxDelayMs: await inWorker(key), ...aborting }) };
         } catch (error) {
           if (started) throw error;
           if (error instanceof ThrottleClosedError) return closed();
-          // Its slot further than a window (a call it depends on ran long): back to the queue, to it.
-          if (error instanceof ReservationError && error.reason === 'early') return delay(error.retryAfterMs, 'its reserved slot', String(key));
-          // Used, late, or moved and no slot within the wait: a new reservation.
-          if (error instanceof ReservationError || error instanceof RateLimitedError) return undefined;
+          if (error instanceof ReservationError && error.reason === 'early') {
+            if (!stored) await job.updateData!({ ...data, [RESERVATION]: slotToken });
+            return delay(error.retryAfterMs, 'its reserved slot', at);
+          }
+          if (error instanceof RateLimitedError) return { againInMs: error.retryAfterMs };
+          if (error instanceof ReservationError) return { againInMs: 0 };
           throw error;
         }
       };
+      const held = heldToken(job);
       if (held !== undefined) {
-        const done = await onSlot(held);
-        if (done !== undefined || started) return done as R;
+        const outcome = await onSlot(held, true);
+        if ('value' in outcome) return outcome.value;
+        // Gone: a new reservation, now or when the slot could come (the token no longer carried).
+        if (outcome.againInMs > 0) {
+          await job.updateData!(data);
+          return delay(outcome.againInMs, 'a new reservation', at);
+        }
       }
-      if (lastStart) return throttle.schedule(key, run, { maxDelayMs: Infinity, cost, ...aborting });
+      if (lastStart) {
+        try {
+          return await throttle.schedule(key, run, { maxDelayMs: Infinity, cost, ...aborting });
+        } catch (error) {
+          if (!started && error instanceof ThrottleClosedError) return closed();
+          throw error;
+        }
+      }
       let reservation;
       try {
         reservation = await throttle.reserve(key, { cost, maxDelayMs: Infinity, ...aborting });
@@ -209,12 +230,14 @@ export function throttleProcessor<J extends ThrottledJob, R>(
         throw error;
       }
       if (reservation.waitMs <= waitMs) {
-        const done = await onSlot(reservation.token);
-        if (done !== undefined || started) return done as R;
-        return reserved(key, data);
+        const outcome = await onSlot(reservation.token, false);
+        if ('value' in outcome) return outcome.value;
+        // Not in the worker: a call it depends on runs long. The job comes back for a new one.
+        if (held !== undefined) await job.updateData!(data);
+        return delay(outcome.againInMs, 'a new reservation', at);
       }
       await job.updateData!({ ...data, [RESERVATION]: reservation.token });
-      return delay(reservation.waitMs, 'its reserved slot', String(key));
+      return delay(reservation.waitMs, 'its reserved slot', at);
     };
     const data = plainData(job);
     if (keyList.length === 1 && token !== undefined && job.updateData !== undefined && data !== undefined && throttle.store.claim !== undefined)

@@ -37,8 +37,10 @@
   ARGV[4]  HOLD     this process's maxHoldMs
   ARGV[5]  RETAIN   the key's history kept (ms, at least its longest window)
   ARGV[6]  COST     the number of slots
-  ARGV[7]  DEPS     the number of dependencies; then COST reserved members, COST members of the
-                    call, and DEPS pairs MEMBER, WINDOW
+  ARGV[7]  DEPS     the number of dependencies
+  ARGV[8]  GIVE     '1': no call starts; the reserved slots found leave the log and the reservation
+                    is marked used (its own process gives it back: an aborted call); then COST
+                    reserved members, COST members of the call, and DEPS pairs MEMBER, WINDOW
   Only members whose number is at least RESERVED (a reservation's, lib/stores/redis-store.ts) are
   taken: a claim cannot take the slot of a call a process booked for itself.
 
@@ -52,16 +54,16 @@
 
 local log, meta = KEYS[1], KEYS[2]
 local bound, token_start, grace, hold, retain = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local cost, dep_count = tonumber(ARGV[6]), tonumber(ARGV[7])
-local members_at, started_at, deps_at = 7, 7 + cost, 7 + 2 * cost
+local cost, dep_count, give = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1'
+local members_at, started_at, deps_at = 8, 8 + cost, 8 + 2 * cost
 local now = vt_now()
 local now_ms = math.ceil(now)
 local start = math.max(token_start, bound - hold - grace)
 local last = bound - hold
 
 if redis.call('EXISTS', KEYS[3]) == 1 then return { VT_CLAIM_USED, now_ms, 0 } end
-if now < start then return { VT_CLAIM_EARLY, now_ms, math.ceil(start - now) } end
-if now > last then return { VT_CLAIM_LATE, now_ms, 0 } end
+if not give and now < start then return { VT_CLAIM_EARLY, now_ms, math.ceil(start - now) } end
+if not give and now > last then return { VT_CLAIM_LATE, now_ms, 0 } end
 
 -- The end the reserved members' names carry: the hash of the dependencies' list (vt_deps).
 local suffix = ''
@@ -81,7 +83,7 @@ end
 if #present == 0 then return { VT_CLAIM_MOVED, now_ms, 0 } end
 
 local pause, held = unpack(redis.call('HMGET', meta, 'pause', 'h'))
-local startable = #present == cost and tonumber(pause or 0) <= now and tonumber(held or 0) <= now
+local startable = not give and #present == cost and tonumber(pause or 0) <= now and tonumber(held or 0) <= now
 if startable then
   -- Each dependency's release, followed to the slot that took its place where it was claimed.
   local ready = start

@@ -207,8 +207,9 @@ export class MemoryStore implements Store {
     for (const [member, pointer] of log.claimed) if (pointer.until < now) log.claimed.delete(member);
     // The first member marks the reservation: a token with its members in another order is the same reservation.
     if (log.claimed.has(members[0]!)) return { ...answer, status: 'used' };
-    if (now < start) return { ...answer, status: 'early', waitMs: Math.ceil(start - now) };
-    if (now > last) return { ...answer, status: 'late' };
+    const give = request.giveBack === true;
+    if (!give && now < start) return { ...answer, status: 'early', waitMs: Math.ceil(start - now) };
+    if (!give && now > last) return { ...answer, status: 'late' };
     const suffix = depsSuffix(deps);
     const present = members.filter((member) => {
       const named = suffix === '' ? !member.includes('~') : member.endsWith(suffix);
@@ -217,7 +218,7 @@ export class MemoryStore implements Store {
       return index >= 0 && log.scores[index] === bound;
     });
     if (present.length === 0) return { ...answer, status: 'moved' };
-    let startable = present.length === members.length && log.pausedUntil <= now;
+    let startable = !give && present.length === members.length && log.pausedUntil <= now;
     if (startable) {
       // Each dependency's release, followed to the slot that took its place where it was claimed.
       let ready = start;

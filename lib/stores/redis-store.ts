@@ -427,7 +427,8 @@ export class RedisStore implements Store {
     this.#seq += members.length;
     const started = members.map((_, i) => names.member(first + i));
     const pointers = [...members, ...deps.map(([member]) => member)].map((member) => `${meta}:claimed:${member}`);
-    const args = [bound, startAt, graceMs, maxHoldMs, Math.ceil(retainMs), members.length, deps.length, ...members, ...started, ...deps.flat()];
+    const give = request.giveBack === true ? 1 : 0;
+    const args = [bound, startAt, graceMs, maxHoldMs, Math.ceil(retainMs), members.length, deps.length, give, ...members, ...started, ...deps.flat()];
     const reply = replies.claim(await this.#driver.run(scripts.claim.name, [log, meta, ...pointers], args));
     if (reply.status !== 'started') return { ...reply, members: NONE };
     this.#recovery?.journal.book(namespace, key, first, members.length, reply.now + maxHoldMs, retainMs);
