@@ -196,6 +196,16 @@ describe('throttleProcessor (BullMQ)', function () {
     expect(jobs.find((job) => job.id === 'b')!.attemptsStarted).to.equal(3);
   });
 
+  it('a job whose slot is a window after a call it depends on completed, past waitMs, is delayed to it with its token: it starts then', async () => {
+    const { queue, calls, finished } = await setUp({ workers: 1, rules: ['1/200ms'], callMs: 100, throttle: { reservationGraceMs: 2_000 } });
+    const ended = finished(2);
+    await queue.addBulk(['a', 'b'].map((id) => ({ name: 'call', data: { user: 'alice' }, opts: { jobId: id } })));
+    await ended;
+    const [a, b] = ['a', 'b'].map((id) => calls.find((call) => call.id === id)!);
+    // A window after a's completion, not after a slot left behind (it would count 12 s).
+    expect(b!.start - a!.end).to.be.within(195, 1_000);
+  });
+
   it('waits in the worker for a slot within waitMs: the job starts once', async () => {
     const { queue, calls, finished } = await setUp({ workers: 1, rules: ['1/300ms'], processor: { waitMs: 1_000 } });
     const ended = finished(2);

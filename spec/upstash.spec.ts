@@ -10,7 +10,7 @@ import { expect } from 'chai';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { RedisStore, StoreUnavailableError, Throttle, ThrottleConfigError } from '../lib/index.js';
+import { RateLimitedError, RedisStore, StoreUnavailableError, Throttle, ThrottleConfigError } from '../lib/index.js';
 import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
 import { countRequests, startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
 import { mostInWindow, startHttpVendor, type Vendor } from './support/http-vendor.js';
@@ -134,6 +134,28 @@ describe('RedisStore on @upstash/redis (a function)', function () {
       await throttle.schedule('u1', () => (startedAt = performance.now()), { maxDelayMs: 500 });
       // Free a window after the first call: the second's slot (counting to its bound, 5 s on) is gone.
       expect(startedAt - freeAt).to.be.below(500);
+    } finally {
+      await throttle.close();
+      await store.close();
+    }
+  });
+
+  it('an invocation whose slot comes past its maxDelayMs is refused with RateLimitedError, its reserved slot given back', async () => {
+    const client = new UpstashRedis({ url: rest.url, token: rest.token, retry: false });
+    const store = new RedisStore(client, { prefix: uniquePrefix() });
+    const throttle = new Throttle({ name: 'acme', rules: ['1/s'], store, maxHoldMs: 2_000, reservationGraceMs: 3_000 });
+    try {
+      const started = performance.now();
+      const first = throttle.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300)));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      // Reserved a window after the first call's start; at its start, the claim finds that call
+      // completed 300 ms in: a window after that is past this call's maxDelayMs.
+      const refused = await throttle.schedule('u1', () => 'second', { maxDelayMs: 1_100 }).catch((error: unknown) => error);
+      expect(refused).to.be.instanceOf(RateLimitedError);
+      await first;
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, started + 1_400 - performance.now())));
+      // Its slot gone: the window allows a call at once.
+      expect(await throttle.schedule('u1', () => 'third', { maxDelayMs: 0 })).to.equal('third');
     } finally {
       await throttle.close();
       await store.close();
