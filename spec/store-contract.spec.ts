@@ -3,6 +3,7 @@ import fc from 'fast-check';
 import { keyNames } from '../lib/keys.js';
 import type { Rule } from '../lib/rules.js';
 import type { ClaimResult, ReserveRequest, ReserveResult, Store } from '../lib/store.js';
+import { ThrottleConfigError } from '../lib/errors.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import { LEARNED, type Dependency } from '../lib/slot-plan.js';
 import { Redis as UpstashRedis } from '@upstash/redis';
@@ -775,6 +776,15 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
       expect((await store.learn('ns', 'k', [{ limit: 0, windowMs: 60_000, source: 'policy', lapseMs: 30_000 }], 0)).changed).to.equal(true);
       expect((await store.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('booked');
       expect((await store.inspect('ns', 'k', rules)).rules[0]).to.deep.include({ limit: 10, used: 7 });
+    });
+
+    it("refuses a reservation of several keys, booking nothing: its claim takes one key's slots", async () => {
+      const { store } = make();
+      const rules = [{ limit: 1, windowMs: 1_000 }];
+      const also = [{ key: 'k2', rules, retainMs: 1_000 }];
+      const error = await store.reserve(request({ rules, reserved: true, graceMs: 10, also })).catch((caught: unknown) => caught);
+      expect(error).to.be.instanceOf(ThrottleConfigError);
+      expect((await store.reserve(request({ rules, maxDelayMs: 0 }))).status).to.equal('booked');
     });
 
     it('counts a learned limit of another window as a rule of its own, within the history kept, until it lapses or the key is reset', async () => {

@@ -135,6 +135,8 @@ export class MemoryStore implements Store {
     // What no longer counts at `cut` no longer counts at `now` (as `cut` in lua/includes/decide.lua).
     const cut = Math.floor(now);
     const parts: readonly KeyPart[] = request.also === undefined || request.also.length === 0 ? [request] : [request, ...request.also];
+    // Its claim takes one key's slots (as lua/claim.lua).
+    if (request.reserved === true && parts.length > 1) throw new ThrottleConfigError('Expected a reservation of one key, got one with also', 'key');
     const ids: string[] = [];
     const logs: KeyLog[] = [];
     const views: LogView[] = [];

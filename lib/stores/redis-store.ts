@@ -254,6 +254,9 @@ export class RedisStore implements Store {
     }
     const { namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs } = request;
     const also = request.also ?? NONE;
+    // Its claim takes one key's slots (lua/claim.lua).
+    if (request.reserved === true && also.length > 0)
+      return Promise.reject(new ThrottleConfigError('Expected a reservation of one key, got one with also', 'key'));
     if (also.length > 0 && this.#cluster && this.hashTag === 'key') {
       return Promise.reject(
         new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }", 'key'),
