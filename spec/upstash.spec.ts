@@ -162,6 +162,34 @@ describe('RedisStore on @upstash/redis (a function)', function () {
     }
   });
 
+  it('an invocation whose reserved slot is past its grace when claimed books a slot as any call, never ReservationError', async () => {
+    const client = new UpstashRedis({ url: rest.url, token: rest.token, retry: false });
+    const store = new RedisStore(client, { prefix: uniquePrefix() });
+    // No grace: the claim at the slot's start comes after it (a round trip at least).
+    const throttle = new Throttle({ name: 'acme', rules: ['1/s'], store, maxHoldMs: 2_000, reservationGraceMs: 0 });
+    const claims: string[] = [];
+    const claim = store.claim.bind(store);
+    store.claim = async (request) => {
+      const result = await claim(request);
+      // The claims that could start the call (not the one giving the slot back).
+      if (request.giveBack !== true) claims.push(result.status);
+      return result;
+    };
+    try {
+      const first = throttle.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300)));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(await throttle.schedule('u1', () => 'second')).to.equal('second');
+      await first;
+      // Past its grace ('late'; or, claimed in its very ms, 'moved': the first call's window ends
+      // after the grace): either way the call books a slot as any call.
+      expect(claims).to.have.length(1);
+      expect(claims[0]).to.be.oneOf(['late', 'moved']);
+    } finally {
+      await throttle.close();
+      await store.close();
+    }
+  });
+
   it('leaves nothing running after close(): a process that made an invocation exits by itself', async () => {
     const script = [
       "const { Redis } = await import('@upstash/redis');",
