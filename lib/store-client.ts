@@ -303,9 +303,10 @@ export class StoreClient {
 
   /**
    * Claims a reservation's slots for `call` (`Store.claim`), with the booking its answer places on
-   * this process's clock; with `giveBack`, takes them out instead (its own call was aborted). A store's failure rejects as a decision's under 'fail' (reported in
-   * `storeError`): a claim is not asked again, since a claim that reached the store before its
-   * answer was lost has used the reservation.
+   * this process's clock; with `giveBack`, takes them out instead (its own call was aborted). A
+   * store's failure rejects as a decision's under 'fail' (reported in `storeError`): a claim is not
+   * asked again, since a claim that reached the store before its answer was lost has used the
+   * reservation.
    */
   async claim(
     call: Call,
