@@ -335,14 +335,19 @@ describe('Reservations: reserve now, call later', function () {
       });
 
       it('a process with a longer grace than the reserving one still starts the call at its slot, not before', async () => {
-        const reserver = open({ rules: ['1/1s'], reservationGraceMs: 150 });
+        const reserver = open({ rules: ['1/1s'], reservationGraceMs: 1_000 });
         const claimer = open({ rules: ['1/1s'], reservationGraceMs: 5_000 });
-        await reserver.reserve('u1');
+        const debug: string[] = [];
+        claimer.on('debug', ({ message }) => debug.push(message));
+        const first = await reserver.reserve('u1');
         const second = await reserver.reserve('u1');
         expect(second.waitMs).to.be.at.least(1_000);
+        // The first called on its slot: the second, which depends on it, is claimed on its own slot.
+        await reserver.schedule('u1', () => undefined, { token: first.token });
         let startedAt = 0;
         await claimer.schedule('u1', () => (startedAt = Date.now()), { token: second.token });
         expect(startedAt).to.be.at.least(second.startAt - 5);
+        expect(debug.filter((message) => message.includes('moved'))).to.deep.equal([]);
       });
 
       it('a refused reservation refuses no call: a call that can wait for completions still gets its slot', async () => {
