@@ -62,9 +62,21 @@ describe('RedisStore on @upstash/redis (a function)', function () {
   after(async () => {
     await rest.close();
   });
+  /** Throttles over a client of their own (`open`), closed with their stores after each case. */
+  const opened: Array<{ readonly throttle: Throttle; readonly store: RedisStore }> = [];
+  const open = (reservationGraceMs: number): { readonly throttle: Throttle; readonly store: RedisStore } => {
+    const store = new RedisStore(new UpstashRedis({ url: rest.url, token: rest.token, retry: false }), { prefix: uniquePrefix() });
+    const throttle = new Throttle({ name: 'acme', rules: ['1/s'], store, maxHoldMs: 2_000, reservationGraceMs });
+    opened.push({ throttle, store });
+    return { throttle, store };
+  };
   afterEach(async () => {
     await vendor?.close();
     vendor = undefined;
+    for (const { throttle, store } of opened.splice(0)) {
+      await throttle.close();
+      await store.close();
+    }
   });
 
   it('takes an @upstash/redis client, and refuses a lookalike', () => {
@@ -115,58 +127,42 @@ describe('RedisStore on @upstash/redis (a function)', function () {
   });
 
   it('an invocation aborted while it waits gives its reserved slot back: the next call starts once the window allows', async () => {
-    const client = new UpstashRedis({ url: rest.url, token: rest.token, retry: false });
-    const store = new RedisStore(client, { prefix: uniquePrefix() });
-    const throttle = new Throttle({ name: 'acme', rules: ['1/s'], store, maxHoldMs: 2_000, reservationGraceMs: 3_000 });
-    try {
-      const first = throttle.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300)));
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      const aborting = new AbortController();
-      // It depends on the first call: its slot's members carry their hash, and only a claim takes them out.
-      const second = throttle.schedule('u1', () => 'second', { signal: aborting.signal }).catch((error: unknown) => error);
-      await new Promise((resolve) => setTimeout(resolve, 150));
-      aborting.abort();
-      expect(await second).to.have.property('name', 'AbortError');
-      await first;
-      const freeAt = performance.now() + 1_000;
-      await new Promise((resolve) => setTimeout(resolve, 1_100));
-      let startedAt = 0;
-      await throttle.schedule('u1', () => (startedAt = performance.now()), { maxDelayMs: 500 });
-      // Free a window after the first call: the second's slot (counting to its bound, 5 s on) is gone.
-      expect(startedAt - freeAt).to.be.below(500);
-    } finally {
-      await throttle.close();
-      await store.close();
-    }
+    const { throttle } = open(3_000);
+    const first = throttle.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300)));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const aborting = new AbortController();
+    // It depends on the first call: its slot's members carry their hash, and only a claim takes them out.
+    const second = throttle.schedule('u1', () => 'second', { signal: aborting.signal }).catch((error: unknown) => error);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    aborting.abort();
+    expect(await second).to.have.property('name', 'AbortError');
+    await first;
+    const freeAt = performance.now() + 1_000;
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    let startedAt = 0;
+    await throttle.schedule('u1', () => (startedAt = performance.now()), { maxDelayMs: 500 });
+    // Free a window after the first call: the second's slot (counting to its bound, 5 s on) is gone.
+    expect(startedAt - freeAt).to.be.below(500);
   });
 
   it('an invocation whose slot comes past its maxDelayMs is refused with RateLimitedError, its reserved slot given back', async () => {
-    const client = new UpstashRedis({ url: rest.url, token: rest.token, retry: false });
-    const store = new RedisStore(client, { prefix: uniquePrefix() });
-    const throttle = new Throttle({ name: 'acme', rules: ['1/s'], store, maxHoldMs: 2_000, reservationGraceMs: 3_000 });
-    try {
-      const started = performance.now();
-      const first = throttle.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300)));
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      // Reserved a window after the first call's start; at its start, the claim finds that call
-      // completed 300 ms in: a window after that is past this call's maxDelayMs.
-      const refused = await throttle.schedule('u1', () => 'second', { maxDelayMs: 1_100 }).catch((error: unknown) => error);
-      expect(refused).to.be.instanceOf(RateLimitedError);
-      await first;
-      await new Promise((resolve) => setTimeout(resolve, Math.max(0, started + 1_400 - performance.now())));
-      // Its slot gone: the window allows a call at once.
-      expect(await throttle.schedule('u1', () => 'third', { maxDelayMs: 0 })).to.equal('third');
-    } finally {
-      await throttle.close();
-      await store.close();
-    }
+    const { throttle } = open(3_000);
+    const started = performance.now();
+    const first = throttle.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300)));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    // Reserved a window after the first call's start; at its start, the claim finds that call
+    // completed 300 ms in: a window after that is past this call's maxDelayMs.
+    const refused = await throttle.schedule('u1', () => 'second', { maxDelayMs: 1_100 }).catch((error: unknown) => error);
+    expect(refused).to.be.instanceOf(RateLimitedError);
+    await first;
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, started + 1_400 - performance.now())));
+    // Its slot gone: the window allows a call at once.
+    expect(await throttle.schedule('u1', () => 'third', { maxDelayMs: 0 })).to.equal('third');
   });
 
   it('an invocation whose reserved slot is past its grace when claimed books a slot as any call, never ReservationError', async () => {
-    const client = new UpstashRedis({ url: rest.url, token: rest.token, retry: false });
-    const store = new RedisStore(client, { prefix: uniquePrefix() });
     // No grace: the claim at the slot's start comes after it (a round trip at least).
-    const throttle = new Throttle({ name: 'acme', rules: ['1/s'], store, maxHoldMs: 2_000, reservationGraceMs: 0 });
+    const { throttle, store } = open(0);
     const claims: string[] = [];
     const claim = store.claim.bind(store);
     store.claim = async (request) => {
@@ -175,19 +171,14 @@ describe('RedisStore on @upstash/redis (a function)', function () {
       if (request.giveBack !== true) claims.push(result.status);
       return result;
     };
-    try {
-      const first = throttle.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300)));
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      expect(await throttle.schedule('u1', () => 'second')).to.equal('second');
-      await first;
-      // Past its grace ('late'; or, claimed in its very ms, 'moved': the first call's window ends
-      // after the grace): either way the call books a slot as any call.
-      expect(claims).to.have.length(1);
-      expect(claims[0]).to.be.oneOf(['late', 'moved']);
-    } finally {
-      await throttle.close();
-      await store.close();
-    }
+    const first = throttle.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300)));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(await throttle.schedule('u1', () => 'second')).to.equal('second');
+    await first;
+    // Past its grace ('late'; or, claimed in its very ms, 'moved': the first call's window ends
+    // after the grace): either way the call books a slot as any call.
+    expect(claims).to.have.length(1);
+    expect(claims[0]).to.be.oneOf(['late', 'moved']);
   });
 
   it('leaves nothing running after close(): a process that made an invocation exits by itself', async () => {
