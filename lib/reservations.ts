@@ -2,6 +2,7 @@ import type { Grant } from './completions.js';
 import { ReservationError, ThrottleConfigError } from './errors.js';
 import { describe } from './rules.js';
 import { MOST_DEPS, type Dependency } from './slot-plan.js';
+import type { ReserveResult } from './store.js';
 import type { Call } from './store-client.js';
 
 /**
@@ -59,14 +60,7 @@ export function reservationOf(name: string, call: Call, grant: Grant, maxHoldMs:
   const { result } = grant;
   const now = Date.now();
   const askedAt = now - (performance.now() - grant.askedAt);
-  const token = encodeToken({
-    name,
-    key: call.encoded,
-    members: result.members,
-    bound: result.startAt + maxHoldMs + graceMs,
-    start: result.startAt,
-    deps: result.deps ?? [],
-  });
+  const token = encodeToken(tokenContentOf(name, call, result, maxHoldMs, graceMs));
   return {
     key: call.key,
     cost: call.cost,
@@ -75,6 +69,11 @@ export function reservationOf(name: string, call: Call, grant: Grant, maxHoldMs:
     claimBy: Math.floor(askedAt + result.waitMs + graceMs),
     token,
   };
+}
+
+/** What the token of a reservation booked for `call` (`result`) names: its slots at their bound (start + `maxHoldMs` + `graceMs`), and their dependencies. */
+export function tokenContentOf(name: string, call: Call, result: ReserveResult, maxHoldMs: number, graceMs: number): TokenContent {
+  return { name, key: call.encoded, members: result.members, bound: result.startAt + maxHoldMs + graceMs, start: result.startAt, deps: result.deps ?? [] };
 }
 
 export function encodeToken(content: TokenContent): string {

@@ -11,7 +11,7 @@ import { PAUSED } from './slot-plan.js';
 import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
 import { Completions, grantOf, Slots, type Grant } from './completions.js';
 import { CallTimeoutError, ReservationError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
-import { decodeToken, reservationOf, type Reservation, type TokenContent } from './reservations.js';
+import { decodeToken, reservationOf, tokenContentOf, type Reservation, type TokenContent } from './reservations.js';
 import { StoreClient, storeError, type Call } from './store-client.js';
 import { LocalFallback } from './fallback.js';
 import type { KeyInput, KeysInput } from './keys.js';
@@ -311,8 +311,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
 
   /** The token of a reservation this process made for its own call (`#reserveAndClaim`). */
   #ownToken(call: Call, result: ReserveResult): TokenContent {
-    const bound = result.startAt + this.#maxHoldMs + this.#graceMs;
-    return { name: this.name, key: call.encoded, members: result.members, bound, start: result.startAt, deps: result.deps ?? [] };
+    return tokenContentOf(this.name, call, result, this.#maxHoldMs, this.#graceMs);
   }
 
   /** Takes a reservation of this process's out of the log, its call not started (aborted, refused), in the background. */
