@@ -14,8 +14,10 @@ import type { Call } from './store-client.js';
 
 /** What `Throttle.reserve()` answers: when the call may start, and the token to make it with. */
 export interface Reservation {
-  /** The user key, normalized. */
+  /** The user key, normalized: the first of `keys`. */
   readonly key: string;
+  /** Every key the slot counts in, normalized, in the order given (one, or a user's and an app-wide one). */
+  readonly keys: readonly string[];
   /** Slots reserved. */
   readonly cost: number;
   /** ms from the answer until the slot starts (0: now). */
@@ -32,10 +34,12 @@ export interface Reservation {
   readonly token: string;
 }
 
-/** A token's content: the throttle's name, the encoded key, the reserved members and their score. */
+/** A token's content: the throttle's name, the encoded keys, the reserved members and their score. */
 export interface TokenContent {
   readonly name: string;
   readonly key: string;
+  /** More encoded keys the slots were booked in, in the call's order (a reservation of several keys). */
+  readonly also: readonly string[];
   readonly members: readonly string[];
   /** The reserved slots' score in the log. */
   readonly bound: number;
@@ -48,6 +52,8 @@ export interface TokenContent {
 const PREFIX = 'vt1.';
 /** Longest token read: one of 1,000 slots fits well within it. */
 const MAX_TOKEN = 64_000;
+/** Most keys a token names: a call of several keys counts in a few (a user's, an app-wide one). */
+const MOST_KEYS = 16;
 /** A member as the stores write them: `r<n>` (MemoryStore), `<n>.<tag>` (RedisStore), a reservation's with `~<hash>`. */
 const MEMBER = /^[A-Za-z0-9._~-]{1,64}$/;
 
@@ -63,6 +69,7 @@ export function reservationOf(name: string, call: Call, grant: Grant, maxHoldMs:
   const token = encodeToken(tokenContentOf(name, call, result, maxHoldMs, graceMs));
   return {
     key: call.key,
+    keys: [call.key, ...call.also.map((part) => part.key)],
     cost: call.cost,
     waitMs: result.waitMs,
     startAt: Math.ceil(now + result.waitMs),
@@ -73,12 +80,22 @@ export function reservationOf(name: string, call: Call, grant: Grant, maxHoldMs:
 
 /** What the token of a reservation booked for `call` (`result`) names: its slots at their bound (start + `maxHoldMs` + `graceMs`), and their dependencies. */
 export function tokenContentOf(name: string, call: Call, result: ReserveResult, maxHoldMs: number, graceMs: number): TokenContent {
-  return { name, key: call.encoded, members: result.members, bound: result.startAt + maxHoldMs + graceMs, start: result.startAt, deps: result.deps ?? [] };
+  const also = call.also.map((part) => part.encoded);
+  return {
+    name,
+    key: call.encoded,
+    also,
+    members: result.members,
+    bound: result.startAt + maxHoldMs + graceMs,
+    start: result.startAt,
+    deps: result.deps ?? [],
+  };
 }
 
 export function encodeToken(content: TokenContent): string {
   const deps = content.deps.length === 0 ? {} : { d: content.deps };
-  const json = JSON.stringify({ n: content.name, k: content.key, m: content.members, b: content.bound, s: content.start, ...deps });
+  const also = content.also.length === 0 ? {} : { a: content.also };
+  const json = JSON.stringify({ n: content.name, k: content.key, ...also, m: content.members, b: content.bound, s: content.start, ...deps });
   return PREFIX + Buffer.from(json, 'utf8').toString('base64url');
 }
 
@@ -100,10 +117,17 @@ export function decodeToken(token: unknown, key: string): TokenContent {
     return malformed('its content is not JSON');
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return malformed('its content is not an object');
-  const { n, k, m, b, s, d = [], ...rest } = parsed as Record<string, unknown>;
+  const { n, k, a = [], m, b, s, d = [], ...rest } = parsed as Record<string, unknown>;
   if (Object.keys(rest).length > 0) return malformed(`it has fields it should not (${Object.keys(rest).slice(0, 3).join(', ')})`);
   if (typeof n !== 'string' || n.length === 0 || n.length > 100) return malformed('it names no throttle');
   if (typeof k !== 'string' || k.length === 0) return malformed('it names no key');
+  if (
+    !Array.isArray(a) ||
+    a.length >= MOST_KEYS ||
+    !a.every((other) => typeof other === 'string' && other.length > 0) ||
+    new Set([k, ...a]).size !== a.length + 1
+  )
+    return malformed('its keys are not distinct keys');
   if (!Array.isArray(m) || m.length === 0 || m.length > 1_000 || !m.every((member) => typeof member === 'string' && MEMBER.test(member)))
     return malformed('its slots are not slots');
   if (new Set(m).size !== m.length) return malformed('it names a slot twice');
@@ -113,9 +137,15 @@ export function decodeToken(token: unknown, key: string): TokenContent {
     !Array.isArray(d) ||
     d.length > MOST_DEPS ||
     !d.every(
-      (dep) => Array.isArray(dep) && dep.length === 2 && typeof dep[0] === 'string' && MEMBER.test(dep[0]) && Number.isSafeInteger(dep[1]) && dep[1] >= 0,
+      (dep) =>
+        Array.isArray(dep) &&
+        (dep.length === 2 || (dep.length === 3 && Number.isSafeInteger(dep[2]) && dep[2] >= 1 && dep[2] <= a.length)) &&
+        typeof dep[0] === 'string' &&
+        MEMBER.test(dep[0]) &&
+        Number.isSafeInteger(dep[1]) &&
+        dep[1] >= 0,
     )
   )
-    return malformed('its dependencies are not slots and windows');
-  return { name: n, key: k, members: m as string[], bound: b, start: s, deps: d as Dependency[] };
+    return malformed('its dependencies are not slots, windows and keys');
+  return { name: n, key: k, also: a as string[], members: m as string[], bound: b, start: s, deps: d as Dependency[] };
 }

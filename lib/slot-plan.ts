@@ -161,7 +161,7 @@ export function planSlot(
  * if the rules of all keys were one key's. `ruleIndex` counts the rules of the logs in order (the
  * first log's rules, then the second's, ...); `waitOn` lists the logs whose binding call is in flight.
  *
- * `graceMs` (a reservation, of one key, with its grace within `maxHoldMs`): never deferred. Where a
+ * `graceMs` (a reservation, with its grace within `maxHoldMs`): never deferred. Where a
  * binding score is still a bound, the slot starts at the soonest that call could release (its
  * start: {@link reservedHold}), and `deps` lists the slots so taken to be released (see
  * {@link reservationDeps}); a bucketed rule's bound counts released at its score instead. With
@@ -263,11 +263,12 @@ function reservedHold({ size, scoreAt, reservedAt }: LogView, at: number, maxHol
 type Pending = readonly [score: number, windowMs: number, rule: number, log: number, at: number | undefined];
 
 /**
- * A slot a reservation took to be released by its start (`reservationDeps`), and the window of the
- * rule it counts in: the reservation's call may start once the slot's release is known and at
+ * A slot a reservation took to be released by its start (`reservationDeps`), the window of the
+ * rule it counts in, and, for a reservation of several keys, the index of its key among them
+ * (none: the first): the reservation's call may start once the slot's release is known and at
  * least this long ago.
  */
-export type Dependency = readonly [member: string, windowMs: number];
+export type Dependency = readonly [member: string, windowMs: number, part?: number];
 
 /** A reservation's dependencies, at most (as lua/includes/decide.lua's VT_RESERVE_MOST_DEPS). */
 export const MOST_DEPS = 128;
@@ -289,15 +290,15 @@ function reservationDeps(logs: readonly LogView[], pending: readonly Pending[], 
     for (let i = below; i <= at; i++) {
       deps ??= [];
       if (deps.length === MOST_DEPS) return false;
-      deps.push([memberAt!(i), windowMs]);
+      deps.push(l === 0 ? [memberAt!(i), windowMs] : [memberAt!(i), windowMs, l]);
     }
   }
   return deps ?? NO_DEPS;
 }
 
-/** Dependencies as a reservation's members carry their hash: "MEMBER WINDOW ..." (vt_deps's list). */
+/** Dependencies as a reservation's members carry their hash: "MEMBER WINDOW ...", the window followed by "@PART" for a key after the first (vt_deps's list). */
 export function depsText(deps: readonly Dependency[]): string {
-  return deps.map(([member, windowMs]) => `${member} ${windowMs}`).join(' ');
+  return deps.map(([member, windowMs, part]) => (part ? `${member} ${windowMs}@${part}` : `${member} ${windowMs}`)).join(' ');
 }
 
 /** Dependencies from their list (`depsText`, vt_deps's); none from nothing. */
@@ -305,7 +306,10 @@ export function depsOf(text: string | undefined): readonly Dependency[] {
   if (text === undefined || text === '') return NO_DEPS;
   const parts = text.split(' ');
   const deps: Dependency[] = [];
-  for (let i = 0; i + 1 < parts.length; i += 2) deps.push([parts[i]!, Number(parts[i + 1])]);
+  for (let i = 0; i + 1 < parts.length; i += 2) {
+    const [windowMs, part] = parts[i + 1]!.split('@');
+    deps.push(part === undefined ? [parts[i]!, Number(windowMs)] : [parts[i]!, Number(windowMs), Number(part)]);
+  }
   return deps;
 }
 

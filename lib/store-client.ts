@@ -310,7 +310,14 @@ export class StoreClient {
    */
   async claim(
     call: Call,
-    token: { readonly members: readonly string[]; readonly bound: number; readonly start: number; readonly deps: readonly Dependency[] },
+    token: {
+      readonly key: string;
+      readonly also: readonly string[];
+      readonly members: readonly string[];
+      readonly bound: number;
+      readonly start: number;
+      readonly deps: readonly Dependency[];
+    },
     graceMs: number,
     giveBack = false,
   ): Promise<{ readonly result: ClaimResult; readonly booking: Booking }> {
@@ -321,7 +328,11 @@ export class StoreClient {
     try {
       const { members, bound, start, deps } = token;
       const give = giveBack ? { giveBack } : {};
-      result = await store.claim({ namespace, key: call.encoded, members, bound, startAt: start, graceMs, maxHoldMs, retainMs: call.retainMs, deps, ...give });
+      // The call's keys in the token's order (its dependencies name them by place).
+      const retainOf = (encoded: string): number => [call, ...call.also].find((part) => part.encoded === encoded)?.retainMs ?? call.retainMs;
+      const also = token.also.length === 0 ? {} : { also: token.also.map((key) => ({ key, retainMs: retainOf(key) })) };
+      const request = { namespace, key: token.key, members, bound, startAt: start, graceMs, maxHoldMs, retainMs: retainOf(token.key), deps, ...also, ...give };
+      result = await store.claim(request);
     } catch (error) {
       const failure = storeError(error);
       if (failure instanceof StoreUnavailableError) this.#options.notify('storeError', { key: call.key, error: failure, policy });

@@ -1,5 +1,6 @@
 import type { LearnEntry, LearnedLimit } from './learning.js';
 import type { Rule } from './rules.js';
+import { ThrottleConfigError } from './errors.js';
 import type { Dependency, Pace } from './slot-plan.js';
 
 /**
@@ -124,6 +125,11 @@ export interface ClaimRequest {
   readonly maxHoldMs: number;
   /** History the key keeps, at least its longest window. */
   readonly retainMs: number;
+  /**
+   * More keys the reservation was booked in (`ReserveRequest.also`), in its order: the claim takes
+   * the slots of every key at once. Only for a store with {@link Store.multiKey}.
+   */
+  readonly also?: ReadonlyArray<{ readonly key: string; readonly retainMs: number }>;
   /** No call starts: the reserved slots leave the log, the reservation counts as used (`moved`). Its own process gives back a reservation whose call was aborted. */
   readonly giveBack?: boolean;
 }
@@ -392,4 +398,12 @@ export interface Store {
   readonly ended?: boolean;
   /** Frees what the store itself owns. A client passed in by the user is left open. */
   close(): Promise<void>;
+}
+
+/** Each dependency of a claim names one of its `keys` keys (`Dependency`'s part), else `ThrottleConfigError`: a store looks up no other. */
+export function checkDepParts(deps: readonly Dependency[], keys: number): void {
+  for (const [, , part = 0] of deps) {
+    if (!Number.isInteger(part) || part < 0 || part >= keys)
+      throw new ThrottleConfigError(`Expected each dependency of a claim to name one of its ${keys} keys, got part ${String(part)}`, 'token');
+  }
 }

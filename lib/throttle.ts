@@ -237,7 +237,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       let grant: Grant;
       try {
         if (token !== undefined) grant = await this.#claim(call, token);
-        else if (this.#reservesItsSlot(call)) grant = await this.#reserveAndClaim(call);
+        else if (this.#reservesItsSlot()) grant = await this.#reserveAndClaim(call);
         else grant = await this.#bookChecked(call);
       } catch (error) {
         life?.notStarted(error);
@@ -267,11 +267,11 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /**
-   * A call of one key on a store that announces no completions (a Redis over HTTP) does not wait by
+   * A call on a store that announces no completions (a Redis over HTTP) does not wait by
    * asking again: it reserves its slot, which is never deferred, and claims it when it starts.
    */
-  #reservesItsSlot(call: Call): boolean {
-    return this.store.announces === false && this.store.claim !== undefined && call.also.length === 0;
+  #reservesItsSlot(): boolean {
+    return this.store.announces === false && this.store.claim !== undefined;
   }
 
   /**
@@ -344,18 +344,23 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * (its dependencies, checked by the claim). It waits only in this process's
    * line of the key's calls.
    *
+   * With several keys (a user's and an app-wide one), the slot is booked in each, in one decision,
+   * and the token's call is made with the same keys.
+   *
    * Rejects, with nothing booked, with `RateLimitedError` (no slot within `maxDelayMs`),
    * `QueueFullError`, `StoreUnavailableError`, `ThrottleClosedError`, `signal.reason`, or
-   * `ThrottleConfigError` (a bad key or options; several keys; a store without `claim`).
+   * `ThrottleConfigError` (a bad key or options; a store without `claim`, or without `multiKey`
+   * for several keys).
    */
-  async reserve(key: KeyInput, options?: ReserveOptions): Promise<Reservation> {
+  async reserve(key: KeysInput, options?: ReserveOptions): Promise<Reservation> {
     if (options !== undefined && (options === null || typeof options !== 'object'))
       throw new ThrottleConfigError(`Expected reserve options to be an object, got ${describe(options)}`, 'options');
     if (options !== undefined) checkKnown('reserve', options, RESERVE_OPTIONS);
-    if (Array.isArray(key)) throw new ThrottleConfigError('Expected one key for reserve(): a reservation takes the slots of one key', 'key');
     if (this.store.claim === undefined) throw new ThrottleConfigError('Expected a store that keeps reservations (Store.claim), got one without', 'store');
     const prepared = prepareCall(this.#reserveDefaults, key, options);
     const call: Call = { ...(prepared instanceof Promise ? await prepared : prepared), graceMs: this.#graceMs };
+    if (call.also.length > 0 && !this.store.multiKey)
+      throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call', 'key');
     const grant = await this.#enter(call);
     // Booked in the throttle's store: a local fallback's booking could be claimed by no other process.
     if (grant.store !== this.store) {
@@ -372,7 +377,10 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    */
   async #claim(call: Call, token: TokenContent): Promise<Grant> {
     if (token.name !== this.name) throw new ReservationError(call.key, 'otherThrottle', `it was made by the throttle "${token.name}", not "${this.name}"`);
-    if (token.key !== call.encoded || call.also.length > 0) throw new ReservationError(call.key, 'otherKey', 'it was made for another key');
+    // The same keys, in any order: the claim takes them in the token's.
+    const keys = [call.encoded, ...call.also.map((part) => part.encoded)];
+    if (token.also.length !== call.also.length || ![token.key, ...token.also].every((encoded) => keys.includes(encoded)))
+      throw new ReservationError(call.key, 'otherKey', `it was made for ${token.also.length > 0 ? 'other keys' : 'another key'}`);
     for (;;) {
       this.#aborted(call)?.throwIfAborted();
       const { result, booking } = await this.#storeClient.claim(call, token, this.#graceMs);

@@ -7,7 +7,8 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import type { Rule } from '../lib/rules.js';
-import type { KeyPart, ReserveRequest, Store } from '../lib/store.js';
+import type { Dependency } from '../lib/slot-plan.js';
+import type { ClaimResult, KeyPart, ReserveRequest, Store } from '../lib/store.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import { maxInWindow } from '../scripts/sim-vendor.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
@@ -111,32 +112,54 @@ for (const { name, make } of subjects) {
       };
       const keySets = [['u1'], ['u2'], ['app'], ['u1', 'app'], ['app', 'u2'], ['u1', 'u2', 'app']] as const;
       const maxHoldMs = 8;
+      /** A reservation's grace (`reservationGraceMs`). */
+      const GRACE_MS = 20;
       const delays = [0, 15, Infinity];
       const op = fc.oneof(
         {
-          weight: 4,
+          weight: 6,
           arbitrary: fc.record({
             kind: fc.constant('reserve' as const),
             keys: fc.nat(keySets.length - 1),
             cost: fc.integer({ min: 1, max: 2 }),
             delay: fc.nat(delays.length - 1),
+            // A reservation (`Throttle.reserve`), one in two: never deferred, its slot held a grace longer.
+            reserved: fc.boolean(),
           }),
         },
         { weight: 2, arbitrary: fc.record({ kind: fc.constant('complete' as const), pick: fc.nat(), after: fc.nat(maxHoldMs + 4) }) },
         { weight: 1, arbitrary: fc.record({ kind: fc.constant('release' as const), pick: fc.nat() }) },
+        // A reservation's call, made with its token: a claim in every key at once.
+        // `settle`: the calls it depends on complete first; `wait`: told to wait, it waits and claims again, as a throttle does.
+        {
+          weight: 3,
+          arbitrary: fc.record({ kind: fc.constant('claim' as const), pick: fc.nat(), settle: fc.boolean(), wait: fc.boolean() }),
+        },
         { weight: 3, arbitrary: fc.record({ kind: fc.constant('wait' as const), ms: fc.integer({ min: 1, max: 12 }), half: fc.boolean() }) },
         {
           weight: 1,
           arbitrary: fc.record({ kind: fc.constant('pause' as const), key: fc.constantFrom('u1', 'u2', 'app'), ms: fc.integer({ min: 1, max: 20 }) }),
         },
       );
-      const counts = { booked: 0, deferred: 0, refused: 0, several: 0 };
+      const counts = { booked: 0, deferred: 0, refused: 0, several: 0, claimedSeveral: 0 };
       await fc.assert(
         fc.asyncProperty(fc.array(op, { minLength: 5, maxLength: 40 }), async (ops) => {
           const subject = make();
           const { store } = subject;
           const model = new ReferenceModel();
-          const booked: Array<{ keys: readonly string[]; members: readonly string[]; start: number; release: number; cost: number; open: boolean }> = [];
+          // The slots booked, in order: calls, and reservations (`reserved`: a slot, not a call,
+          // until a claim makes it one, at the reservation's place in the order).
+          const booked: Array<{
+            keys: readonly string[];
+            members: readonly string[];
+            start: number;
+            release: number;
+            hold: number;
+            cost: number;
+            open: boolean;
+            reserved?: { readonly bound: number; readonly deps: readonly Dependency[]; claimable: boolean };
+          }> = [];
+          const seenMembers = new Set<string>();
           for (const step of ops) {
             if (step.kind === 'wait') {
               await subject.advance(step.ms + (step.half && exactClock ? 0.5 : 0));
@@ -146,7 +169,13 @@ for (const { name, make } of subjects) {
             } else if (step.kind === 'reserve') {
               const keys = keySets[step.keys]!;
               const parts = keys.map((key) => part(key, rulesOf[key]!));
-              const modelRequest = { cost: step.cost, maxDelayMs: delays[step.delay]!, maxHoldMs };
+              const hold = step.reserved ? maxHoldMs + GRACE_MS : maxHoldMs;
+              const modelRequest = {
+                cost: step.cost,
+                maxDelayMs: delays[step.delay]!,
+                maxHoldMs: hold,
+                ...(step.reserved ? { reserved: true, graceMs: GRACE_MS } : {}),
+              };
               const exact = subject.clock?.();
               const result = await store.reserve(request(parts, modelRequest));
               const got: ModelDecision = {
@@ -164,11 +193,85 @@ for (const { name, make } of subjects) {
               for (const key of keys) model.apply(key, expected, modelRequest, result.members);
               counts[result.status] += 1;
               if (keys.length > 1 && result.status === 'booked') counts.several += 1;
+              for (const member of result.members) {
+                expect(seenMembers.has(member), 'member reused').to.equal(false);
+                seenMembers.add(member);
+              }
               if (result.status === 'booked')
-                booked.push({ keys, members: result.members, start: result.startAt, release: result.startAt + maxHoldMs, cost: step.cost, open: true });
+                booked.push({
+                  keys,
+                  members: result.members,
+                  start: result.startAt,
+                  release: result.startAt + hold,
+                  hold,
+                  cost: step.cost,
+                  open: true,
+                  ...(step.reserved ? { reserved: { bound: result.startAt + hold, deps: result.deps ?? [], claimable: true } } : {}),
+                });
+            } else if (step.kind === 'claim') {
+              const claimable = booked.filter((b) => b.reserved?.claimable === true);
+              const target = claimable[step.pick % Math.max(1, claimable.length)];
+              if (!target) continue;
+              const retains = target.keys.map((key) => part(key, rulesOf[key]!).retainMs);
+              const claim = {
+                members: target.members,
+                bound: target.reserved!.bound,
+                startAt: target.start,
+                graceMs: GRACE_MS,
+                maxHoldMs,
+                deps: target.reserved!.deps,
+              };
+              const [first, ...also] = target.keys.map((key, k) => ({ key, retainMs: retains[k]! }));
+              if (step.settle) {
+                const now = (await store.inspect('ns', 'probe', USER)).now;
+                const named = (b: (typeof booked)[number]) => claim.deps.some(([d, , p = 0]) => b.members.includes(d) && b.keys.includes(target.keys[p]!));
+                for (const dep of booked.filter((b) => b.open && b.reserved === undefined && b.start <= now && named(b))) {
+                  dep.open = false;
+                  dep.release = Math.min(dep.release, now);
+                  for (const key of dep.keys) {
+                    await store.settle(
+                      'ns',
+                      key,
+                      dep.members.map((member) => ({ member, releaseAt: now })),
+                    );
+                    for (const member of dep.members) model.settle(key, member, now);
+                  }
+                }
+              }
+              let result: ClaimResult;
+              for (let attempt = 0; ; attempt++) {
+                const exact = subject.clock?.();
+                result = await store.claim!({ namespace: 'ns', ...first!, also, ...claim });
+                const nows = exact !== undefined ? [exact] : [result.now, result.now - 0.5];
+                // The model's answer at each reading the store's could be, applied at the one that matches.
+                const modelClaim = { ...claim, retainMs: retains };
+                const answers = nows.map((now) => model.claim(target.keys, now, modelClaim, result.members, false));
+                const at = Math.max(
+                  0,
+                  answers.findIndex((answer) => answer.status === result.status && answer.waitMs === result.waitMs),
+                );
+                expect({ status: result.status, waitMs: result.waitMs }, `claim on ${target.keys.join('+')}`).to.deep.equal(answers[at]);
+                model.claim(target.keys, nows[at]!, modelClaim, result.members);
+                if (result.status !== 'early' || !step.wait || attempt === 2) break;
+                await subject.advance(result.waitMs);
+              }
+              if (result.status === 'started') {
+                if (target.keys.length > 1) counts.claimedSeveral += 1;
+                for (const member of result.members) {
+                  expect(seenMembers.has(member), 'member reused').to.equal(false);
+                  seenMembers.add(member);
+                }
+                Object.assign(target, { members: result.members, start: result.now, release: result.now + maxHoldMs, hold: maxHoldMs, reserved: undefined });
+              } else if (result.status === 'moved') {
+                // Its slots left: no call starts on them.
+                booked.splice(booked.indexOf(target), 1);
+              } else if (result.status !== 'early') {
+                target.reserved!.claimable = false;
+              }
             } else {
+              // Completions come from calls that started; releases from calls that never will.
               const now = (await store.inspect('ns', 'probe', USER)).now;
-              const open = booked.filter((b) => b.open && (step.kind === 'release' || b.start <= now));
+              const open = booked.filter((b) => b.open && b.reserved === undefined && (step.kind === 'release' || b.start <= now));
               const target = open[step.pick % Math.max(1, open.length)];
               if (!target) continue;
               target.open = false;
@@ -187,7 +290,9 @@ for (const { name, make } of subjects) {
           }
           for (const key of ['u1', 'u2', 'app']) {
             const calls = booked.filter((b) => b.keys.includes(key));
+            // A reservation not claimed is a slot that counts, not a call.
             calls.forEach((call, index) => {
+              if (call.reserved !== undefined) return;
               for (const rule of rulesOf[key]!) {
                 const counting = calls
                   .slice(0, index)
@@ -196,24 +301,27 @@ for (const { name, make } of subjects) {
                 expect(counting, `${key}: call ${index} under ${rule.limit}/${rule.windowMs}`).to.be.at.most(rule.limit - call.cost);
               }
             });
-            const starts = calls.flatMap((call) => Array.from({ length: call.cost }, () => call.start));
+            const started = calls.filter((call) => call.reserved === undefined);
+            const starts = started.flatMap((call) => Array.from({ length: call.cost }, () => call.start));
             for (const rule of rulesOf[key]!) {
               if (rule.windowMs > 0) expect(maxInWindow(starts, rule.windowMs), `${key}: ${rule.limit}/${rule.windowMs}`).to.be.at.most(rule.limit);
               else
-                for (const call of calls) {
-                  const inFlight = calls.filter((b) => b.start <= call.start && b.release > call.start).reduce((sum, b) => sum + b.cost, 0);
+                for (const call of started) {
+                  const inFlight = started.filter((b) => b.start <= call.start && b.release > call.start).reduce((sum, b) => sum + b.cost, 0);
                   expect(inFlight, `${key}: ${rule.limit} concurrent at ${call.start}`).to.be.at.most(rule.limit);
                 }
             }
+            for (const call of calls) expect(call.release - call.start).to.be.within(0, call.hold);
           }
           await store.close();
         }),
-        { numRuns: name.startsWith('RedisStore') ? 40 : 200 },
+        { numRuns: name.startsWith('RedisStore') ? 100 : 200 },
       );
       expect(counts.booked).to.be.above(0);
       expect(counts.deferred).to.be.above(0);
       expect(counts.refused).to.be.above(0);
       expect(counts.several, 'calls of several keys booked').to.be.above(0);
+      expect(counts.claimedSeveral, 'reservations of several keys claimed').to.be.above(0);
     });
   });
 }

@@ -45,7 +45,7 @@ interface TokenFields {
   m: string[];
   b: number;
   s: number;
-  d?: Array<[string, number]>;
+  d?: Array<[string, number, number?]>;
 }
 
 function tokenOf(content: object): string {
@@ -207,13 +207,15 @@ describe('Reservations: reserve now, call later', function () {
           tokenOf({ ...content, x: 1 }),
           tokenOf({ ...content, m: [] }),
           tokenOf({ ...content, b: -1 }),
+          // Keys named twice; a dependency in a key the token does not name.
+          tokenOf({ ...content, a: [content.k] }),
+          tokenOf({ ...content, d: [['1', 300, 1]] }),
         ]) {
           const error = await rejection(throttle.schedule('u1', () => 'bad', { token: bad }));
           expect(error, bad.slice(0, 20)).to.be.instanceOf(ReservationError).with.property('reason', 'malformed');
         }
         expect(await rejection(throttle.schedule('u1', () => 'bad', { token: 42 as never }))).to.be.instanceOf(ThrottleConfigError);
         expect(await rejection(throttle.schedule('u1', () => 'bad', { token, cost: 2 }))).to.be.instanceOf(ThrottleConfigError);
-        expect(await rejection(throttle.reserve(['u1', 'u2'] as never))).to.be.instanceOf(ThrottleConfigError);
         // A token altered to name the slot of a call booked ahead by a process for itself: the call
         // books a slot of its own (after the reserved one and the sleeper), and the sleeper keeps its slot.
         const sleeper = throttle.schedule('u1', () => Date.now());
@@ -291,6 +293,38 @@ describe('Reservations: reserve now, call later', function () {
         await throttle.schedule('u1', () => (startedAt = Date.now()), { token: reservation.token });
         await running;
         expect(startedAt).to.be.at.least(completedAt);
+      });
+
+      it('reserves a slot in several keys at once: it counts in each, depends on calls in either, and its call starts on it with the keys in any order', async () => {
+        const throttle = open({ rules: (key) => (key === 'app' ? ['2/300ms'] : ['5/300ms']) });
+        let release!: () => void;
+        const gate = new Promise<void>((resolve) => (release = resolve));
+        let started = 0;
+        // The app key is full of calls of another user, in flight.
+        const flying = [1, 2].map(() => throttle.schedule(['u2', 'app'], () => (started++, gate)));
+        while (started < 2) await new Promise((resolve) => setTimeout(resolve, 5));
+        // Over HTTP the calls in flight hold reservations of their own: booked ahead too.
+        const ahead = (await throttle.inspect('app')).bookedAhead;
+        const reservation = await throttle.reserve(['u1', 'app']);
+        expect(reservation.keys).to.deep.equal(['u1', 'app']);
+        // Its dependency is in the app key (the second: part 1).
+        expect(contentOf(reservation.token).d).to.have.length(1);
+        expect(contentOf(reservation.token).d![0]![2]).to.equal(1);
+        expect((await throttle.inspect('u1')).bookedAhead).to.equal(1);
+        expect((await throttle.inspect('app')).bookedAhead).to.equal(ahead + 1);
+        const otherKeys = await rejection(throttle.schedule(['u1', 'u2'], () => 'x', { token: reservation.token }));
+        expect(otherKeys).to.be.instanceOf(ReservationError).with.property('reason', 'otherKey');
+        const oneKey = await rejection(throttle.schedule('u1', () => 'x', { token: reservation.token }));
+        expect(oneKey).to.be.instanceOf(ReservationError).with.property('reason', 'otherKey');
+        setTimeout(release, 50);
+        let startedAt = 0;
+        await throttle.schedule(['app', 'u1'], () => (startedAt = Date.now()), { token: reservation.token });
+        await Promise.all(flying);
+        expect(startedAt).to.be.within(reservation.startAt - 5, reservation.claimBy);
+        // Its call counts in both keys, as any call of both (the calls it depended on released a window before it).
+        expect((await throttle.inspect('u1')).rules[0]!.used).to.equal(1);
+        expect((await throttle.inspect('app')).rules[0]!.used).to.equal(1);
+        expect((await throttle.inspect('u1')).bookedAhead).to.equal(0);
       });
 
       it('follows a dependency claimed since to the call that took its place', async () => {

@@ -26,42 +26,51 @@
   (MOVED: a vendor pause, a lower learned limit or a loss took them out, or the token names no
   reservation): the caller books a slot as any call.
 
-  KEYS[1]  log      sorted set of the key's slots (includes/log.lua)
-  KEYS[2]  meta     hash of the key: `pause` (a vendor pause), `h` (a hold after a loss)
-  KEYS[3 ..]        the POINTER key of each reserved member, '<meta>:claimed:<member>', in the
-                    members' order (ascending: the first is the reservation's mark), then that of
-                    each dependency
+  A reservation of several keys (a call that counts in each, `ReserveRequest.also`) is claimed in
+  all at once: its members are the same in every key, each key keeps its own POINTER keys, and its
+  mark is the first member's in the first key. Each dependency names its key (PART).
+
+  KEYS[1 .. 2N]     each key's log (sorted set of the key's slots, includes/log.lua) and meta (hash
+                    of the key: `pause`, a vendor pause; `h`, a hold after a loss)
+  KEYS[2N+1 ..]     per key, the POINTER key of each reserved member, '<meta>:claimed:<member>', in
+                    the members' order (ascending: the first key's first is the reservation's
+                    mark); then that of each dependency, in its key
   ARGV[1]  BOUND    the reserved slots' score
   ARGV[2]  START    their start, as the token says
   ARGV[3]  GRACE    this process's reservationGraceMs
   ARGV[4]  HOLD     this process's maxHoldMs
-  ARGV[5]  RETAIN   the key's history kept (ms, at least its longest window)
+  ARGV[5]  N        the number of keys
   ARGV[6]  COST     the number of slots
   ARGV[7]  DEPS     the number of dependencies
   ARGV[8]  GIVE     '1': no call starts; the reserved slots found leave the log and the reservation
-                    is marked used (its own process gives it back: an aborted call); then COST
-                    reserved members, COST members of the call, and DEPS pairs MEMBER, WINDOW
+                    is marked used (its own process gives it back: an aborted call); then N RETAIN
+                    (each key's history kept, ms, at least its longest window), COST reserved
+                    members, COST members of the call, and DEPS triples MEMBER, WINDOW, PART (the
+                    index of its key, from 0)
   Only members whose number is at least RESERVED (a reservation's, lib/stores/redis-store.ts) are
   taken: a claim cannot take the slot of a call a process booked for itself.
 
   Returns { STATUS, NOW_MS, WAIT_MS } (CODES.claim): STARTED, EARLY (its slots start in WAIT_MS, or
   a dependency's window ends then; nothing changed), LATE (past BOUND - HOLD: the slots count to
-  their bound), USED (claimed before), MOVED (none of the slots is there; or some are, or the key is
-  paused or held, or a dependency will not have released in time: those leave the log, and the
+  their bound), USED (claimed before), MOVED (none of the slots is there; or some are, or a key is
+  paused or held, or a dependency will not have released in time: those leave the logs, and the
   reservation is marked used).
 ]]
 --- @include "log"
 
-local log, meta = KEYS[1], KEYS[2]
-local bound, token_start, grace, hold, retain = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local cost, dep_count, give = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1'
-local members_at, started_at, deps_at = 8, 8 + cost, 8 + 2 * cost
+local bound, token_start, grace, hold = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local n, cost, dep_count, give = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1'
+local retains_at = 8
+local members_at = retains_at + n
+local started_at, deps_at = members_at + cost, members_at + 2 * cost
+local pointers_at = 2 * n
 local now = vt_now()
 local now_ms = math.ceil(now)
 local start = math.max(token_start, bound - hold - grace)
 local last = bound - hold
 
-if redis.call('EXISTS', KEYS[3]) == 1 then return { VT_CLAIM_USED, now_ms, 0 } end
+local mark = KEYS[pointers_at + 1]
+if redis.call('EXISTS', mark) == 1 then return { VT_CLAIM_USED, now_ms, 0 } end
 if not give and now < start then return { VT_CLAIM_EARLY, now_ms, math.ceil(start - now) } end
 if not give and now > last then return { VT_CLAIM_LATE, now_ms, 0 } end
 
@@ -69,29 +78,50 @@ if not give and now > last then return { VT_CLAIM_LATE, now_ms, 0 } end
 local suffix = ''
 if dep_count > 0 then
   local parts = {}
-  for j = 1, 2 * dep_count do parts[j] = ARGV[deps_at + j] end
+  for j = 1, dep_count do
+    local at = deps_at + 3 * (j - 1)
+    local window = ARGV[at + 2]
+    if ARGV[at + 3] ~= '0' then window = window .. '@' .. ARGV[at + 3] end
+    parts[2 * j - 1], parts[2 * j] = ARGV[at + 1], window
+  end
   suffix = '~' .. string.sub(redis.sha1hex(table.concat(parts, ' ')), 1, 16)
 end
-local present = {}
+local named = {}
 for i = 1, cost do
   local member = ARGV[members_at + i]
   local number = tonumber(string.match(member, '^%d+'))
-  local named = dep_count > 0 and string.sub(member, -#suffix) == suffix or dep_count == 0 and not string.find(member, '~', 1, true)
-  local score = named and number ~= nil and number >= VT_CLAIM_RESERVED and redis.call('ZSCORE', log, member)
-  if score and tonumber(score) == bound then present[#present + 1] = member end
+  local ours = dep_count > 0 and string.sub(member, -#suffix) == suffix or dep_count == 0 and not string.find(member, '~', 1, true)
+  if ours and number ~= nil and number >= VT_CLAIM_RESERVED then named[#named + 1] = member end
 end
-if #present == 0 then return { VT_CLAIM_MOVED, now_ms, 0 } end
+-- Per key, the reserved members still there at the bound.
+local present, found, whole = {}, 0, true
+for k = 1, n do
+  local log = KEYS[2 * k - 1]
+  present[k] = {}
+  for _, member in ipairs(named) do
+    local score = redis.call('ZSCORE', log, member)
+    if score and tonumber(score) == bound then present[k][#present[k] + 1] = member end
+  end
+  found = found + #present[k]
+  if #present[k] < cost then whole = false end
+end
+if found == 0 then return { VT_CLAIM_MOVED, now_ms, 0 } end
 
-local pause, held = unpack(redis.call('HMGET', meta, 'pause', 'h'))
-local startable = not give and #present == cost and tonumber(pause or 0) <= now and tonumber(held or 0) <= now
+local startable = not give and whole
+for k = 1, n do
+  if not startable then break end
+  local pause, held = unpack(redis.call('HMGET', KEYS[2 * k], 'pause', 'h'))
+  if tonumber(pause or 0) > now or tonumber(held or 0) > now then startable = false end
+end
 if startable then
-  -- Each dependency's release, followed to the slot that took its place where it was claimed.
+  -- Each dependency's release in its key, followed to the slot that took its place where it was claimed.
   local ready = start
   for j = 1, dep_count do
-    local member = ARGV[deps_at + 2 * j - 1]
+    local at = deps_at + 3 * (j - 1)
+    local member, log = ARGV[at + 1], KEYS[2 * tonumber(ARGV[at + 3]) + 1]
     local score = redis.call('ZSCORE', log, member)
     if not score then
-      local to = redis.call('GET', KEYS[2 + cost + j])
+      local to = redis.call('GET', KEYS[pointers_at + n * cost + j])
       if to then score = redis.call('ZSCORE', log, to) end
     end
     if score then
@@ -100,7 +130,7 @@ if startable then
         ready = math.huge
         break
       end
-      ready = math.max(ready, score + tonumber(ARGV[deps_at + 2 * j]))
+      ready = math.max(ready, score + tonumber(ARGV[at + 2]))
     end
   end
   if ready > last then
@@ -112,16 +142,21 @@ end
 
 if startable then
   local score = now_ms + hold
-  -- The pointers last until the call's slots count no longer: a dependency followed then is released.
-  local life = math.ceil(math.max(last - now + 1, hold + retain))
-  for i = 1, cost do
-    local member = ARGV[started_at + i]
-    redis.call('ZADD', log, score, member)
-    redis.call('SET', KEYS[2 + i], member, 'PX', life)
+  for k = 1, n do
+    local log = KEYS[2 * k - 1]
+    -- The pointers last until the call's slots count no longer: a dependency followed then is released.
+    local life = math.ceil(math.max(last - now + 1, hold + tonumber(ARGV[retains_at + k])))
+    for i = 1, cost do
+      local member = ARGV[started_at + i]
+      redis.call('ZADD', log, score, member)
+      redis.call('SET', KEYS[pointers_at + (k - 1) * cost + i], member, 'PX', life)
+    end
+    redis.call('ZREM', log, unpack(present[k]))
   end
-  redis.call('ZREM', log, unpack(present))
   return { VT_CLAIM_STARTED, now_ms, 0 }
 end
-redis.call('SET', KEYS[3], '', 'PX', math.max(1, math.ceil(last - now) + 1))
-redis.call('ZREM', log, unpack(present))
+redis.call('SET', mark, '', 'PX', math.max(1, math.ceil(last - now) + 1))
+for k = 1, n do
+  if #present[k] > 0 then redis.call('ZREM', KEYS[2 * k - 1], unpack(present[k])) end
+end
 return { VT_CLAIM_MOVED, now_ms, 0 }

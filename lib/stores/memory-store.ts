@@ -28,6 +28,7 @@ import type {
   Settlement,
   Store,
 } from '../store.js';
+import { checkDepParts } from '../store.js';
 
 export interface MemoryStoreOptions {
   /**
@@ -135,8 +136,6 @@ export class MemoryStore implements Store {
     // What no longer counts at `cut` no longer counts at `now` (as `cut` in lua/includes/decide.lua).
     const cut = Math.floor(now);
     const parts: readonly KeyPart[] = request.also === undefined || request.also.length === 0 ? [request] : [request, ...request.also];
-    // Its claim takes one key's slots (as lua/claim.lua).
-    if (request.reserved === true && parts.length > 1) throw new ThrottleConfigError('Expected a reservation of one key, got one with also', 'key');
     const ids: string[] = [];
     const logs: KeyLog[] = [];
     const views: LogView[] = [];
@@ -204,27 +203,32 @@ export class MemoryStore implements Store {
     const start = Math.max(request.startAt, bound - maxHoldMs - request.graceMs);
     const last = bound - maxHoldMs;
     const answer = { now: nowMs, waitMs: 0, members: [] as string[] };
-    const id = `${request.namespace}\n${request.key}`;
-    const log = this.#open(id, Math.floor(now));
-    for (const [member, pointer] of log.claimed) if (pointer.until < now) log.claimed.delete(member);
-    // The first member marks the reservation: a token with its members in another order is the same reservation.
-    if (log.claimed.has(members[0]!)) return { ...answer, status: 'used' };
+    const parts = [request, ...(request.also ?? [])];
+    checkDepParts(deps, parts.length);
+    const ids = parts.map(({ key }) => `${request.namespace}\n${key}`);
+    const logs = ids.map((id) => this.#open(id, Math.floor(now)));
+    for (const log of logs) for (const [member, pointer] of log.claimed) if (pointer.until < now) log.claimed.delete(member);
+    // The first member in the first key marks the reservation: a token with its members in another order is the same reservation.
+    if (logs[0]!.claimed.has(members[0]!)) return { ...answer, status: 'used' };
     const give = request.giveBack === true;
     if (!give && now < start) return { ...answer, status: 'early', waitMs: Math.ceil(start - now) };
     if (!give && now > last) return { ...answer, status: 'late' };
     const suffix = depsSuffix(deps);
-    const present = members.filter((member) => {
-      const named = suffix === '' ? !member.includes('~') : member.endsWith(suffix);
-      if (!named || !member.startsWith(RESERVED)) return false;
-      const index = log.members.lastIndexOf(member);
-      return index >= 0 && log.scores[index] === bound;
-    });
-    if (present.length === 0) return { ...answer, status: 'moved' };
-    let startable = !give && present.length === members.length && log.pausedUntil <= now;
+    const named = members.filter((member) => member.startsWith(RESERVED) && (suffix === '' ? !member.includes('~') : member.endsWith(suffix)));
+    // Per key, the reserved members still there at the bound.
+    const present = logs.map((log) =>
+      named.filter((member) => {
+        const index = log.members.lastIndexOf(member);
+        return index >= 0 && log.scores[index] === bound;
+      }),
+    );
+    if (present.every((found) => found.length === 0)) return { ...answer, status: 'moved' };
+    let startable = !give && present.every((found) => found.length === members.length) && logs.every((log) => log.pausedUntil <= now);
     if (startable) {
-      // Each dependency's release, followed to the slot that took its place where it was claimed.
+      // Each dependency's release in its key, followed to the slot that took its place where it was claimed.
       let ready = start;
-      for (const [member, windowMs] of deps) {
+      for (const [member, windowMs, part = 0] of deps) {
+        const log = logs[part]!;
         let index = log.members.lastIndexOf(member);
         const to = index < 0 ? log.claimed.get(member)?.to : undefined;
         if (to !== undefined) index = log.members.lastIndexOf(to);
@@ -240,25 +244,28 @@ export class MemoryStore implements Store {
       else if (ready > now) return { ...answer, status: 'early', waitMs: Math.ceil(ready - now) };
     }
     let started: string[] = [];
-    if (startable) {
-      started = members.map(() => String(++this.#seq));
-      // The pointers last until the call's slots count no longer: a dependency followed then is released.
-      const until = now + Math.ceil(Math.max(last - now + 1, maxHoldMs + Math.ceil(request.retainMs)));
-      for (let i = 0; i < started.length; i++) {
-        insert(log, nowMs + maxHoldMs, started[i]!);
-        log.claimed.set(members[i]!, { to: started[i]!, until });
+    if (startable) started = members.map(() => String(++this.#seq));
+    for (let p = 0; p < logs.length; p++) {
+      const log = logs[p]!;
+      if (startable) {
+        // The pointers last until the call's slots count no longer: a dependency followed then is released.
+        const until = now + Math.ceil(Math.max(last - now + 1, maxHoldMs + Math.ceil(parts[p]!.retainMs)));
+        for (let i = 0; i < started.length; i++) {
+          insert(log, nowMs + maxHoldMs, started[i]!);
+          log.claimed.set(members[i]!, { to: started[i]!, until });
+        }
+        log.expiresAt = Math.max(log.expiresAt, until);
+      } else if (p === 0) {
+        log.claimed.set(members[0]!, { to: undefined, until: now + Math.max(1, Math.ceil(last - now) + 1) });
       }
-      log.expiresAt = Math.max(log.expiresAt, until);
-    } else {
-      log.claimed.set(members[0]!, { to: undefined, until: now + Math.max(1, Math.ceil(last - now) + 1) });
+      for (const member of present[p]!) {
+        const index = log.members.lastIndexOf(member);
+        log.scores.splice(index, 1);
+        log.members.splice(index, 1);
+      }
+      log.expiresAt = Math.max(log.expiresAt, last + 1);
+      this.#logs.set(ids[p]!, log);
     }
-    for (const member of present) {
-      const index = log.members.lastIndexOf(member);
-      log.scores.splice(index, 1);
-      log.members.splice(index, 1);
-    }
-    log.expiresAt = Math.max(log.expiresAt, last + 1);
-    this.#logs.set(id, log);
     return started.length > 0 ? { ...answer, status: 'started', members: started } : { ...answer, status: 'moved' };
   }
 

@@ -304,7 +304,7 @@ export function encodeBatch(groups: ReadonlyArray<readonly Op[]>, checks?: Check
       push(parts.length);
       for (const part of parts) {
         push(indexOf(part.key));
-        push(setOf(op.maxHoldMs, part.retainMs, part.rules));
+        push(setOf(op.maxHoldMs, part.retainMs, part.rules, op.graceMs));
       }
       push(op.cost);
       push(maxDelayArg(op.maxDelayMs));

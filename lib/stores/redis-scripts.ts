@@ -51,7 +51,7 @@ function snakeCase(name: string): string {
  * lines replaced by `lib/lua/includes/name.lua`. Command names carry a version so that two library
  * versions sharing one client never run each other's script.
  */
-export const SCRIPT_VERSION = 30;
+export const SCRIPT_VERSION = 31;
 
 /** A script: its name (the ioredis command it is defined as) and its text. */
 export interface ScriptDefinition {

@@ -17,6 +17,7 @@ import type {
   Store,
   StoreNotice,
 } from '../store.js';
+import { checkDepParts } from '../store.js';
 import { ruleArgs, type Decision } from './redis-batch.js';
 import { BatchQueue } from './redis-batch-queue.js';
 import { EvictionWatch } from './redis-evictions.js';
@@ -254,9 +255,6 @@ export class RedisStore implements Store {
     }
     const { namespace, key, cost, maxHoldMs, retainMs, rules, maxDelayMs } = request;
     const also = request.also ?? NONE;
-    // Its claim takes one key's slots (lua/claim.lua).
-    if (request.reserved === true && also.length > 0)
-      return Promise.reject(new ThrottleConfigError('Expected a reservation of one key, got one with also', 'key'));
     if (also.length > 0 && this.#cluster && this.hashTag === 'key') {
       return Promise.reject(
         new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }", 'key'),
@@ -420,21 +418,32 @@ export class RedisStore implements Store {
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
-    const { namespace, key, bound, startAt, graceMs, maxHoldMs, retainMs, deps } = request;
+    const { namespace, bound, startAt, graceMs, maxHoldMs, deps } = request;
+    const parts = [request, ...(request.also ?? NONE)];
+    if (parts.length > 1 && this.#cluster && this.hashTag === 'key') {
+      throw new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }", 'key');
+    }
+    checkDepParts(deps, parts.length);
     await this.#recovery?.recovered(namespace);
     const names = this.#names;
-    const { log, meta } = names.of(namespace, key);
+    const keyNames = parts.map((part) => names.of(namespace, part.key));
     const first = this.#seq + 1;
     // Ascending: the first names the reservation's mark, so a token with its members in another order is the same reservation.
     const members = [...request.members].sort();
     this.#seq += members.length;
     const started = members.map((_, i) => names.member(first + i));
-    const pointers = [...members, ...deps.map(([member]) => member)].map((member) => `${meta}:claimed:${member}`);
+    const pointers = [
+      ...keyNames.flatMap(({ meta }) => members.map((member) => `${meta}:claimed:${member}`)),
+      ...deps.map(([member, , part = 0]) => `${keyNames[part]!.meta}:claimed:${member}`),
+    ];
     const give = request.giveBack === true ? 1 : 0;
-    const args = [bound, startAt, graceMs, maxHoldMs, Math.ceil(retainMs), members.length, deps.length, give, ...members, ...started, ...deps.flat()];
-    const reply = replies.claim(await this.#driver.run(scripts.claim.name, [log, meta, ...pointers], args));
+    const retains = parts.map((part) => Math.ceil(part.retainMs));
+    const depArgs = deps.flatMap(([member, windowMs, part = 0]) => [member, windowMs, part]);
+    const args = [bound, startAt, graceMs, maxHoldMs, parts.length, members.length, deps.length, give, ...retains, ...members, ...started, ...depArgs];
+    const keys = [...keyNames.flatMap(({ log, meta }) => [log, meta]), ...pointers];
+    const reply = replies.claim(await this.#driver.run(scripts.claim.name, keys, args));
     if (reply.status !== 'started') return { ...reply, members: NONE };
-    this.#recovery?.journal.book(namespace, key, first, members.length, reply.now + maxHoldMs, retainMs);
+    for (const part of parts) this.#recovery?.journal.book(namespace, part.key, first, members.length, reply.now + maxHoldMs, part.retainMs);
     this.#heartbeat?.start();
     return { ...reply, members: started };
   }

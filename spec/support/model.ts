@@ -42,8 +42,10 @@ export interface ModelClaim {
   readonly startAt: number;
   readonly graceMs: number;
   readonly maxHoldMs: number;
-  readonly retainMs: number;
-  readonly deps: ReadonlyArray<readonly [member: string, windowMs: number]>;
+  /** History kept: one for every key, or each key's. */
+  readonly retainMs: number | readonly number[];
+  /** Each with the index of its key among the claim's (none: the first). */
+  readonly deps: ReadonlyArray<readonly [member: string, windowMs: number, part?: number]>;
 }
 
 export interface ModelRequest {
@@ -205,35 +207,37 @@ export class ReferenceModel {
   }
 
   /**
-   * A claim at store time `now`: the call starts on the reserved slots if they are all in the log
-   * at their bound, no claim came before, it is no earlier than their start (nor than the bound −
-   * hold − grace) and no later than the bound − hold, the key is not paused, and every dependency
-   * (followed to the slot that took its place, where it was claimed) is known and released a window
-   * ago; `started` then takes their place, scored ceil(now) + hold. Too early: nothing changes.
-   * Slots there but not startable leave, and the reservation counts as used. `apply` false: the
-   * answer alone, nothing changed.
+   * A claim at store time `now` of a reservation booked in `keys` (one, or several in the call's
+   * order): the call starts on the reserved slots if they are all in every key's log at their
+   * bound, no claim came before (the first member's mark in the first key), it is no earlier than
+   * their start (nor than the bound − hold − grace) and no later than the bound − hold, no key is
+   * paused, and every dependency (in its key, followed to the slot that took its place where it was
+   * claimed) is known and released a window ago; `started` then takes their place in every key,
+   * scored ceil(now) + hold. Too early: nothing changes. Slots there but not startable leave, and
+   * the reservation counts as used. `apply` false: the answer alone, nothing changed.
    */
-  claim(key: string, now: number, claim: ModelClaim, started: readonly string[], apply = true): { status: string; waitMs: number } {
-    const state = this.#state(key);
+  claim(keys: string | readonly string[], now: number, claim: ModelClaim, started: readonly string[], apply = true): { status: string; waitMs: number } {
+    const states = (typeof keys === 'string' ? [keys] : keys).map((key) => this.#state(key));
     const nowMs = Math.ceil(now);
-    const pointer = (member: string) => {
+    const pointer = (state: KeyState, member: string) => {
       const found = state.claimed.get(member);
       return found !== undefined && found.until >= now ? found : undefined;
     };
     const members = [...claim.members].sort();
     const start = Math.max(claim.startAt, claim.bound - claim.maxHoldMs - claim.graceMs);
     const last = claim.bound - claim.maxHoldMs;
-    if (pointer(members[0]!) !== undefined) return { status: 'used', waitMs: 0 };
+    if (pointer(states[0]!, members[0]!) !== undefined) return { status: 'used', waitMs: 0 };
     if (now < start) return { status: 'early', waitMs: Math.ceil(start - now) };
     if (now > last) return { status: 'late', waitMs: 0 };
-    const slotOf = (member: string | undefined) => state.slots.find((slot) => slot.member === member);
-    const present = members.filter((member) => slotOf(member)?.score === claim.bound);
-    if (present.length === 0) return { status: 'moved', waitMs: 0 };
-    let startable = present.length === members.length && state.pausedUntil <= now;
+    const slotOf = (state: KeyState, member: string | undefined) => state.slots.find((slot) => slot.member === member);
+    const present = states.map((state) => members.filter((member) => slotOf(state, member)?.score === claim.bound));
+    if (present.every((found) => found.length === 0)) return { status: 'moved', waitMs: 0 };
+    let startable = present.every((found) => found.length === members.length) && states.every((state) => state.pausedUntil <= now);
     if (startable) {
       let ready = start;
-      for (const [member, windowMs] of claim.deps) {
-        const slot = slotOf(member) ?? slotOf(pointer(member)?.to);
+      for (const [member, windowMs, part = 0] of claim.deps) {
+        const state = states[part]!;
+        const slot = slotOf(state, member) ?? slotOf(state, pointer(state, member)?.to);
         if (slot === undefined) continue;
         ready = slot.score > nowMs ? Infinity : Math.max(ready, slot.score + windowMs);
         if (ready === Infinity) break;
@@ -242,17 +246,22 @@ export class ReferenceModel {
       else if (ready > now) return { status: 'early', waitMs: Math.ceil(ready - now) };
     }
     if (!apply) return { status: startable ? 'started' : 'moved', waitMs: 0 };
-    for (const [member, { until }] of state.claimed) if (until < now) state.claimed.delete(member);
-    state.slots = state.slots.filter((slot) => !present.includes(slot.member));
+    states.forEach((state, k) => {
+      for (const [member, { until }] of state.claimed) if (until < now) state.claimed.delete(member);
+      state.slots = state.slots.filter((slot) => !present[k]!.includes(slot.member));
+    });
     if (!startable) {
-      state.claimed.set(members[0]!, { to: undefined, until: now + Math.max(1, Math.ceil(last - now) + 1) });
+      states[0]!.claimed.set(members[0]!, { to: undefined, until: now + Math.max(1, Math.ceil(last - now) + 1) });
       return { status: 'moved', waitMs: 0 };
     }
-    const until = now + Math.ceil(Math.max(last - now + 1, claim.maxHoldMs + Math.ceil(claim.retainMs)));
-    started.forEach((member, i) => {
-      state.slots.push({ member, score: nowMs + claim.maxHoldMs });
-      state.claimed.set(members[i]!, { to: member, until });
-    });
+    for (const [k, state] of states.entries()) {
+      const retainMs = typeof claim.retainMs === 'number' ? claim.retainMs : claim.retainMs[k]!;
+      const until = now + Math.ceil(Math.max(last - now + 1, claim.maxHoldMs + Math.ceil(retainMs)));
+      started.forEach((member, i) => {
+        state.slots.push({ member, score: nowMs + claim.maxHoldMs });
+        state.claimed.set(members[i]!, { to: member, until });
+      });
+    }
     return { status: 'started', waitMs: 0 };
   }
 

@@ -201,8 +201,9 @@ end
 -- A reservation's dependencies at START: for each exact rule whose binding score was still a bound,
 -- the slots at or below it (log index AT) that count at START unless released by then: the
 -- reservation took them to release at their start (or now). Its claim starts only once each has
--- released a window before (lua/claim.lua). Returns them as "MEMBER WINDOW ..." (the ordered list
--- the reservation's members carry the hash of), or nil when none, or false when more than
+-- released a window before (lua/claim.lua). Returns them as "MEMBER WINDOW ...", the window
+-- followed by "@PART" for a slot of a key after the first of a call of several keys (key.part; the
+-- ordered list the reservation's members carry the hash of), or nil when none, or false when more than
 -- VT_RESERVE_MOST_DEPS (then the reservation counts them released at their bounds: vt_bounds_sure).
 local function vt_deps(pending, start)
   local parts = nil
@@ -215,9 +216,11 @@ local function vt_deps(pending, start)
         if count > VT_RESERVE_MOST_DEPS then return false end
         local entries = redis.call('ZRANGE', p[4].log, below, p[5])
         parts = parts or {}
+        local window = string.format('%d', p[2])
+        if (p[4].part or 0) > 0 then window = window .. '@' .. p[4].part end
         for _, member in ipairs(entries) do
           parts[#parts + 1] = member
-          parts[#parts + 1] = string.format('%d', p[2])
+          parts[#parts + 1] = window
         end
       end
     end
@@ -512,28 +515,39 @@ end
 -- of all keys were one key's (rule indices count on from key to key), and then books COST slots in
 -- each. Deferred: this process waits on each key whose binding call is in flight. It never leaves
 -- a key's list here: the calls of several keys share keys with others of the process, which leave
--- it when none waits (a leave operation).
+-- it when none waits (a leave operation). A reservation (the first key's set RESERVED) is decided
+-- as a reservation of one key (vt_decide), its dependencies in every key (key.part).
 local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, first, a, out)
   local now_ms = math.ceil(now)
   local cut = math.floor(now)
   local start_at, rule_index, pending = now, VT_RULE_NONE, nil
   local offset = 0
-  local max_hold = keys[1].set.max_hold
+  local set = keys[1].set
   -- Every key's pause first, then every rule (as one key's pause, then its rules).
   for _, key in ipairs(keys) do
     if key.pause > start_at then start_at, rule_index = key.pause, VT_RULE_PAUSED end
     ready = math.max(ready, key.hold)
   end
-  for _, key in ipairs(keys) do
+  for e, key in ipairs(keys) do
+    key.part = e - 1
     start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, pending, offset)
     offset = offset + key.set.config_count
   end
-  local bound, earliest
-  bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, keys[1].set, rule_index)
-  local _, book, waits, start = vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index)
+  local bound, earliest, deps
+  bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set, rule_index)
+  if set.reserved and pending ~= nil then
+    deps = vt_deps(pending, math.ceil(earliest))
+    if deps == false then
+      deps = nil
+      earliest, rule_index = vt_bounds_sure(pending, start_at, rule_index)
+    end
+    start_at = earliest
+  end
+  local _, book, waits, start = vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index, deps)
+  local suffix = deps and '~' .. string.sub(redis.sha1hex(deps), 1, 16)
   for _, key in ipairs(keys) do
     if waits and key.binds ~= nil then key.waits_until = key.binds end
-    if book then vt_key_book(key, start + max_hold, cost, first, tag, now) end
+    if book then vt_key_book(key, start + set.max_hold, cost, first, tag, now, suffix) end
     vt_key_close(key, now, now_ms, tag, channel, true)
   end
 end
