@@ -3,7 +3,7 @@ import { RateLimitedError, ReservationError, ThrottleClosedError, ThrottleConfig
 import type { KeyInput, KeysInput } from '../keys.js';
 import { describe } from '../rules.js';
 import type { Throttle } from '../throttle.js';
-import { internalsOf, type ThrottleInternals } from './scheduler.js';
+import { internalsOf } from './scheduler.js';
 import { checkDelay, checkKnown, checkWhole } from '../validate.js';
 
 /**
@@ -28,7 +28,7 @@ export interface ThrottleProcessorOptions<J extends ThrottledJob = Job> {
   readonly key: (job: J) => KeysInput | PromiseLike<KeysInput>;
   /**
    * Longest wait for a slot in the worker, in ms. A job whose slot is further goes back to the queue,
-   * delayed to its reserved slot (or its place in the key's line), and the worker takes the next job.
+   * delayed to its reserved slot, and the worker takes the next job.
    * @default 250
    */
   readonly waitMs?: number;
@@ -46,53 +46,53 @@ export interface ThrottleProcessorOptions<J extends ThrottledJob = Job> {
 /** The names `throttleProcessor()` takes. */
 const OPTIONS = ['key', 'waitMs', 'cost', 'maxStartedAttempts'] as const satisfies ReadonlyArray<keyof ThrottleProcessorOptions>;
 
-/** Delays of a job in a row before it waits in the worker, up to a window: to its place in the line, then, if the calls ran longer than the line assumed, to its slot. */
-const MAX_DELAYS = 2;
-
-/** The estimate of the calls' run time is the longest lately: a long run counts half as much this much later (ms). */
-const HOLD_HALF_LIFE_MS = 5_000;
-
 /** How long a job waits in the queue when its throttle closed before its slot (ms): a worker still running on the closed throttle must not spin on it. */
 const CLOSED_DELAY_MS = 1_000;
 
 /** The field of a job's data that holds the token of the slot it was delayed to (`Throttle.reserve`). */
 export const RESERVATION = 'vendorThrottleReservation';
 
-/** The token a job carries, if any. */
-function heldToken(job: ThrottledJob): string | undefined {
-  const data = job.data;
-  if (data === null || typeof data !== 'object' || Array.isArray(data)) return undefined;
-  const token = (data as Record<string, unknown>)[RESERVATION];
-  return typeof token === 'string' ? token : undefined;
+/**
+ * The field that holds a job's data as it was added, beside `RESERVATION`, where that data is not a
+ * plain object (a string, a number, an array, null) and so cannot carry the token itself.
+ */
+export const RESERVED_DATA = 'vendorThrottleData';
+
+/** A job's data as it was added, the token it carries (if any), and that data with a token. */
+interface Carried {
+  readonly data: unknown;
+  readonly token: string | undefined;
+  withToken(token: string): unknown;
 }
 
-/** The job's data as a plain object, without the token: the data a job delayed to its reserved slot carries it in; undefined when it cannot. */
-function plainData(job: ThrottledJob): Record<string, unknown> | undefined {
-  const data = job.data;
-  if (data === null || typeof data !== 'object' || Array.isArray(data) || Object.getPrototypeOf(data) !== Object.prototype) return undefined;
-  const { [RESERVATION]: _token, ...rest } = data as Record<string, unknown>;
-  return rest;
+function isPlain(data: unknown): data is Record<string, unknown> {
+  return data !== null && typeof data === 'object' && Object.getPrototypeOf(data) === Object.prototype;
 }
 
 /**
- * Whether a job back from its delay whose slot is `retryAfterMs` away goes to that slot itself: the
- * key's line ran a little ahead of its log (the calls ran longer than the line assumed) when the
- * slot is less than the key's shortest window away. Further (a vendor pause since, a longer rule
- * binding, other processes' calls), the job takes a new place in the line.
+ * What a job carries: a plain object holds the token in its field `RESERVATION`; other data is
+ * wrapped, `{ [RESERVATION]: token, [RESERVED_DATA]: data }`, while the job waits for its slot.
  */
-async function lateForItsPlace(internals: ThrottleInternals, error: RateLimitedError): Promise<boolean> {
-  if (error.reason !== 'rule') return false;
-  // Unknown (it could not be read): the job takes a new place in the line, which is always safe.
-  return error.retryAfterMs < (await internals.shortestWindow(error.key).catch(() => 0));
+function carried(job: ThrottledJob): Carried {
+  const data = job.data;
+  if (!isPlain(data)) return { data, token: undefined, withToken: (token) => ({ [RESERVATION]: token, [RESERVED_DATA]: data }) };
+  const { [RESERVATION]: held, ...rest } = data;
+  const token = typeof held === 'string' ? held : undefined;
+  const keys = Object.keys(rest);
+  if (token !== undefined && keys.length === 1 && keys[0] === RESERVED_DATA) {
+    const wrapped = rest[RESERVED_DATA];
+    return { data: wrapped, token, withToken: (next) => ({ [RESERVATION]: next, [RESERVED_DATA]: wrapped }) };
+  }
+  return { data: held === undefined ? data : rest, token, withToken: (next) => ({ ...rest, [RESERVATION]: next }) };
 }
 
 /**
  * A BullMQ processor that never holds a worker on a full window: `processor` runs once the job's
- * slot is free, within `waitMs`. The slot is a reservation (`Throttle.reserve`): a job whose slot is
- * further goes back to the queue delayed to it, its token in its data, so the worker takes the next
- * job, and whichever worker takes it back starts the call on that slot. A job of several keys, or
- * whose data cannot carry a token, is delayed to its place in the key's line, shared by every
- * worker (`Throttle.lineUp`), instead. Waiting is not an attempt: the job is moved with
+ * slot is free, within `waitMs`. The slot is a reservation (`Throttle.reserve`), in each of the
+ * job's keys: a job whose slot is further goes back to the queue delayed to it, its token in its
+ * data (`RESERVATION`; data that is not a plain object is wrapped, `RESERVED_DATA`), so the worker
+ * takes the next job, and whichever worker takes it back starts the call on that slot. The key,
+ * cost and processor functions see the data as it was added. Waiting is not an attempt: the job is moved with
  * `job.moveToDelayed()` and `DelayedError`, which BullMQ does not count in `attemptsMade`. A job
  * whose throttle closes before its slot goes back to the queue, a second later. See docs/adapters.md.
  *
@@ -120,150 +120,112 @@ export function throttleProcessor<J extends ThrottledJob, R>(
   checkDelay('throttleProcessor waitMs', waitMs);
   const { maxStartedAttempts } = options;
   if (maxStartedAttempts !== undefined) checkWhole('throttleProcessor maxStartedAttempts', maxStartedAttempts, 1);
-  // How long the calls run, from start to completion (a slot frees a window after its call
-  // completed): the longest lately, halving every HOLD_HALF_LIFE_MS.
-  let longest = 0;
-  let longestAt = 0;
-  const holdMs = (now: number): number => longest * 2 ** (-(now - longestAt) / HOLD_HALF_LIFE_MS);
   return async (job, token, signal) => {
+    // The key, the cost and the processor see the job's data as it was added.
+    const held = carried(job);
+    if (held.token !== undefined) (job as { data?: unknown }).data = held.data;
     const keys = await options.key(job);
     const cost = options.cost?.(job) ?? 1;
-    // Started since its last run: back from a delay (or from a stalled run).
-    const returned = job.attemptsStarted > job.attemptsMade + 1;
+    const keyList = Array.isArray(keys) ? (keys as readonly KeyInput[]) : [keys as KeyInput];
+    const at = keyList.map(String).join(', ');
     // Waits in the worker for its slot, however long: it cannot be delayed (no token: called by
     // hand), or one more start would fail it (maxStartedAttempts).
     const lastStart = token === undefined || (maxStartedAttempts !== undefined && job.attemptsStarted >= maxStartedAttempts);
-    // Delayed twice in a row (to its place, then to its slot): it waits in the worker up to a window.
-    const delayedTwice = job.attemptsStarted - job.attemptsMade > MAX_DELAYS;
-    const keyList = Array.isArray(keys) ? (keys as readonly KeyInput[]) : [keys as KeyInput];
     let started = false;
     const run = async (): Promise<R> => {
       started = true;
-      // The processor sees the job's data as it was added.
-      if (heldToken(job) !== undefined) delete (job.data as Record<string, unknown>)[RESERVATION];
-      const startedAt = performance.now();
-      try {
-        return await processor(job, token, signal);
-      } finally {
-        const now = performance.now();
-        longest = Math.max(now - startedAt, holdMs(now));
-        longestAt = now;
-      }
+      return processor(job, token, signal);
     };
-    const delay = async (delayMs: number, to: string, key: string): Promise<never> => {
-      internals.notify('debug', { message: `BullMQ job ${job.id} delayed ${delayMs} ms, to ${to}`, key });
+    const delay = async (delayMs: number, to: string): Promise<never> => {
+      internals.notify('debug', { message: `BullMQ job ${job.id} delayed ${delayMs} ms, to ${to}`, key: String(keyList[0]) });
       await job.moveToDelayed(Date.now() + delayMs, token);
-      throw new DelayedError(`vendor-throttle: delayed ${delayMs} ms, to ${to} on key "${key}"`);
-    };
-    // The line could not be read: the job goes by its slot alone, said as a debug event.
-    const lineUnknown =
-      (key: string) =>
-      (error: unknown): undefined => {
-        internals.notify('debug', { message: `BullMQ job ${job.id}: cannot read the key's line of delayed jobs; it goes by its slot alone`, key, error });
-        return undefined;
-      };
-    const lineUp = async (key: string, fromMs: number): Promise<never> => {
-      // Behind the jobs already delayed on the key, in every worker; the line itself is an estimate.
-      const delayMs = (await internals.lineUp(key, fromMs, { holdMs: holdMs(performance.now()), cost }).catch(lineUnknown(key))) ?? fromMs;
-      return delay(delayMs, 'its place in the line', key);
+      throw new DelayedError(`vendor-throttle: delayed ${delayMs} ms, to ${to} on ${keyList.length > 1 ? 'keys' : 'key'} "${at}"`);
     };
     const aborting = signal === undefined ? {} : { signal };
-    // A job's slot in the worker: waited for up to a window (unknown: no longer than it would have).
-    const inWorker = async (key: KeyInput): Promise<number> => (lastStart ? Infinity : Math.max(waitMs, await internals.shortestWindow(key).catch(() => 0)));
+    // A job's slot in the worker: waited for up to the keys' shortest window (unknown: no longer than waitMs).
+    const inWorker = async (): Promise<number> => {
+      if (lastStart) return Infinity;
+      const windows = await Promise.all(keyList.map((key) => internals.shortestWindow(key).catch(() => 0)));
+      return Math.max(waitMs, Math.min(...windows));
+    };
     const closed = async (): Promise<never> => {
       // Not the job's failure: another worker (or this one, on a new throttle) takes it.
       await job.moveToDelayed(Date.now() + CLOSED_DELAY_MS, token);
       throw new DelayedError('vendor-throttle: the throttle closed before the job could start');
     };
-    /**
-     * The job's slot as a reservation (a key of its own, a store that keeps reservations, data that
-     * can carry a token): reserved once, by whichever worker takes the job first; within `waitMs`
-     * the job waits for it in the worker, further it goes back to the queue delayed to the slot,
-     * its token in its data, and whichever worker takes it then starts the call on that slot.
-     */
-    const reserved = async (key: KeyInput, data: Record<string, unknown>): Promise<R> => {
-      const at = String(key);
-      /**
-       * The call on the reserved slot (`stored`: the token is in the job's data), waited for up to a
-       * window in the worker; further (a call it depends on ran long), the job is delayed to it.
-       * Undefined with the time to come back when the reservation is gone (used, late, or moved
-       * with no slot within the wait).
-       */
-      const onSlot = async (slotToken: string, stored: boolean): Promise<{ readonly value: R } | { readonly againInMs: number }> => {
-        try {
-          return { value: await throttle.schedule(key, run, { token: slotToken, maxDelayMs: await inWorker(key), ...aborting }) };
-        } catch (error) {
-          if (started) throw error;
-          if (error instanceof ThrottleClosedError) return closed();
-          if (error instanceof ReservationError && error.reason === 'early') {
-            if (!stored) await job.updateData!({ ...data, [RESERVATION]: slotToken });
-            return delay(error.retryAfterMs, 'its reserved slot', at);
-          }
-          if (error instanceof RateLimitedError) return { againInMs: error.retryAfterMs };
-          if (error instanceof ReservationError) return { againInMs: 0 };
-          throw error;
-        }
-      };
-      const held = heldToken(job);
-      if (held !== undefined) {
-        const outcome = await onSlot(held, true);
-        if ('value' in outcome) return outcome.value;
-        // Gone: a new reservation, now or when the slot could come (the token no longer carried).
-        if (outcome.againInMs > 0) {
-          await job.updateData!(data);
-          return delay(outcome.againInMs, 'a new reservation', at);
-        }
-      }
-      if (lastStart) {
-        try {
-          return await throttle.schedule(key, run, { maxDelayMs: Infinity, cost, ...aborting });
-        } catch (error) {
-          if (!started && error instanceof ThrottleClosedError) return closed();
-          throw error;
-        }
-      }
-      let reservation;
+    const waited = async (call: () => Promise<R>): Promise<R> => {
       try {
-        reservation = await throttle.reserve(key, { cost, maxDelayMs: Infinity, ...aborting });
+        return await call();
       } catch (error) {
+        if (!started && error instanceof ThrottleClosedError) return closed();
+        throw error;
+      }
+    };
+    const anyCall = (): Promise<R> => waited(() => throttle.schedule(keys, run, { maxDelayMs: Infinity, cost, ...aborting }));
+    if (throttle.store.claim === undefined || job.updateData === undefined) {
+      if (lastStart) return anyCall();
+      // A store that keeps no reservations (or a job that cannot carry a token): the job waits in
+      // the worker up to waitMs (a window, once back from a delay), else it is delayed to the
+      // soonest its slot could be free, and asks again then.
+      const returned = job.attemptsStarted > job.attemptsMade + 1;
+      try {
+        return await throttle.schedule(keys, run, { maxDelayMs: returned ? await inWorker() : waitMs, cost, ...aborting });
+      } catch (error) {
+        if (started) throw error;
+        if (error instanceof RateLimitedError) return delay(error.retryAfterMs, 'its slot');
         if (error instanceof ThrottleClosedError) return closed();
         throw error;
       }
-      if (reservation.waitMs <= waitMs) {
-        const outcome = await onSlot(reservation.token, false);
-        if ('value' in outcome) return outcome.value;
-        // Not in the worker: a call it depends on runs long. The job comes back for a new one.
-        if (held !== undefined) await job.updateData!(data);
-        return delay(outcome.againInMs, 'a new reservation', at);
+    }
+    const updateData = job.updateData.bind(job);
+    /**
+     * The call on the reserved slot (`stored`: the token is in the job's data), waited for up to a
+     * window in the worker; further (a call it depends on ran long), the job is delayed to it.
+     * The time to come back for a new reservation when this one is gone (used, late, or moved
+     * with no slot within the wait).
+     */
+    const onSlot = async (slotToken: string, stored: boolean): Promise<{ readonly value: R } | { readonly againInMs: number }> => {
+      try {
+        return { value: await throttle.schedule(keys, run, { token: slotToken, maxDelayMs: await inWorker(), ...aborting }) };
+      } catch (error) {
+        if (started) throw error;
+        if (error instanceof ThrottleClosedError) return closed();
+        if (error instanceof ReservationError && error.reason === 'early') {
+          if (!stored) await updateData(held.withToken(slotToken));
+          return delay(error.retryAfterMs, 'its reserved slot');
+        }
+        if (error instanceof RateLimitedError) return { againInMs: error.retryAfterMs };
+        if (error instanceof ReservationError) return { againInMs: 0 };
+        throw error;
       }
-      await job.updateData!({ ...data, [RESERVATION]: reservation.token });
-      return delay(reservation.waitMs, 'its reserved slot', at);
     };
-    const data = plainData(job);
-    if (keyList.length === 1 && token !== undefined && job.updateData !== undefined && data !== undefined && throttle.store.claim !== undefined)
-      return reserved(keyList[0]!, data);
-    if (!returned && !lastStart) {
-      // A new job whose key has jobs delayed to places not due yet goes behind them, not into a slot
-      // they are due to take.
-      for (const key of keyList) {
-        const behind = await internals.lineUp(key, 0, { holdMs: holdMs(performance.now()), cost, behind: true }).catch(lineUnknown(String(key)));
-        if (behind !== undefined) return delay(behind, 'its place in the line', String(key));
+    if (held.token !== undefined) {
+      const outcome = await onSlot(held.token, true);
+      if ('value' in outcome) return outcome.value;
+      // Gone: a new reservation, now or when the slot could come (the token no longer carried).
+      if (outcome.againInMs > 0) {
+        if (!lastStart) {
+          await updateData(held.data);
+          return delay(outcome.againInMs, 'a new reservation');
+        }
       }
     }
-    let maxDelayMs = waitMs;
-    if (lastStart) maxDelayMs = Infinity;
-    // Unknown (it could not be read): it waits in the worker no longer than it would have.
-    else if (delayedTwice) maxDelayMs = Math.max(waitMs, await internals.shortestWindow(keyList[0]!).catch(() => 0));
+    if (lastStart) return anyCall();
+    let reservation;
     try {
-      return await throttle.schedule(keys, run, { maxDelayMs, cost, ...(signal === undefined ? {} : { signal }) });
+      reservation = await throttle.reserve(keys, { cost, maxDelayMs: Infinity, ...aborting });
     } catch (error) {
-      if (started || token === undefined) throw error;
-      if (error instanceof RateLimitedError) {
-        if (returned && !delayedTwice && (await lateForItsPlace(internals, error))) return delay(error.retryAfterMs, 'its slot', error.key);
-        return lineUp(error.key, error.retryAfterMs);
-      }
       if (error instanceof ThrottleClosedError) return closed();
       throw error;
     }
+    if (reservation.waitMs <= waitMs) {
+      const outcome = await onSlot(reservation.token, false);
+      if ('value' in outcome) return outcome.value;
+      // Not in the worker: a call it depends on runs long. The job comes back for a new one.
+      if (held.token !== undefined) await updateData(held.data);
+      return delay(outcome.againInMs, 'a new reservation');
+    }
+    await updateData(held.withToken(reservation.token));
+    return delay(reservation.waitMs, 'its reserved slot');
   };
 }
