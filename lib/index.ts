@@ -81,7 +81,7 @@ export type {
   Store,
   StoreNotice,
 } from './store.js';
-export type { Dependency, Pace } from './slot-plan.js';
+export type { Dependency } from './slot-plan.js';
 export {
   CallTimeoutError,
   QueueFullError,

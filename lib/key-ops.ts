@@ -55,7 +55,7 @@ function remember<V>(map: Map<string, V>, key: string, value: V): void {
 /** The names `limit()` takes. */
 const LIMIT_OPTIONS = ['cost'] as const satisfies ReadonlyArray<keyof LimitOptions>;
 
-/** The throttle's operations on one key besides `schedule()`: `inspect`, `pause`, `reset`, `limit`, `lineUp` and `shortestWindow`. */
+/** The throttle's operations on one key besides `schedule()`: `inspect`, `pause`, `reset`, `limit` and `shortestWindow`. */
 export class KeyOps {
   readonly #c: KeyOpsContext;
   /** Per encoded key, the last lesson this process sent to the store and when: the same lesson is not sent again for a while (TEACH_AGAIN_MS). */
@@ -167,26 +167,6 @@ export class KeyOps {
       throw storeError(error);
     }
     this.#c.notify('paused', { key: call.key, ms, source });
-  }
-
-  async lineUp(key: KeyInput, fromMs: number, holdMs: number, cost: number, behind: boolean): Promise<number | undefined> {
-    const call = await prepareCall(this.#c.callDefaults, oneKey('lineUp', key), { cost });
-    checkDelay('lineUp fromMs', fromMs);
-    checkDelay('lineUp holdMs', holdMs);
-    const { store } = this.#c;
-    // Every rule with a window paces the line. A slot counts until a window after its call's
-    // completion: the window is stretched by the calls' run time, at most doubled (one call that
-    // ran long must not slow the line beyond that).
-    const paces = call.rules
-      .filter((rule) => rule.windowMs > 0)
-      .map((rule) => ({ limit: rule.limit, windowMs: rule.windowMs + Math.min(Math.ceil(holdMs), rule.windowMs) }));
-    if (store.lineUp === undefined || paces.length === 0) return behind ? undefined : fromMs;
-    try {
-      const place = await store.lineUp(this.#c.name, call.encoded, fromMs, call.cost, paces, behind);
-      return place < 0 ? undefined : place;
-    } catch (error) {
-      throw storeError(error);
-    }
   }
 
   async shortestWindow(key: KeyInput): Promise<number> {

@@ -1,7 +1,7 @@
 import type { LearnEntry, LearnedLimit } from './learning.js';
 import type { Rule } from './rules.js';
 import { ThrottleConfigError } from './errors.js';
-import type { Dependency, Pace } from './slot-plan.js';
+import type { Dependency } from './slot-plan.js';
 
 /**
  * A change to a slot already in a key's log:
@@ -331,19 +331,6 @@ export interface Store {
    * learn of it when their start comes and book again under the new limit.
    */
   learn?(namespace: string, key: string, entries: readonly LearnEntry[], maxHoldMs: number): Promise<LearnResult>;
-  /**
-   * Optional: a place in the key's line of calls that wait outside the throttle for a later window
-   * (BullMQ jobs delayed until their slot), shared by every process. Each pace (one per rule:
-   * `limit` places a window of `windowMs`) keeps its current window; a call takes `cost` places, at
-   * the soonest time from `fromMs` from now that every pace allows: its current window if it has
-   * room for them, else the window after it; a pace whose window has ended by then starts a new one there
-   * (lib/slot-plan.ts, `placeInLine`). With `behind`, a place is given only behind places not due
-   * yet (a pace's current window starts after now): else -1, nothing written (a new job with no
-   * line ahead of it asks for its slot instead). A place is an estimate, not a booking: its holder
-   * asks for a slot when it comes, and the log decides. Resolves to ms from now until the place.
-   * `reset()` forgets the line.
-   */
-  lineUp?(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind?: boolean): Promise<number>;
   /**
    * Optional: the end of the key's vendor pause (store clock, ms; 0 or past when none). A call booked
    * to start later asks for it when its start comes: a pause that ends after its start was set after

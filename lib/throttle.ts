@@ -168,7 +168,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       notify: (event, ...args) => this.#notify(event, ...args),
       schedule: (key, fn, options, retry, then) => this.#schedule(key, fn, options, retry, then),
       // A place in the key's line of jobs delayed outside the throttle (lib/adapters/bullmq.ts).
-      lineUp: (key, fromMs, { holdMs = 0, cost = 1, behind = false } = {}) => this.#keyOps.lineUp(key, fromMs, holdMs, cost, behind),
       shortestWindow: (key) => this.#keyOps.shortestWindow(key),
     });
     // Every waiting call listens to this signal; their number is bounded by the work, not a leak.

@@ -7,7 +7,6 @@
 import { expect } from 'chai';
 import type { ClusterOptions } from 'ioredis';
 import { RedisStore, Throttle, ThrottleConfigError, type ThrottleMode } from '../lib/index.js';
-import { internalsOf } from '../lib/adapters/scheduler.js';
 import { encodeKey, keyNames } from '../lib/keys.js';
 import { startVendor, windowViolations, type Vendor } from '../scripts/sim-vendor.js';
 import { uniquePrefix } from './support/hooks.js';
@@ -243,19 +242,38 @@ describe('RedisStore on a Redis Cluster (3 masters)', function () {
     expect((await a.inspect('acct')).rules[0]!.used).to.equal(3);
   });
 
-  it("shares a key's line of delayed jobs between clients (lineUp), for several users", async () => {
-    const lineUp = (throttle: Throttle, user: string): Promise<number | undefined> => internalsOf(throttle).lineUp(user, 500);
+  it('a reservation made through one client is claimed through another: behind a call in flight, of two slots, and of two keys under one hash tag', async () => {
     const prefix = uniquePrefix();
-    const a = throttleOn(prefix, 'wait', ['2/1s']);
-    const b = throttleOn(prefix, 'wait', ['2/1s']);
-    for (const user of ['u1', 'u2', 'u3', 'u4', 'u5', 'u6']) {
-      const places = [await lineUp(a, user), await lineUp(b, user), await lineUp(a, user), await lineUp(b, user)];
-      // Two places a window: the first two in the window 500 ms on, the next two a window after it.
-      expect(places[0], user).to.equal(500);
-      expect(places[1], user).to.be.within(450, 500);
-      expect(places[2], user).to.be.within(1_450, 1_500);
-      expect(places[3], user).to.be.within(1_450, 1_500);
+    const open = (hashTag: 'key' | 'name'): Throttle => {
+      const store = new RedisStore(cluster.client(), { prefix, hashTag });
+      stores.push(store);
+      const throttle = new Throttle({ name: NAME, rules: ['2/300ms'], store, maxHoldMs: 2_000, reservationGraceMs: 2_000 });
+      throttles.push(throttle);
+      return throttle;
+    };
+    const [a, b] = [open('key'), open('key')];
+    for (const user of ['u1', 'u2', 'u3']) {
+      // Calls in flight: the reservation depends on one, and its claim names that slot's pointer key too.
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      let started = 0;
+      const flying = Promise.all([1, 2].map(() => a.schedule(user, () => (started++, gate))));
+      while (started < 2) await new Promise((resolve) => setTimeout(resolve, 5));
+      const reservation = await a.reserve(user);
+      expect(reservation.waitMs, user).to.be.above(0);
+      setTimeout(release, 20);
+      let startedAt = 0;
+      await b.schedule(user, () => (startedAt = Date.now()), { token: reservation.token });
+      await flying;
+      expect(startedAt, user).to.be.within(reservation.startAt - 5, reservation.claimBy);
+      const two = await a.reserve(user, { cost: 2 });
+      expect(await b.schedule(user, () => 'two', { token: two.token, cost: 2 })).to.equal('two');
     }
+    // Keys of one call share a slot with hashTag 'name'.
+    const [c, d] = [open('name'), open('name')];
+    const both = await c.reserve(['u4', 'app']);
+    expect(await d.schedule(['app', 'u4'], () => 'both', { token: both.token })).to.equal('both');
+    expect((await d.inspect('app')).rules[0]!.used).to.equal(1);
   });
 });
 

@@ -1028,47 +1028,6 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
       expect(raised).to.deep.include({ changed: true, pausedUntil: 0 });
     });
 
-    it("gives places in a key's line, limit a window from the soonest start under every pace, and forgets the line on reset", async () => {
-      const { store } = make();
-      if (store.lineUp === undefined) throw new Error('Expected the store to keep lines');
-      const two = [{ limit: 2, windowMs: 1_000 }];
-      const places = [];
-      for (let i = 0; i < 5; i++) places.push(await store.lineUp('ns', 'k', 1_000, 1, two));
-      // Asked within a few ms: each place is its window's start from the moment it was asked.
-      const windows = [1_000, 1_000, 2_000, 2_000, 3_000];
-      places.forEach((place, i) => expect(place).to.be.within(windows[i]! - 50, windows[i]!));
-      // Another key has a line of its own; a place asked later than its line's window joins it, at its own soonest.
-      expect(await store.lineUp('ns', 'other', 500, 1, two)).to.equal(500);
-      expect(await store.lineUp('ns', 'other', 900, 1, two)).to.equal(900);
-      // The line's window ended by then: it starts again there.
-      expect(await store.lineUp('ns', 'k', 10_000, 1, two)).to.equal(10_000);
-      expect(await store.lineUp('ns', 'k', 0, 1, two)).to.be.within(9_950, 10_000);
-      await store.reset?.('ns', 'k', 1_000, 0);
-      expect(await store.lineUp('ns', 'k', 300, 1, two)).to.equal(300);
-      // Several paces: 3 a window of 100 ms and 4 a window of 1 s.
-      const paces = [
-        { limit: 3, windowMs: 100 },
-        { limit: 4, windowMs: 1_000 },
-      ];
-      const both = [];
-      for (let i = 0; i < 9; i++) both.push(await store.lineUp('ns', 'both', 0, 1, paces));
-      const expected = [0, 0, 0, 100, 1_000, 1_000, 1_000, 1_100, 2_000];
-      both.forEach((place, i) => expect(place, `place ${i}`).to.be.within(expected[i]! - 50, expected[i]!));
-      // A call of cost 2 takes two places: it fits a window with room for two.
-      expect(await store.lineUp('ns', 'costly', 0, 1, paces)).to.equal(0);
-      expect(await store.lineUp('ns', 'costly', 0, 2, paces)).to.be.within(-50, 0);
-      expect(await store.lineUp('ns', 'costly', 0, 1, paces)).to.be.within(50, 100);
-      // Behind only: a place behind places not due yet, else none and nothing written.
-      expect(await store.lineUp('ns', 'fresh', 0, 1, two, true)).to.equal(-1);
-      expect(await store.lineUp('ns', 'fresh', 0, 1, two)).to.equal(0);
-      expect(await store.lineUp('ns', 'fresh', 0, 1, two, true)).to.equal(-1);
-      expect(await store.lineUp('ns', 'ahead', 800, 1, two)).to.equal(800);
-      expect(await store.lineUp('ns', 'ahead', 0, 1, two, true)).to.be.within(750, 800);
-      expect(await store.lineUp('ns', 'ahead', 0, 1, two, true)).to.be.within(1_750, 1_800);
-      // A line is no usage: the key's log holds nothing.
-      expect((await store.inspect('ns', 'other', two)).rules[0]!.used).to.equal(0);
-    });
-
     it('matches the reference model on random sequences, and no window ever holds more than its limit', async function () {
       this.timeout(90_000);
       const subjectClock = make().clock !== undefined;
@@ -1403,23 +1362,6 @@ describe('RedisStore specifics', () => {
     expect(a.members[0]!.split('.')[1]).to.equal(a.members[1]!.split('.')[1]);
     expect(b.members[0]!.split('.')[1]).to.not.equal(a.members[0]!.split('.')[1]);
     expect(await client.zrange(keyNames(prefix, 'ns', 'k').log, '0', '-1')).to.have.members([...a.members, ...b.members]);
-  });
-
-  it("keeps a key's line of delayed jobs when a throttle closes (tidy): meta lives to the line's end", async () => {
-    const client = redisClient();
-    const prefix = uniquePrefix();
-    const store = redisStore(client, { prefix });
-    const rules = [{ limit: 2, windowMs: 1_000 }];
-    const booked = await store.reserve(request({ rules, maxHoldMs: 100 }));
-    await store.settle('ns', 'k', [{ member: booked.members[0]!, releaseAt: booked.now }]);
-    let last = 0;
-    for (let i = 0; i < 10; i++) last = await store.lineUp('ns', 'k', 0, 1, rules);
-    expect(last).to.be.within(3_950, 4_000);
-    await store.tidy('ns');
-    const { meta } = keyNames(prefix, 'ns', 'k');
-    expect(await client.pttl(meta)).to.be.within(4_500, 5_001);
-    // The line goes on where it was, for any process.
-    expect(await redisStore(redisClient(), { prefix }).lineUp('ns', 'k', 0, 1, rules)).to.be.within(4_950, 5_000);
   });
 
   it('gives a log the life its slots need after a tidy shortened it: the next booking sets it again', async () => {

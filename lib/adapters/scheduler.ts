@@ -14,13 +14,6 @@ export interface Scheduler {
   learn(key: KeyInput, response: { readonly status: number; readonly headers: HeaderSource; readonly flagged?: boolean }): Promise<void>;
 }
 
-/** A place in a key's shared line of delayed jobs (see `Store.lineUp`): how long the calls run, the places taken, and whether only behind places not due yet. */
-export interface LineUpOptions {
-  readonly holdMs?: number;
-  readonly cost?: number;
-  readonly behind?: boolean;
-}
-
 /** What the adapters reach of a throttle beyond its public API; each throttle registers its own. */
 export interface ThrottleInternals {
   /** Emits an event; a listener's error is thrown again on its own (a microtask), never into the caller. */
@@ -38,8 +31,6 @@ export interface ThrottleInternals {
     retry: boolean,
     then: (value: Awaited<T>, defer: (work: Promise<unknown>) => void) => Promise<U>,
   ): Promise<U>;
-  /** ms from now until a place in `key`'s line of delayed jobs, shared by every process (undefined with `behind`: no place). */
-  lineUp(key: KeyInput, fromMs: number, options?: LineUpOptions): Promise<number | undefined>;
   /** The shortest window of `key`'s rules, ms (0 for a key under caps on calls in flight alone). */
   shortestWindow(key: KeyInput): Promise<number>;
 }

@@ -1,19 +1,6 @@
 import { ThrottleConfigError } from '../errors.js';
 import { checkKnown } from '../validate.js';
-import {
-  bucketIndex,
-  countInWindow,
-  depsSuffix,
-  foldHorizon,
-  placeInLine,
-  planSlot,
-  planSlots,
-  type Bucket,
-  type BucketsOf,
-  type Line,
-  type LogView,
-  type Pace,
-} from '../slot-plan.js';
+import { bucketIndex, countInWindow, depsSuffix, foldHorizon, planSlot, planSlots, type Bucket, type BucketsOf, type LogView } from '../slot-plan.js';
 import { applyLearned, type LearnEntry, type LearnSource } from '../learning.js';
 import type { Rule } from '../rules.js';
 import type {
@@ -45,8 +32,6 @@ interface KeyLog {
   members: string[];
   /** No start before this (a vendor pause), store clock. */
   pausedUntil: number;
-  /** The key's line of calls waiting outside the throttle (`lineUp`): empty when none. */
-  line: Line;
   /** A decision on the key was deferred: the next completion or release announces itself. */
   waiting: boolean;
   expiresAt: number;
@@ -299,7 +284,6 @@ export class MemoryStore implements Store {
     log.members.splice(0, log.members.length - kept);
     log.buckets.clear();
     log.pausedUntil = 0;
-    log.line = [];
     log.learned = [];
     const waiting = log.waiting;
     log.waiting = false;
@@ -504,19 +488,6 @@ export class MemoryStore implements Store {
     };
   }
 
-  async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind = false): Promise<number> {
-    const nowMs = Math.ceil(this.#clock());
-    const id = `${namespace}\n${key}`;
-    const log = this.#open(id, nowMs);
-    const exact = paces.map((pace) => ({ limit: pace.limit, windowMs: Math.ceil(pace.windowMs) }));
-    const placed = placeInLine(log.line, nowMs, nowMs + Math.ceil(fromMs), cost, exact, behind);
-    if (placed === undefined) return -1;
-    log.line = placed.line;
-    log.expiresAt = Math.max(log.expiresAt, placed.endsAt);
-    this.#logs.set(id, log);
-    return placed.startAt - nowMs;
-  }
-
   /** The pause in force, known at once: this store holds every pause itself, whenever it was set. */
   pausedUntil(namespace: string, key: string): number {
     return this.#logs.get(`${namespace}\n${key}`)?.pausedUntil ?? 0;
@@ -532,20 +503,12 @@ export class MemoryStore implements Store {
     const log = this.#logs.get(id);
     if (log && log.expiresAt > at) return log;
     this.#logs.delete(id);
-    return { scores: [], members: [], pausedUntil: 0, line: [], waiting: false, expiresAt: 0, buckets: new Map(), learned: [], claimed: new Map() };
+    return { scores: [], members: [], pausedUntil: 0, waiting: false, expiresAt: 0, buckets: new Map(), learned: [], claimed: new Map() };
   }
 
   /** Keeps a log that holds anything, as Redis keeps a key that exists. */
   #keep(id: string, log: KeyLog): void {
-    if (
-      log.scores.length > 0 ||
-      log.buckets.size > 0 ||
-      log.pausedUntil > 0 ||
-      log.line.length > 0 ||
-      log.waiting ||
-      log.learned.length > 0 ||
-      log.claimed.size > 0
-    )
+    if (log.scores.length > 0 || log.buckets.size > 0 || log.pausedUntil > 0 || log.waiting || log.learned.length > 0 || log.claimed.size > 0)
       this.#logs.set(id, log);
   }
 

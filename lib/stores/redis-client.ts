@@ -129,13 +129,17 @@ function hearLateErrors(connection: object): void {
 /** The ioredis client as the driver uses it: the scripts it defined, GET, HGET, INFO, its events, and whether it is a Cluster. */
 type ScriptedClient = IORedisClientLike & Record<string, ScriptFn> & ClientEvents & { readonly isCluster?: boolean };
 
-/** Keys of each script on an ioredis Cluster, where a batch holds one user key's two keys and no epoch key. */
+/**
+ * Keys of each script as defined on an ioredis Cluster: a batch of one user key's two keys and no
+ * epoch key, a claim of one key's log and meta and one reserved member's pointer. A call with
+ * another number of keys (a batch with a call of several keys, a claim of several slots, keys or
+ * dependencies) uses a command defined for that number (#clusterVariant).
+ */
 const CLUSTER_KEYS = {
   batch: 2,
   inspect: 2,
   pause: 2,
   learn: 2,
-  line: 1,
   restore: 2,
   epoch: 1,
   reset: 2,
@@ -149,6 +153,9 @@ const CLUSTER_KEYS = {
 const BY_NAME = new Map<string, { readonly lua: string; readonly sha: string }>(
   Object.values(scripts).map(({ name, lua }) => [name, { lua, sha: createHash('sha1').update(lua).digest('hex') }]),
 );
+
+/** `CLUSTER_KEYS` by script name. */
+const CLUSTER_KEYS_OF = new Map<string, number>(Object.entries(scripts).map(([op, { name }]) => [name, CLUSTER_KEYS[op as keyof typeof scripts]]));
 
 /**
  * node-redis command options: replies read with the default type mapping (strings as strings),
@@ -472,8 +479,7 @@ export class ClientDriver {
     const keys = isKeyList(given) ? given : given.list();
     if (this.#node) return this.#evalSha(name, keys, args);
     if (!this.cluster) return this.#io[name]!(keys.length, ...keys, ...args);
-    // A batch with a call of several keys has more keys than the command defined for one key.
-    if (name === scripts.batch.name && keys.length !== CLUSTER_KEYS.batch) name = this.#clusterBatch(keys.length);
+    if (keys.length !== CLUSTER_KEYS_OF.get(name)) name = this.#clusterVariant(name, keys.length);
     return this.#io[name]!(...keys, ...args);
   }
 
@@ -491,10 +497,10 @@ export class ClientDriver {
     }
   }
 
-  /** The batch script on an ioredis Cluster for a batch of `count` keys (one slot), defined the first time it is needed. */
-  #clusterBatch(count: number): string {
-    const name = `${scripts.batch.name}k${count}`;
-    if (typeof this.#io[name] !== 'function') this.#io.defineCommand(name, { lua: scripts.batch.lua, numberOfKeys: count });
+  /** A script on an ioredis Cluster for a call of `count` keys (one slot), defined the first time it is needed. */
+  #clusterVariant(script: string, count: number): string {
+    const name = `${script}k${count}`;
+    if (typeof this.#io[name] !== 'function') this.#io.defineCommand(name, { lua: BY_NAME.get(script)!.lua, numberOfKeys: count });
     return name;
   }
 

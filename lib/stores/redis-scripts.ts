@@ -71,7 +71,6 @@ export const scripts = {
   inspect: { name: `vtInspect${SCRIPT_VERSION}`, lua: load('inspect') },
   pause: { name: `vtPause${SCRIPT_VERSION}`, lua: load('pause') },
   learn: { name: `vtLearn${SCRIPT_VERSION}`, lua: load('learn') },
-  line: { name: `vtLine${SCRIPT_VERSION}`, lua: load('line') },
   restore: { name: `vtRestore${SCRIPT_VERSION}`, lua: load('restore') },
   epoch: { name: `vtEpoch${SCRIPT_VERSION}`, lua: load('epoch') },
   reset: { name: `vtReset${SCRIPT_VERSION}`, lua: load('reset') },
@@ -133,8 +132,6 @@ export const replies = {
     const status = CLAIM_STATUSES[code];
     return status === undefined ? unexpected('claim', reply) : { status, now, waitMs };
   },
-  /** line.lua: ms from now until the place, or -1. */
-  line: (reply: unknown): number => number('line', reply),
   /** keep.lua: the kept keys left, or -1. */
   keep: (reply: unknown): number => number('keep', reply),
   /** reap.lua: the slots removed. */

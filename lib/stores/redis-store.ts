@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { ThrottleConfigError } from '../errors.js';
 import { RedisNames, type HashTag } from '../keys.js';
 import type { Rule } from '../rules.js';
-import { depsOf, depsSuffix, type Pace } from '../slot-plan.js';
+import { depsOf, depsSuffix } from '../slot-plan.js';
 import { StoreClock } from '../time.js';
 import { sourceLetter, type LearnEntry } from '../learning.js';
 import type {
@@ -446,13 +446,6 @@ export class RedisStore implements Store {
     for (const part of parts) this.#recovery?.journal.book(namespace, part.key, first, members.length, reply.now + maxHoldMs, part.retainMs);
     this.#heartbeat?.start();
     return { ...reply, members: started };
-  }
-
-  async lineUp(namespace: string, key: string, fromMs: number, cost: number, paces: readonly Pace[], behind = false): Promise<number> {
-    await this.#recovery?.recovered(namespace);
-    const names = this.#names;
-    const args = [Math.ceil(fromMs), cost, behind ? 1 : 0, ...paces.flatMap((pace) => [pace.limit, Math.ceil(pace.windowMs)])];
-    return replies.line(await this.#driver.run(scripts.line.name, [names.of(namespace, key).meta, ...names.kept(namespace)], args));
   }
 
   /**

@@ -56,8 +56,7 @@ end
   RETAIN (never shortened: PEXPIRE GT); completions lowered the scores since. The log and meta now
   expire RETAIN after the highest score left (another process's call still in flight keeps its
   bound), meta no earlier than its pause, its hold, the calls a fold moved into its buckets (`f`),
-  the end of its line of delayed jobs (`le`, line.lua), or the lapse of what it learned from its
-  vendor (`l`, includes/learned.lua). PEXPIRE LT: never lengthened. The log is
+  or the lapse of what it learned from its vendor (`l`, includes/learned.lua). PEXPIRE LT: never lengthened. The log is
   left as it is while another process has slots there that still count: that process may rely on
   the life it gave the log (decide.lua, vt_key_close), and only its own bookings set it again.
 ]]
@@ -73,9 +72,9 @@ local function vt_tidy(log, meta, tag, now, retain)
     end
     if alone then vt_expire(log, until_ms - now, now, 'LT') end
   end
-  local fields = redis.call('HMGET', meta, 'pause', 'h', 'f', 'le', 'l')
-  until_ms = math.max(until_ms, tonumber(fields[1]) or 0, tonumber(fields[2]) or 0, (tonumber(fields[3]) or -retain) + retain, tonumber(fields[4]) or 0)
+  local fields = redis.call('HMGET', meta, 'pause', 'h', 'f', 'l')
+  until_ms = math.max(until_ms, tonumber(fields[1]) or 0, tonumber(fields[2]) or 0, (tonumber(fields[3]) or -retain) + retain)
   -- What the key learned from its vendor stays until it lapses (includes/learned.lua).
-  for _, entry in ipairs(vt_learned_parse(fields[5], now)) do until_ms = math.max(until_ms, entry[3]) end
+  for _, entry in ipairs(vt_learned_parse(fields[4], now)) do until_ms = math.max(until_ms, entry[3]) end
   vt_expire(meta, until_ms - now, now, 'LT')
 end
