@@ -5,7 +5,9 @@ import { fileURLToPath } from 'node:url';
 import { RESERVATION, throttleProcessor, type ThrottleProcessorOptions } from '../lib/adapters/bullmq.js';
 import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
 import type { RulesOption, ThrottleOptions } from '../lib/options.js';
+import type { Store } from '../lib/store.js';
 import { Throttle } from '../lib/throttle.js';
+import { delegatingStore } from './support/delegating-store.js';
 import { redisClient, redisServer, redisStore, uniquePrefix } from './support/hooks.js';
 
 interface Data {
@@ -41,6 +43,8 @@ function useQueue() {
       readonly worker?: Partial<WorkerOptions>;
       readonly callMs?: number;
       readonly fn?: (job: Job<Data, string>) => Promise<string>;
+      /** Each worker's store, wrapped (a store of the user's own). */
+      readonly store?: (store: Store) => Store;
     } = {},
   ) {
     const prefix = uniquePrefix();
@@ -58,7 +62,8 @@ function useQueue() {
     const throttles: Throttle[] = [];
     const workers: Array<Worker<Data, string>> = [];
     for (let i = 0; i < (options.workers ?? 2); i++) {
-      const throttle = new Throttle({ name: 'vendor', rules: options.rules ?? ['5/500ms'], store: redisStore(connection(), { prefix }), ...options.throttle });
+      const store = redisStore(connection(), { prefix });
+      const throttle = new Throttle({ name: 'vendor', rules: options.rules ?? ['5/500ms'], store: options.store?.(store) ?? store, ...options.throttle });
       throttles.push(throttle);
       const fn =
         options.fn ??
@@ -336,6 +341,19 @@ describe('throttleProcessor (BullMQ)', function () {
     // Three were delayed to reserved slots, their data wrapped meanwhile; each ran with its array.
     expect(jobs.filter((job) => job.attemptsStarted === 2)).to.have.length(3);
     expect(seen.map((data) => JSON.stringify(data)).sort()).to.deep.equal([0, 1, 2, 3, 4].map((i) => JSON.stringify(['alice', i])));
+  });
+
+  it('on a store that keeps no reservations, delays a job to the soonest its slot could be free: every limit holds', async () => {
+    const { queue, calls, runs, finished } = await setUp({ rules: ['2/500ms'], store: (store) => delegatingStore(store, {}) });
+    const ended = finished(6);
+    await queue.addBulk(Array.from({ length: 6 }, (_, i) => ({ name: 'call', data: { user: 'alice' }, opts: { jobId: `n-${i}` } })));
+    const jobs = await ended;
+    expect(jobs.every((job) => job.failedReason === undefined)).to.equal(true);
+    expect([...runs.values()].every((count) => count === 1)).to.equal(true);
+    expect(mostInWindow(calls, 'alice', 500)).to.equal(2);
+    expect(jobs.some((job) => job.attemptsStarted > 1)).to.equal(true);
+    // No job carried a token.
+    expect(jobs.every((job) => !(RESERVATION in job.data))).to.equal(true);
   });
 
   it('works in a sandboxed processor: a throttle per child process, jobs delayed from the child', async () => {

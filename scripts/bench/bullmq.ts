@@ -2,7 +2,7 @@
  * BullMQ workers calling a vendor that limits each user: `throttleProcessor()` beside
  * `throttle.schedule()` inside the processor, on a real BullMQ and a private Redis.
  *
- *     npx tsx scripts/bench/bullmq.ts [--runs=1] [--wait-ms=250] [--ways=schedule,processor]
+ *     npx tsx scripts/bench/bullmq.ts [--runs=1] [--wait-ms=250] [--ways=schedule,processor] [--steady] [--app=6]
  *
  * One queue; 60 jobs of a heavy user (a nightly import) are added, then 3 jobs each of 10 light
  * users. Each job is one call to a simulated vendor that allows 5 calls per second per user
@@ -12,7 +12,10 @@
  * against the heavy user's ideal (its 60 calls at 5 per second: the last starts 11 s after the
  * first), calls over the limit at the vendor, jobs whose call ran more than once, and how many
  * times jobs were delayed. --steady adds the heavy user's jobs one every 100 ms (twice its limit)
- * instead of all at once.
+ * instead of all at once. --app=N makes every job count in an app-wide key too, N calls per second
+ * over every user (jobs of two keys: `key: (job) => [job.data.user, 'app']`); the ideal is then the
+ * later of the heavy user's and every job's at N a second, and calls over the app's limit are
+ * counted from every user's arrivals at the vendor.
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -21,7 +24,7 @@ import { Queue, QueueEvents, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { RedisStore, Throttle } from '../../lib/index.js';
 import { throttleProcessor } from '../../lib/adapters/bullmq.js';
-import { startVendor } from '../sim-vendor.js';
+import { maxInWindow, startVendor } from '../sim-vendor.js';
 import { startRedis } from '../support/redis-server.js';
 import { runAsChild, waitForLine } from '../support/child.js';
 
@@ -34,6 +37,8 @@ interface WorkerConfig {
   readonly prefix: string;
   readonly way: Way;
   readonly waitMs: number;
+  /** Calls per second over every user (an app-wide key), 0: none. */
+  readonly app: number;
 }
 
 interface JobData {
@@ -53,7 +58,9 @@ async function workerProcess(config: WorkerConfig): Promise<void> {
   const connection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
   const redis = new Redis(config.redisUrl);
   const store = new RedisStore(redis, { prefix: config.prefix });
-  const throttle = new Throttle({ name: 'vendor', rules: [`${LIMIT}/s`], store, maxDelayMs: 600_000 });
+  const rules = (key: string): [`${number}/s`] => [`${key === 'app' ? config.app : LIMIT}/s`];
+  const throttle = new Throttle({ name: 'vendor', rules, store, maxDelayMs: 600_000 });
+  const keyOf = (job: Job<JobData>): string | string[] => (config.app > 0 ? [job.data.user, 'app'] : job.data.user);
   const call = async (job: Job<JobData>): Promise<void> => {
     // Counted before the call leaves: a job whose call runs twice shows here.
     await redis.hincrby(`${config.prefix}:runs`, job.id!, 1);
@@ -62,8 +69,8 @@ async function workerProcess(config: WorkerConfig): Promise<void> {
   };
   const processor =
     config.way === 'processor'
-      ? throttleProcessor(throttle, call, { key: (job) => job.data.user, waitMs: config.waitMs })
-      : (job: Job<JobData>) => throttle.schedule(job.data.user, () => call(job));
+      ? throttleProcessor(throttle, call, { key: keyOf, waitMs: config.waitMs })
+      : (job: Job<JobData>) => throttle.schedule(keyOf(job), () => call(job));
   const worker = new Worker<JobData, void>(config.queue, processor, { connection, concurrency: CONCURRENCY, prefix: config.prefix });
   await worker.waitUntilReady();
   process.stdout.write('ready\n');
@@ -85,6 +92,8 @@ interface Outcome {
   readonly queueDoneMs: number;
   readonly heavyFirstToLastMs: number;
   readonly over: number;
+  /** Calls over the app-wide limit: most arrivals of every user in a window, above it. */
+  readonly appOver: number;
   readonly runTwice: number;
   readonly delays: number;
   readonly mostStarts: number;
@@ -93,7 +102,7 @@ interface Outcome {
   readonly failed: number;
 }
 
-async function runOnce(redisUrl: string, way: Way, waitMs: number, steady: boolean): Promise<Outcome> {
+async function runOnce(redisUrl: string, way: Way, waitMs: number, steady: boolean, app: number): Promise<Outcome> {
   const vendor = await startVendor({ limit: LIMIT, windowMs: WINDOW_MS, latencyMs: { min: 5, max: 55 } });
   const prefix = `bench-${way}-${process.pid}-${Date.now()}`;
   const queueName = 'imports';
@@ -101,7 +110,7 @@ async function runOnce(redisUrl: string, way: Way, waitMs: number, steady: boole
   const queue = new Queue<JobData>(queueName, { connection, prefix });
   const events = new QueueEvents(queueName, { connection: { url: redisUrl }, prefix });
   await events.waitUntilReady();
-  const config: WorkerConfig = { redisUrl, vendorUrl: vendor.url, queue: queueName, prefix, way, waitMs };
+  const config: WorkerConfig = { redisUrl, vendorUrl: vendor.url, queue: queueName, prefix, way, waitMs, app };
   const children = Array.from({ length: WORKERS }, () =>
     spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), JSON.stringify(config)], { stdio: ['pipe', 'pipe', 'inherit'] }),
   );
@@ -162,6 +171,7 @@ async function runOnce(redisUrl: string, way: Way, waitMs: number, steady: boole
     queueDoneMs: queueDone - t0,
     heavyFirstToLastMs: heavyArrivals.length > 0 ? heavyArrivals[heavyArrivals.length - 1]! - heavyArrivals[0]! : NaN,
     over: stats.dropped + vendor.violations(),
+    appOver: app > 0 ? Math.max(0, maxInWindow([...stats.perUser.values()].flat(), WINDOW_MS) - app) : 0,
     runTwice: Object.values(runs).filter((count) => Number(count) > 1).length,
     delays: starts.reduce((sum, count) => sum + count - 1, 0),
     mostStarts: Math.max(...starts),
@@ -177,26 +187,30 @@ async function main(): Promise<void> {
       'wait-ms': { type: 'string', default: '250' },
       ways: { type: 'string', default: 'schedule,processor' },
       steady: { type: 'boolean', default: false },
+      app: { type: 'string', default: '0' },
     },
   });
+  const app = Number(values.app);
   const runs = Number(values.runs);
   const waitMs = Number(values['wait-ms']);
   const server = await startRedis();
-  const idealMs = (HEAVY_JOBS / LIMIT - 1) * WINDOW_MS;
-  console.log(`BullMQ: ${HEAVY_JOBS} jobs of a heavy user, then ${LIGHT_JOBS} jobs each of ${LIGHT_USERS} light users; vendor ${LIMIT}/s per user;`);
-  console.log(`${WORKERS} worker processes × concurrency ${CONCURRENCY}; the heavy user's ideal: its last call ${idealMs / 1000} s after its first.`);
+  const total = HEAVY_JOBS + LIGHT_USERS * LIGHT_JOBS;
+  const idealMs = Math.max(HEAVY_JOBS / LIMIT - 1, app > 0 ? total / app - 1 : 0) * WINDOW_MS;
+  const appRule = app > 0 ? `, and ${app}/s over every user (each job counts in its user's key and 'app')` : '';
+  console.log(`BullMQ: ${HEAVY_JOBS} jobs of a heavy user, then ${LIGHT_JOBS} jobs each of ${LIGHT_USERS} light users; vendor ${LIMIT}/s per user${appRule};`);
+  console.log(`${WORKERS} worker processes × concurrency ${CONCURRENCY}; the ideal: the last call ${idealMs / 1000} s after the first.`);
   console.log('');
   console.log(
-    '| way | light users done | queue done (× ideal) | heavy user first→last call | over the limit | jobs run twice | delays (most starts of a job) | jobs by starts, 1/2/3/more | failed |',
+    '| way | light users done | queue done (× ideal) | heavy user first→last call | over the limit (user, app) | jobs run twice | delays (most starts of a job) | jobs by starts, 1/2/3/more | failed |',
   );
   console.log('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
   try {
     for (let run = 0; run < runs; run++) {
       for (const way of values.ways.split(',') as Way[]) {
-        const o = await runOnce(server.url, way, waitMs, values.steady);
+        const o = await runOnce(server.url, way, waitMs, values.steady, app);
         const name = way === 'processor' ? `throttleProcessor (waitMs ${waitMs})` : 'schedule() inside the processor';
         console.log(
-          `| ${name} | ${(o.lightDoneMs / 1000).toFixed(2)} s | ${(o.queueDoneMs / 1000).toFixed(2)} s (${(o.queueDoneMs / idealMs).toFixed(2)}×) | ${(o.heavyFirstToLastMs / 1000).toFixed(2)} s | ${o.over} | ${o.runTwice} | ${o.delays} (${o.mostStarts}) | ${o.byStarts.join('/')} | ${o.failed} |`,
+          `| ${name} | ${(o.lightDoneMs / 1000).toFixed(2)} s | ${(o.queueDoneMs / 1000).toFixed(2)} s (${(o.queueDoneMs / idealMs).toFixed(2)}×) | ${(o.heavyFirstToLastMs / 1000).toFixed(2)} s | ${o.over}, ${o.appOver} | ${o.runTwice} | ${o.delays} (${o.mostStarts}) | ${o.byStarts.join('/')} | ${o.failed} |`,
         );
       }
     }
