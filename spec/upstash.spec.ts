@@ -23,8 +23,15 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 let decisions = 0;
 let claims: string[] = [];
 
-/** One invocation: a new client, store and throttle for one call, closed at the end; the REST requests it made. */
-async function invoke(rest: UpstashRest, prefix: string, rules: string, run: () => Promise<unknown>, maxDelayMs = Infinity): Promise<number> {
+/** One invocation: a new client, store and throttle for one call of `keys`, closed at the end; the REST requests it made. */
+async function invoke(
+  rest: UpstashRest,
+  prefix: string,
+  rules: string,
+  run: () => Promise<unknown>,
+  maxDelayMs = Infinity,
+  keys: string | readonly string[] = 'u1',
+): Promise<number> {
   const client = new UpstashRedis({ url: rest.url, token: rest.token, retry: false });
   const made = countRequests(client);
   const store = new RedisStore(client, { prefix });
@@ -43,7 +50,7 @@ async function invoke(rest: UpstashRest, prefix: string, rules: string, run: () 
   };
   const throttle = new Throttle({ name: 'acme', rules: [rules as '5/s'], store, maxDelayMs });
   try {
-    await throttle.schedule('u1', run);
+    await throttle.schedule(keys, run);
   } finally {
     await throttle.close();
     await store.close();
@@ -121,6 +128,28 @@ describe('RedisStore on @upstash/redis (a function)', function () {
       // Besides them, its completion; one more where its scripts were not loaded yet (EVAL after
       // NOSCRIPT). The stamps of the processes it waits for are read riding its decision, never on their own.
       expect(made).to.be.within(4, 5);
+    } finally {
+      await worker.close();
+    }
+  });
+
+  it('an invocation of two keys (a user and the app) reserves its slot in both, and claims both at once once the call it depends on released', async () => {
+    const prefix = uniquePrefix();
+    // Five calls of other users in flight for 300 ms fill the app's window of 5/s.
+    const worker = new Throttle({ name: 'acme', rules: ['5/s'], store: new RedisStore(redisClient(), { prefix }) });
+    try {
+      const busy = Array.from({ length: 5 }, (_, i) => worker.schedule([`u${i + 2}`, 'app'], () => new Promise((resolve) => setTimeout(resolve, 300))));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const started = performance.now();
+      const made = await invoke(rest, prefix, '5/s', async () => undefined, Infinity, ['u1', 'app']);
+      const waited = performance.now() - started;
+      await Promise.all(busy);
+      expect(waited).to.be.within(1_150, 2_000);
+      expect(decisions).to.equal(1);
+      expect(claims).to.deep.equal(['early', 'started']);
+      expect(made).to.be.within(4, 5);
+      // Its call counts in both keys.
+      for (const key of ['u1', 'app']) expect((await worker.inspect(key)).rules[0]!.used, key).to.equal(1);
     } finally {
       await worker.close();
     }
