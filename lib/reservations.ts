@@ -3,7 +3,7 @@ import { ReservationError, ThrottleConfigError } from './errors.js';
 import { describe } from './rules.js';
 import { MOST_DEPS, type Dependency } from './slot-plan.js';
 import type { ReserveResult } from './store.js';
-import type { Call } from './store-client.js';
+import type { Call, ReservedSlots } from './store-client.js';
 
 /**
  * Reservations (docs/design.md, "Reservations"): a slot booked now for a call made later, by this
@@ -34,19 +34,9 @@ export interface Reservation {
   readonly token: string;
 }
 
-/** A token's content: the throttle's name, the encoded keys, the reserved members and their score. */
-export interface TokenContent {
+/** A token's content: the throttle's name, and the slots it names. */
+export interface TokenContent extends ReservedSlots {
   readonly name: string;
-  readonly key: string;
-  /** More encoded keys the slots were booked in, in the call's order (a reservation of several keys). */
-  readonly also: readonly string[];
-  readonly members: readonly string[];
-  /** The reserved slots' score in the log. */
-  readonly bound: number;
-  /** Their start (store clock, ms). */
-  readonly start: number;
-  /** Their dependencies (`ReserveResult.deps`): slots to have released a window before the call starts. */
-  readonly deps: readonly Dependency[];
 }
 
 const PREFIX = 'vt1.';

@@ -313,9 +313,16 @@ export function depsOf(text: string | undefined): readonly Dependency[] {
   return deps;
 }
 
-/** What a reservation's members' names end with: "~" and 16 hex digits of the SHA-1 of `depsText` (none without dependencies). */
-export function depsSuffix(deps: readonly Dependency[]): string {
-  return deps.length === 0 ? '' : `~${createHash('sha1').update(depsText(deps)).digest('hex').slice(0, 16)}`;
+/**
+ * What a reservation's members' names end with: "~" and 16 hex digits of the SHA-1 of `depsText`,
+ * followed, for a reservation of several keys, by "|" and its encoded keys in order (so that a
+ * token with its keys reordered names no slot: its dependencies name keys by place); none without
+ * dependencies.
+ */
+export function depsSuffix(deps: readonly Dependency[], keys: readonly string[] = []): string {
+  if (deps.length === 0) return '';
+  const text = keys.length > 1 ? `${depsText(deps)}|${keys.join(' ')}` : depsText(deps);
+  return `~${createHash('sha1').update(text).digest('hex').slice(0, 16)}`;
 }
 
 /** How many scores in the sorted log count against a window of `windowMs` at time `now`. */

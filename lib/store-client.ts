@@ -40,6 +40,21 @@ export interface Call extends CallKey {
   readonly graceMs?: number;
 }
 
+/** A reservation's slots, as its token names them (lib/reservations.ts) and a claim takes them. */
+export interface ReservedSlots {
+  /** The encoded key. */
+  readonly key: string;
+  /** More encoded keys the slots were booked in, in the call's order (a reservation of several keys). */
+  readonly also: readonly string[];
+  readonly members: readonly string[];
+  /** The reserved slots' score in the log. */
+  readonly bound: number;
+  /** Their start (store clock, ms). */
+  readonly start: number;
+  /** Their dependencies (`ReserveResult.deps`): slots to have released a window before the call starts. */
+  readonly deps: readonly Dependency[];
+}
+
 /** What a decision gives the line, besides the store's answer. */
 export interface Booking {
   /** Where the slot was booked, and is settled: the throttle's store, or the local fallback (a store too). */
@@ -308,19 +323,7 @@ export class StoreClient {
    * asked again, since a claim that reached the store before its answer was lost has used the
    * reservation.
    */
-  async claim(
-    call: Call,
-    token: {
-      readonly key: string;
-      readonly also: readonly string[];
-      readonly members: readonly string[];
-      readonly bound: number;
-      readonly start: number;
-      readonly deps: readonly Dependency[];
-    },
-    graceMs: number,
-    giveBack = false,
-  ): Promise<{ readonly result: ClaimResult; readonly booking: Booking }> {
+  async claim(call: Call, token: ReservedSlots, graceMs: number, giveBack = false): Promise<{ readonly result: ClaimResult; readonly booking: Booking }> {
     const { store, namespace, maxHoldMs, policy } = this.#options;
     if (store.claim === undefined) throw new ThrottleConfigError('Expected a store that keeps reservations (Store.claim), got one without', 'store');
     const sentAt = performance.now();

@@ -8,10 +8,11 @@ import { expect } from 'chai';
 import fc from 'fast-check';
 import type { Rule } from '../lib/rules.js';
 import type { Dependency } from '../lib/slot-plan.js';
-import type { ClaimResult, KeyPart, ReserveRequest, Store } from '../lib/store.js';
+import type { KeyPart, ReserveRequest, Store } from '../lib/store.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import { maxInWindow } from '../scripts/sim-vendor.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
+import { claimPinned } from './support/claims.js';
 import { ReferenceModel, type ModelDecision } from './support/model.js';
 
 interface Subject {
@@ -238,23 +239,8 @@ for (const { name, make } of subjects) {
                   }
                 }
               }
-              let result: ClaimResult;
-              for (let attempt = 0; ; attempt++) {
-                const exact = subject.clock?.();
-                result = await store.claim!({ namespace: 'ns', ...first!, also, ...claim });
-                const nows = exact !== undefined ? [exact] : [result.now, result.now - 0.5];
-                // The model's answer at each reading the store's could be, applied at the one that matches.
-                const modelClaim = { ...claim, retainMs: retains };
-                const answers = nows.map((now) => model.claim(target.keys, now, modelClaim, result.members, false));
-                const at = Math.max(
-                  0,
-                  answers.findIndex((answer) => answer.status === result.status && answer.waitMs === result.waitMs),
-                );
-                expect({ status: result.status, waitMs: result.waitMs }, `claim on ${target.keys.join('+')}`).to.deep.equal(answers[at]);
-                model.claim(target.keys, nows[at]!, modelClaim, result.members);
-                if (result.status !== 'early' || !step.wait || attempt === 2) break;
-                await subject.advance(result.waitMs);
-              }
+              const request = { namespace: 'ns', ...first!, also, ...claim };
+              const result = await claimPinned(subject, store, model, target.keys, request, { ...claim, retainMs: retains }, step.wait);
               if (result.status === 'started') {
                 if (target.keys.length > 1) counts.claimedSeveral += 1;
                 for (const member of result.members) {

@@ -42,6 +42,7 @@ function contentOf(token: string): TokenFields {
 interface TokenFields {
   n: string;
   k: string;
+  a?: string[];
   m: string[];
   b: number;
   s: number;
@@ -325,6 +326,22 @@ describe('Reservations: reserve now, call later', function () {
         expect((await throttle.inspect('u1')).rules[0]!.used).to.equal(1);
         expect((await throttle.inspect('app')).rules[0]!.used).to.equal(1);
         expect((await throttle.inspect('u1')).bookedAhead).to.equal(0);
+      });
+
+      it('a token of several keys with its keys reordered names no slot: its call books as any call, never before the call it would depend on released a window before', async () => {
+        const throttle = open({ rules: (key) => (key === 'app' ? ['1/300ms'] : ['5/300ms']) });
+        let endedAt = 0;
+        const flying = throttle.schedule(['u2', 'app'], () => new Promise((resolve) => setTimeout(resolve, 150)).then(() => (endedAt = Date.now())));
+        await new Promise((resolve) => setTimeout(resolve, 10));
+        const reservation = await throttle.reserve(['u1', 'app']);
+        const content = contentOf(reservation.token);
+        expect(content.d).to.have.length(1);
+        // The dependency names its key by place (1: 'app'); swapped, it would be looked up in u1.
+        const forged = tokenOf({ ...content, k: content.a![0], a: [content.k] });
+        let startedAt = 0;
+        await throttle.schedule(['u1', 'app'], () => (startedAt = Date.now()), { token: forged });
+        await flying;
+        expect(startedAt - endedAt).to.be.at.least(300 - 5);
       });
 
       it('follows a dependency claimed since to the call that took its place', async () => {

@@ -2,13 +2,14 @@ import { expect } from 'chai';
 import fc from 'fast-check';
 import { keyNames } from '../lib/keys.js';
 import type { Rule } from '../lib/rules.js';
-import type { ClaimResult, ReserveRequest, ReserveResult, Store } from '../lib/store.js';
+import type { ReserveRequest, ReserveResult, Store } from '../lib/store.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import { LEARNED, type Dependency } from '../lib/slot-plan.js';
 import { Redis as UpstashRedis } from '@upstash/redis';
 import { nodeRedisClient, redisClient, redisServer, redisStore, uniquePrefix, type NodeRedisClient } from './support/hooks.js';
 import { startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
 import { maxInWindow } from '../scripts/sim-vendor.js';
+import { claimPinned } from './support/claims.js';
 import { ReferenceModel, type ModelDecision, type ModelRequest } from './support/model.js';
 
 /** A store under test, with a way to move its clock (or let real time pass, for Redis). */
@@ -1212,22 +1213,7 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
                   for (const member of dep.members) model.settle(dep.key, member, now);
                 }
               }
-              let result: ClaimResult;
-              for (let attempt = 0; ; attempt++) {
-                const exact = subject.clock?.();
-                result = await store.claim!({ namespace, key: target.key, ...claim });
-                const nows = exact !== undefined ? [exact] : [result.now, result.now - 0.5];
-                // The model's answer at each reading the store's could be, applied at the one that matches.
-                const answers = nows.map((now) => model.claim(target.key, now, claim, result.members, false));
-                const at = Math.max(
-                  0,
-                  answers.findIndex((answer) => answer.status === result.status && answer.waitMs === result.waitMs),
-                );
-                expect({ status: result.status, waitMs: result.waitMs }, `claim on ${target.key}`).to.deep.equal(answers[at]);
-                model.claim(target.key, nows[at]!, claim, result.members);
-                if (result.status !== 'early' || !step.wait || attempt === 2) break;
-                await subject.advance(result.waitMs);
-              }
+              const result = await claimPinned(subject, store, model, [target.key], { namespace, key: target.key, ...claim }, claim, step.wait);
               if (result.status === 'started') {
                 for (const member of result.members) {
                   expect(seenMembers.has(member), 'member reused').to.equal(false);

@@ -107,53 +107,39 @@ describe('RedisStore on @upstash/redis (a function)', function () {
     expect(Math.min(...requests)).to.be.within(2, 3);
   });
 
-  it('an invocation that waits for calls in flight reserves its slot, and claims it at its start once the call it depends on released a window before', async () => {
-    const prefix = uniquePrefix();
-    // Five calls of a worker in flight for 300 ms fill the window of 5/s.
-    const worker = new Throttle({ name: 'acme', rules: ['5/s'], store: new RedisStore(redisClient(), { prefix }) });
-    try {
-      const busy = Array.from({ length: 5 }, () => worker.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300))));
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      const started = performance.now();
-      const made = await invoke(rest, prefix, '5/s', async () => undefined);
-      const waited = performance.now() - started;
-      await Promise.all(busy);
-      // Its slot a window after the calls in flight started; its call a window after the first completed.
-      expect(waited).to.be.within(1_150, 2_000);
-      // One decision, never deferred: booked a window later, on the first call in flight releasing by then.
-      expect(decisions).to.equal(1);
-      // At the slot's start the claim (it reads the key's pause too) finds that call completed 250
-      // ms later than taken, and says when; the claim then starts the call on the slot.
-      expect(claims).to.deep.equal(['early', 'started']);
-      // Besides them, its completion; one more where its scripts were not loaded yet (EVAL after
-      // NOSCRIPT). The stamps of the processes it waits for are read riding its decision, never on their own.
-      expect(made).to.be.within(4, 5);
-    } finally {
-      await worker.close();
-    }
-  });
-
-  it('an invocation of two keys (a user and the app) reserves its slot in both, and claims both at once once the call it depends on released', async () => {
-    const prefix = uniquePrefix();
-    // Five calls of other users in flight for 300 ms fill the app's window of 5/s.
-    const worker = new Throttle({ name: 'acme', rules: ['5/s'], store: new RedisStore(redisClient(), { prefix }) });
-    try {
-      const busy = Array.from({ length: 5 }, (_, i) => worker.schedule([`u${i + 2}`, 'app'], () => new Promise((resolve) => setTimeout(resolve, 300))));
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      const started = performance.now();
-      const made = await invoke(rest, prefix, '5/s', async () => undefined, Infinity, ['u1', 'app']);
-      const waited = performance.now() - started;
-      await Promise.all(busy);
-      expect(waited).to.be.within(1_150, 2_000);
-      expect(decisions).to.equal(1);
-      expect(claims).to.deep.equal(['early', 'started']);
-      expect(made).to.be.within(4, 5);
-      // Its call counts in both keys.
-      for (const key of ['u1', 'app']) expect((await worker.inspect(key)).rules[0]!.used, key).to.equal(1);
-    } finally {
-      await worker.close();
-    }
-  });
+  // One key, and two (a user's and the app's, the app's window filled by other users' calls).
+  for (const keys of [['u1'], ['u1', 'app']]) {
+    const several = keys.length > 1;
+    it(`an invocation of ${several ? 'two keys' : 'one key'} that waits for calls in flight reserves its slot${several ? ' in both' : ''}, and claims it at its start once the call it depends on released a window before`, async () => {
+      const prefix = uniquePrefix();
+      // Five calls of a worker in flight for 300 ms fill the window of 5/s.
+      const worker = new Throttle({ name: 'acme', rules: ['5/s'], store: new RedisStore(redisClient(), { prefix }) });
+      try {
+        const busy = Array.from({ length: 5 }, (_, i) =>
+          worker.schedule(several ? [`u${i + 2}`, 'app'] : 'u1', () => new Promise((resolve) => setTimeout(resolve, 300))),
+        );
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        const started = performance.now();
+        const made = await invoke(rest, prefix, '5/s', async () => undefined, Infinity, keys);
+        const waited = performance.now() - started;
+        await Promise.all(busy);
+        // Its slot a window after the calls in flight started; its call a window after the first completed.
+        expect(waited).to.be.within(1_150, 2_000);
+        // One decision, never deferred: booked a window later, on the first call in flight releasing by then.
+        expect(decisions).to.equal(1);
+        // At the slot's start the claim (it reads the keys' pause too) finds that call completed 250
+        // ms later than taken, and says when; the claim then starts the call on the slot, in every key.
+        expect(claims).to.deep.equal(['early', 'started']);
+        // Besides them, its completion; one more where its scripts were not loaded yet (EVAL after
+        // NOSCRIPT). The stamps of the processes it waits for are read riding its decision, never on their own.
+        expect(made).to.be.within(4, 5);
+        // Its call counts in each of its keys (the calls it depended on released a window before).
+        for (const key of keys) expect((await worker.inspect(key)).rules[0]!.used, key).to.equal(1);
+      } finally {
+        await worker.close();
+      }
+    });
+  }
 
   it('an invocation aborted while it waits gives its reserved slot back: the next call starts once the window allows', async () => {
     const { throttle } = open(3_000);

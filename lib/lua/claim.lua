@@ -74,7 +74,8 @@ if redis.call('EXISTS', mark) == 1 then return { VT_CLAIM_USED, now_ms, 0 } end
 if not give and now < start then return { VT_CLAIM_EARLY, now_ms, math.ceil(start - now) } end
 if not give and now > last then return { VT_CLAIM_LATE, now_ms, 0 } end
 
--- The end the reserved members' names carry: the hash of the dependencies' list (vt_deps).
+-- The end the reserved members' names carry: the hash of the dependencies' list (vt_deps,
+-- vt_deps_suffix).
 local suffix = ''
 if dep_count > 0 then
   local parts = {}
@@ -84,7 +85,14 @@ if dep_count > 0 then
     if ARGV[at + 3] ~= '0' then window = window .. '@' .. ARGV[at + 3] end
     parts[2 * j - 1], parts[2 * j] = ARGV[at + 1], window
   end
-  suffix = '~' .. string.sub(redis.sha1hex(table.concat(parts, ' ')), 1, 16)
+  local text = table.concat(parts, ' ')
+  -- A reservation of several keys: its keys in order too (a token with them reordered names no slot).
+  if n > 1 then
+    local names = {}
+    for k = 1, n do names[k] = vt_user_key(KEYS[2 * k - 1]) end
+    text = text .. '|' .. table.concat(names, ' ')
+  end
+  suffix = '~' .. string.sub(redis.sha1hex(text), 1, 16)
 end
 local named = {}
 for i = 1, cost do

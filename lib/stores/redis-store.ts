@@ -303,7 +303,7 @@ export class RedisStore implements Store {
       // members' names end with the hash of its dependencies.
       if (request.reserved === true) {
         const deps = depsOf(decision.deps);
-        const suffix = depsSuffix(deps);
+        const suffix = depsSuffix(deps, [key, ...also.map((part) => part.key)]);
         if (suffix !== '') members = members.map((member) => member + suffix);
         return { status: STATUSES[status]!, waitMs, retryMs, startAt, now, ruleIndex, members, deps };
       }

@@ -239,6 +239,37 @@ local function vt_bounds_sure(pending, start_at, rule_index)
   return start_at, rule_index
 end
 
+-- Where a call starts once the binding scores still in flight are weighed (vt_bounds): START_AT,
+-- EARLIEST (no slot before), BOUND (the earliest binding bound, for a call that waits for a
+-- completion) and RULE_INDEX; for a reservation (SET.reserved), its start and its dependencies
+-- (vt_deps), or, with too many of them, the start their bounds allow (vt_bounds_sure).
+local function vt_start(pending, start_at, now_ms, set, rule_index)
+  local bound, earliest, deps
+  bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set, rule_index)
+  if set.reserved and pending ~= nil then
+    deps = vt_deps(pending, math.ceil(earliest))
+    if deps == false then
+      deps = nil
+      earliest, rule_index = vt_bounds_sure(pending, start_at, rule_index)
+    end
+    start_at = earliest
+  end
+  return start_at, earliest, bound, rule_index, deps
+end
+
+-- What a reservation's members' names end with: '~' and 16 hex digits of the SHA-1 of its
+-- dependencies' list, followed for a reservation of several KEYS by '|' and their user keys in
+-- order (lib/slot-plan.ts, depsSuffix); nil without dependencies.
+local function vt_deps_suffix(deps, keys)
+  if not deps then return nil end
+  if keys and #keys > 1 then
+    local names = {}
+    for e, key in ipairs(keys) do names[e] = vt_user_key(key.log) end
+    deps = deps .. '|' .. table.concat(names, ' ')
+  end
+  return '~' .. string.sub(redis.sha1hex(deps), 1, 16)
+end
+
 -- Appends the answer to one call to OUT: status, wait_ms, start_at, rule_index, retry_ms, or
 -- VT_STATUS_BOOKED_NOW alone (see the header). Returns its status, whether to book it, whether it
 -- waits for a completion (deferred by a bound), and its start (ms, rounded up).
@@ -473,20 +504,12 @@ local function vt_decide(log, meta, now, ready, tag, channel, set, a, i, out, en
     if key.pause > now then start_at, rule_index = key.pause, VT_RULE_PAUSED end
     local pending
     start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, nil, 0)
-    local bound, earliest, deps
-    bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set, rule_index)
-    if set.reserved and pending ~= nil then
-      deps = vt_deps(pending, math.ceil(earliest))
-      if deps == false then
-        deps = nil
-        earliest, rule_index = vt_bounds_sure(pending, start_at, rule_index)
-      end
-      start_at = earliest
-    end
+    local earliest, bound, deps
+    start_at, earliest, bound, rule_index, deps = vt_start(pending, start_at, now_ms, set, rule_index)
     local answered = #out
     local status, book, waits, start = vt_answer(out, now, now_ms, math.max(ready, key.hold), a[calls_at + 2 * c], start_at, earliest, bound, rule_index, deps)
     if waits then key.waits_until = math.max(key.waits_until, bound) end
-    if book and not vt_key_book(key, start + set.max_hold, cost, a[calls_at + 2 * c + 1], tag, now, deps and '~' .. string.sub(redis.sha1hex(deps), 1, 16)) then
+    if book and not vt_key_book(key, start + set.max_hold, cost, a[calls_at + 2 * c + 1], tag, now, vt_deps_suffix(deps)) then
       lost = true
       for v = answered + 1, #out do out[v] = nil end
       for rest = c, count - 1 do
@@ -533,18 +556,10 @@ local function vt_decide_keys(keys, now, ready, tag, channel, cost, max_delay, f
     start_at, rule_index, pending = vt_key_rules(key, cost, now, now_ms, cut, a, start_at, rule_index, pending, offset)
     offset = offset + key.set.config_count
   end
-  local bound, earliest, deps
-  bound, earliest, rule_index = vt_bounds(pending, start_at, now_ms, set, rule_index)
-  if set.reserved and pending ~= nil then
-    deps = vt_deps(pending, math.ceil(earliest))
-    if deps == false then
-      deps = nil
-      earliest, rule_index = vt_bounds_sure(pending, start_at, rule_index)
-    end
-    start_at = earliest
-  end
+  local earliest, bound, deps
+  start_at, earliest, bound, rule_index, deps = vt_start(pending, start_at, now_ms, set, rule_index)
   local _, book, waits, start = vt_answer(out, now, now_ms, ready, max_delay, start_at, earliest, bound, rule_index, deps)
-  local suffix = deps and '~' .. string.sub(redis.sha1hex(deps), 1, 16)
+  local suffix = vt_deps_suffix(deps, keys)
   for _, key in ipairs(keys) do
     if waits and key.binds ~= nil then key.waits_until = key.binds end
     if book then vt_key_book(key, start + set.max_hold, cost, first, tag, now, suffix) end

@@ -1,0 +1,39 @@
+import { expect } from 'chai';
+import type { ClaimRequest, ClaimResult, Store } from '../../lib/store.js';
+import type { ModelClaim, ReferenceModel } from './model.js';
+
+/** A store under a property: its clock moved by `advance`, read exactly where the test controls it. */
+export interface ClaimSubject {
+  advance(ms: number): Promise<void>;
+  readonly clock?: () => number;
+}
+
+/**
+ * A claim as a throttle makes it: told to wait (`early`) and `wait` given, it waits and claims
+ * again, three times at most. Each answer must be the model's at the reading the store's could be
+ * (Redis's fractional clock may round either way), and is applied to the model at that reading.
+ */
+export async function claimPinned(
+  subject: ClaimSubject,
+  store: Store,
+  model: ReferenceModel,
+  keys: readonly string[],
+  request: ClaimRequest,
+  modelClaim: ModelClaim,
+  wait: boolean,
+): Promise<ClaimResult> {
+  for (let attempt = 0; ; attempt++) {
+    const exact = subject.clock?.();
+    const result = await store.claim!(request);
+    const nows = exact !== undefined ? [exact] : [result.now, result.now - 0.5];
+    const answers = nows.map((now) => model.claim(keys, now, modelClaim, result.members, false));
+    const at = Math.max(
+      0,
+      answers.findIndex((answer) => answer.status === result.status && answer.waitMs === result.waitMs),
+    );
+    expect({ status: result.status, waitMs: result.waitMs }, `claim on ${keys.join('+')}`).to.deep.equal(answers[at]);
+    model.claim(keys, nows[at]!, modelClaim, result.members);
+    if (result.status !== 'early' || !wait || attempt === 2) return result;
+    await subject.advance(result.waitMs);
+  }
+}
