@@ -167,7 +167,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     registerInternals(this, {
       notify: (event, ...args) => this.#notify(event, ...args),
       schedule: (key, fn, options, retry, then) => this.#schedule(key, fn, options, retry, then),
-      // A place in the key's line of jobs delayed outside the throttle (lib/adapters/bullmq.ts).
+      // How long a BullMQ job waits in the worker for its slot, at most (lib/adapters/bullmq.ts).
       shortestWindow: (key) => this.#keyOps.shortestWindow(key),
     });
     // Every waiting call listens to this signal; their number is bounded by the work, not a leak.
@@ -223,8 +223,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       // Synchronous for fixed rules: awaited only when rules depend on the key.
       const prepared = prepareCall(this.#callDefaults, key, token === undefined ? options : { ...options, cost: token.members.length });
       const call = prepared instanceof Promise ? await prepared : prepared;
-      if (call.also.length > 0 && !this.store.multiKey)
-        throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call', 'key');
+      this.#checkKeys(call);
       const life = this.#listened() ? new CallLife(this.#events, call) : undefined;
       let trace: CallTrace | undefined;
       if (this.#telemetry !== undefined) {
@@ -263,6 +262,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     } finally {
       this.#activity.left();
     }
+  }
+
+  /** A call of several keys needs a store that decides them at once. */
+  #checkKeys(call: Call): void {
+    if (call.also.length > 0 && !this.store.multiKey)
+      throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call', 'key');
   }
 
   /**
@@ -358,8 +363,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     if (this.store.claim === undefined) throw new ThrottleConfigError('Expected a store that keeps reservations (Store.claim), got one without', 'store');
     const prepared = prepareCall(this.#reserveDefaults, key, options);
     const call: Call = { ...(prepared instanceof Promise ? await prepared : prepared), graceMs: this.#graceMs };
-    if (call.also.length > 0 && !this.store.multiKey)
-      throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call', 'key');
+    this.#checkKeys(call);
     const grant = await this.#enter(call);
     // Booked in the throttle's store: a local fallback's booking could be claimed by no other process.
     if (grant.store !== this.store) {

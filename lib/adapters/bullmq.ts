@@ -92,9 +92,10 @@ function carried(job: ThrottledJob): Carried {
  * job's keys: a job whose slot is further goes back to the queue delayed to it, its token in its
  * data (`RESERVATION`; data that is not a plain object is wrapped, `RESERVED_DATA`), so the worker
  * takes the next job, and whichever worker takes it back starts the call on that slot. The key,
- * cost and processor functions see the data as it was added. Waiting is not an attempt: the job is moved with
- * `job.moveToDelayed()` and `DelayedError`, which BullMQ does not count in `attemptsMade`. A job
- * whose throttle closes before its slot goes back to the queue, a second later. See docs/adapters.md.
+ * cost and processor functions see the data as it was added. Waiting is not an attempt: the job is
+ * moved with `job.moveToDelayed()` and `DelayedError`, which BullMQ does not count in
+ * `attemptsMade`. A job whose throttle closes before its slot goes back to the queue, a second
+ * later. See docs/adapters.md.
  *
  * ```ts
  * const worker = new Worker('imports', throttleProcessor(throttle, (job) => acme.sync(job.data), { key: (job) => job.data.user }), { connection });
@@ -153,15 +154,15 @@ export function throttleProcessor<J extends ThrottledJob, R>(
       await job.moveToDelayed(Date.now() + CLOSED_DELAY_MS, token);
       throw new DelayedError('vendor-throttle: the throttle closed before the job could start');
     };
-    const waited = async (call: () => Promise<R>): Promise<R> => {
+    // At its last start: the job's slot, however far, in the worker.
+    const anyCall = async (): Promise<R> => {
       try {
-        return await call();
+        return await throttle.schedule(keys, run, { maxDelayMs: Infinity, cost, ...aborting });
       } catch (error) {
         if (!started && error instanceof ThrottleClosedError) return closed();
         throw error;
       }
     };
-    const anyCall = (): Promise<R> => waited(() => throttle.schedule(keys, run, { maxDelayMs: Infinity, cost, ...aborting }));
     if (throttle.store.claim === undefined || job.updateData === undefined) {
       if (lastStart) return anyCall();
       // A store that keeps no reservations (or a job that cannot carry a token): the job waits in
