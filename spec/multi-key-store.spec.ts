@@ -12,7 +12,7 @@ import type { KeyPart, ReserveRequest, Store } from '../lib/store.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import { maxInWindow } from '../scripts/sim-vendor.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
-import { claimPinned } from './support/claims.js';
+import { claimed, claimPinned } from './support/claims.js';
 import { ReferenceModel, type ModelDecision } from './support/model.js';
 
 interface Subject {
@@ -241,19 +241,8 @@ for (const { name, make } of subjects) {
               }
               const request = { namespace: 'ns', ...first!, also, ...claim };
               const result = await claimPinned(subject, store, model, target.keys, request, { ...claim, retainMs: retains }, step.wait);
-              if (result.status === 'started') {
-                if (target.keys.length > 1) counts.claimedSeveral += 1;
-                for (const member of result.members) {
-                  expect(seenMembers.has(member), 'member reused').to.equal(false);
-                  seenMembers.add(member);
-                }
-                Object.assign(target, { members: result.members, start: result.now, release: result.now + maxHoldMs, hold: maxHoldMs, reserved: undefined });
-              } else if (result.status === 'moved') {
-                // Its slots left: no call starts on them.
-                booked.splice(booked.indexOf(target), 1);
-              } else if (result.status !== 'early') {
-                target.reserved!.claimable = false;
-              }
+              if (result.status === 'started' && target.keys.length > 1) counts.claimedSeveral += 1;
+              claimed(result, target, booked, seenMembers, maxHoldMs);
             } else {
               // Completions come from calls that started; releases from calls that never will.
               const now = (await store.inspect('ns', 'probe', USER)).now;

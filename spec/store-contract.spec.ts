@@ -9,7 +9,7 @@ import { Redis as UpstashRedis } from '@upstash/redis';
 import { nodeRedisClient, redisClient, redisServer, redisStore, uniquePrefix, type NodeRedisClient } from './support/hooks.js';
 import { startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
 import { maxInWindow } from '../scripts/sim-vendor.js';
-import { claimPinned } from './support/claims.js';
+import { claimed, claimPinned } from './support/claims.js';
 import { ReferenceModel, type ModelDecision, type ModelRequest } from './support/model.js';
 
 /** A store under test, with a way to move its clock (or let real time pass, for Redis). */
@@ -1214,18 +1214,7 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
                 }
               }
               const result = await claimPinned(subject, store, model, [target.key], { namespace, key: target.key, ...claim }, claim, step.wait);
-              if (result.status === 'started') {
-                for (const member of result.members) {
-                  expect(seenMembers.has(member), 'member reused').to.equal(false);
-                  seenMembers.add(member);
-                }
-                Object.assign(target, { members: result.members, start: result.now, release: result.now + maxHoldMs, hold: maxHoldMs, reserved: undefined });
-              } else if (result.status === 'moved') {
-                // Its slots left: no call starts on them.
-                booked.splice(booked.indexOf(target), 1);
-              } else if (result.status !== 'early') {
-                target.reserved!.claimable = false;
-              }
+              claimed(result, target, booked, seenMembers, maxHoldMs);
             } else {
               // Completions come from calls that started; releases from calls that never will.
               const now = (await store.inspect(namespace, 'probe', ruleSets[0]!)).now;

@@ -37,3 +37,31 @@ export async function claimPinned(
     await subject.advance(result.waitMs);
   }
 }
+
+/** A slot the properties booked: a call's, or a reservation's until a claim makes it a call. */
+export interface BookedSlot {
+  members: readonly string[];
+  start: number;
+  release: number;
+  hold: number;
+  reserved?: { claimable: boolean };
+}
+
+/**
+ * What a claim's answer does to the properties' bookings: `started`, the target becomes the call's
+ * slot (new members, never seen before, held `maxHoldMs` from the claim); `moved`, its slots left
+ * and no call starts on them; `used` or `late`, it can be claimed no more.
+ */
+export function claimed<T extends BookedSlot>(result: ClaimResult, target: T, booked: T[], seen: Set<string>, maxHoldMs: number): void {
+  if (result.status === 'started') {
+    for (const member of result.members) {
+      expect(seen.has(member), 'member reused').to.equal(false);
+      seen.add(member);
+    }
+    Object.assign(target, { members: result.members, start: result.now, release: result.now + maxHoldMs, hold: maxHoldMs, reserved: undefined });
+  } else if (result.status === 'moved') {
+    booked.splice(booked.indexOf(target), 1);
+  } else if (result.status !== 'early') {
+    target.reserved!.claimable = false;
+  }
+}
