@@ -169,6 +169,12 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       schedule: (key, fn, options, retry, then) => this.#schedule(key, fn, options, retry, then),
       // How long a BullMQ job waits in the worker for its slot, at most (lib/adapters/bullmq.ts).
       shortestWindow: (key) => this.#keyOps.shortestWindow(key),
+      // A BullMQ job's reservation it could not carry (lib/adapters/bullmq.ts).
+      giveBack: async (key, token) => {
+        const content = decodeToken(token, String(key));
+        const prepared = prepareCall(this.#callDefaults, key, { cost: content.members.length });
+        this.#giveBack(prepared instanceof Promise ? await prepared : prepared, content);
+      },
     });
     // Every waiting call listens to this signal; their number is bounded by the work, not a leak.
     setMaxListeners(0, this.#closing.signal);

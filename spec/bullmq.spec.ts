@@ -6,6 +6,7 @@ import { RESERVATION, throttleProcessor, type ThrottleProcessorOptions } from '.
 import { RateLimitedError, ThrottleConfigError } from '../lib/errors.js';
 import type { RulesOption, ThrottleOptions } from '../lib/options.js';
 import type { Store } from '../lib/store.js';
+import { MemoryStore } from '../lib/stores/memory-store.js';
 import { Throttle } from '../lib/throttle.js';
 import { delegatingStore } from './support/delegating-store.js';
 import { redisClient, redisServer, redisStore, uniquePrefix } from './support/hooks.js';
@@ -386,6 +387,31 @@ describe('throttleProcessor (BullMQ)', function () {
       await worker.close();
       await queue.obliterate({ force: true });
       await queue.close();
+    }
+  });
+
+  it("gives back the reservation of a job whose data could not be written: the slot does not count to its bound, and the job fails with BullMQ's error", async () => {
+    const throttle = new Throttle({ name: 'vendor', rules: ['1/10s'], store: new MemoryStore() });
+    try {
+      await throttle.schedule('alice', () => undefined);
+      const job = {
+        id: 'w-1',
+        attemptsStarted: 1,
+        attemptsMade: 0,
+        data: { user: 'alice' },
+        moveToDelayed: async () => undefined,
+        updateData: async () => Promise.reject(new Error('Connection is closed.')),
+      };
+      let ran = 0;
+      const processor = throttleProcessor(throttle, async () => ran++, { key: (j: typeof job) => j.data.user });
+      const error = await processor(job, 'bullmq-lock').catch((caught: unknown) => caught);
+      expect(error).to.be.instanceOf(Error).with.property('message', 'Connection is closed.');
+      expect(ran).to.equal(0);
+      // Given back in the background: the next call waits for the first's window alone, not behind a reserved slot.
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      expect((await throttle.inspect('alice')).bookedAhead).to.equal(0);
+    } finally {
+      await throttle.close();
     }
   });
 

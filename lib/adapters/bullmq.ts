@@ -178,7 +178,16 @@ export function throttleProcessor<J extends ThrottledJob, R>(
         throw error;
       }
     }
-    const updateData = job.updateData.bind(job);
+    const update = job.updateData.bind(job);
+    // Data that could not be written: a reservation it would have carried is given back, not left to count to its bound.
+    const updateData = async (data: unknown, reserved?: string): Promise<void> => {
+      try {
+        await update(data);
+      } catch (error) {
+        if (reserved !== undefined) await internals.giveBack(keys, reserved).catch(() => undefined);
+        throw error;
+      }
+    };
     /**
      * The call on the reserved slot (`stored`: the token is in the job's data), waited for up to a
      * window in the worker; further (a call it depends on ran long), the job is delayed to it.
@@ -192,7 +201,7 @@ export function throttleProcessor<J extends ThrottledJob, R>(
         if (started) throw error;
         if (error instanceof ThrottleClosedError) return closed();
         if (error instanceof ReservationError && error.reason === 'early') {
-          if (!stored) await updateData(held.withToken(slotToken));
+          if (!stored) await updateData(held.withToken(slotToken), slotToken);
           return delay(error.retryAfterMs, 'its reserved slot');
         }
         if (error instanceof RateLimitedError) return { againInMs: error.retryAfterMs };
@@ -226,7 +235,7 @@ export function throttleProcessor<J extends ThrottledJob, R>(
       if (held.token !== undefined) await updateData(held.data);
       return delay(outcome.againInMs, 'a new reservation');
     }
-    await updateData(held.withToken(reservation.token));
+    await updateData(held.withToken(reservation.token), reservation.token);
     return delay(reservation.waitMs, 'its reserved slot');
   };
 }
