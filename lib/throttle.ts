@@ -169,12 +169,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       schedule: (key, fn, options, retry, then) => this.#schedule(key, fn, options, retry, then),
       // How long a BullMQ job waits in the worker for its slot, at most (lib/adapters/bullmq.ts).
       shortestWindow: (key) => this.#keyOps.shortestWindow(key),
-      // A BullMQ job's reservation it could not carry (lib/adapters/bullmq.ts).
-      giveBack: async (key, token) => {
-        const content = decodeToken(token, String(key));
-        const prepared = prepareCall(this.#callDefaults, key, { cost: content.members.length });
-        this.#giveBack(prepared instanceof Promise ? await prepared : prepared, content);
-      },
     });
     // Every waiting call listens to this signal; their number is bounded by the work, not a leak.
     setMaxListeners(0, this.#closing.signal);
@@ -380,16 +374,37 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   }
 
   /**
+   * Gives back a reservation whose call will not be made (the platform's delay could not be
+   * scheduled, the job was removed): its slots leave the log of each of its keys at once, so other
+   * calls need not wait for its bound, and the token starts no call after (`'used'`). A token used,
+   * moved or given back already: nothing is left to give back, and it resolves all the same.
+   *
+   * Rejects with `ReservationError` (a token malformed, of another throttle or for other keys),
+   * `StoreUnavailableError`, or `ThrottleConfigError` (a bad key; a store without `claim`).
+   */
+  async release(key: KeysInput, token: string): Promise<void> {
+    const content = decodeToken(token, typeof key === 'string' || typeof key === 'number' ? String(key) : describe(key));
+    const prepared = prepareCall(this.#callDefaults, key, { cost: content.members.length });
+    const call = prepared instanceof Promise ? await prepared : prepared;
+    this.#checkToken(call, content);
+    await this.#storeClient.claim(call, content, this.#graceMs, true);
+  }
+
+  /** A token is this throttle's, for the call's keys (in any order: a claim takes them in the token's). */
+  #checkToken(call: Call, token: TokenContent): void {
+    if (token.name !== this.name) throw new ReservationError(call.key, 'otherThrottle', `it was made by the throttle "${token.name}", not "${this.name}"`);
+    const keys = [call.encoded, ...call.also.map((part) => part.encoded)];
+    if (token.also.length !== call.also.length || ![token.key, ...token.also].every((encoded) => keys.includes(encoded)))
+      throw new ReservationError(call.key, 'otherKey', `it was made for ${token.also.length > 0 ? 'other keys' : 'another key'}`);
+  }
+
+  /**
    * The call's start on its reservation's slot (`Store.claim`): waiting for the slot's start
    * and for the calls it depends on to have released a window before, within `maxDelayMs`; booked
    * as any call where the slot moved.
    */
   async #claim(call: Call, token: TokenContent): Promise<Grant> {
-    if (token.name !== this.name) throw new ReservationError(call.key, 'otherThrottle', `it was made by the throttle "${token.name}", not "${this.name}"`);
-    // The same keys, in any order: the claim takes them in the token's.
-    const keys = [call.encoded, ...call.also.map((part) => part.encoded)];
-    if (token.also.length !== call.also.length || ![token.key, ...token.also].every((encoded) => keys.includes(encoded)))
-      throw new ReservationError(call.key, 'otherKey', `it was made for ${token.also.length > 0 ? 'other keys' : 'another key'}`);
+    this.#checkToken(call, token);
     for (;;) {
       this.#aborted(call)?.throwIfAborted();
       const { result, booking } = await this.#storeClient.claim(call, token, this.#graceMs);

@@ -344,6 +344,26 @@ describe('Reservations: reserve now, call later', function () {
         expect(startedAt - endedAt).to.be.at.least(300 - 5);
       });
 
+      it('release() gives a reservation back: its slots leave each of its keys at once, and its token starts no call after', async () => {
+        const throttle = open({ rules: ['1/300ms'] });
+        const reservation = await throttle.reserve(['u1', 'app']);
+        for (const key of ['u1', 'app']) expect((await throttle.inspect(key)).bookedAhead, key).to.equal(1);
+        expect(await rejection(open({ name: 'globex' }).release(['u1', 'app'], reservation.token)))
+          .to.be.instanceOf(ReservationError)
+          .with.property('reason', 'otherThrottle');
+        expect(await rejection(throttle.release('u1', reservation.token)))
+          .to.be.instanceOf(ReservationError)
+          .with.property('reason', 'otherKey');
+        await throttle.release(['app', 'u1'], reservation.token);
+        for (const key of ['u1', 'app']) expect((await throttle.inspect(key)).bookedAhead, key).to.equal(0);
+        // Its keys are free at once, and the token is spent; a second release has nothing to give back.
+        expect(await throttle.schedule(['u1', 'app'], () => 'now', { maxDelayMs: 0 })).to.equal('now');
+        expect(await rejection(throttle.schedule(['u1', 'app'], () => 'x', { token: reservation.token })))
+          .to.be.instanceOf(ReservationError)
+          .with.property('reason', 'used');
+        await throttle.release(['u1', 'app'], reservation.token);
+      });
+
       it('follows a dependency claimed since to the call that took its place', async () => {
         const throttle = open({ rules: ['1/300ms'] });
         const debug: string[] = [];

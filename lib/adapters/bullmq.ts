@@ -184,7 +184,7 @@ export function throttleProcessor<J extends ThrottledJob, R>(
       try {
         await update(data);
       } catch (error) {
-        if (reserved !== undefined) await internals.giveBack(keys, reserved).catch(() => undefined);
+        if (reserved !== undefined) await throttle.release(keys, reserved).catch(() => undefined);
         throw error;
       }
     };

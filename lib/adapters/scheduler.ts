@@ -33,8 +33,6 @@ export interface ThrottleInternals {
   ): Promise<U>;
   /** The shortest window of `key`'s rules, ms (0 for a key under caps on calls in flight alone). */
   shortestWindow(key: KeyInput): Promise<number>;
-  /** Takes a reservation of this process's out of the log, its call never made (in the background; a failure is a `debug` event). */
-  giveBack(key: KeysInput, token: string): Promise<void>;
 }
 
 const registered = new WeakMap<object, ThrottleInternals>();
