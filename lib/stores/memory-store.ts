@@ -167,13 +167,8 @@ export class MemoryStore implements Store {
     const members: string[] = [];
     // A reservation's members are told apart from calls' (claim takes only those), and end with the hash of its dependencies.
     const prefix = request.reserved === true ? RESERVED : '';
-    const suffix =
-      plan.deps === undefined
-        ? ''
-        : depsSuffix(
-            plan.deps,
-            parts.map((part) => part.key),
-          );
+    const keys = parts.map((part) => part.key);
+    const suffix = plan.deps === undefined ? '' : depsSuffix(plan.deps, keys);
     for (let i = 0; i < request.cost; i++) members.push(`${prefix}${++this.#seq}${suffix}`);
     const score = startAt + request.maxHoldMs;
     for (let i = 0; i < parts.length; i++) {
@@ -204,10 +199,8 @@ export class MemoryStore implements Store {
     const give = request.giveBack === true;
     if (!give && now < start) return { ...answer, status: 'early', waitMs: Math.ceil(start - now) };
     if (!give && now > last) return { ...answer, status: 'late' };
-    const suffix = depsSuffix(
-      deps,
-      parts.map((part) => part.key),
-    );
+    const keys = parts.map((part) => part.key);
+    const suffix = depsSuffix(deps, keys);
     const named = members.filter((member) => member.startsWith(RESERVED) && (suffix === '' ? !member.includes('~') : member.endsWith(suffix)));
     // Per key, the reserved members still there at the bound.
     const present = logs.map((log) =>
