@@ -49,7 +49,13 @@ async function run(victimFate: 'killed' | 'stalled'): Promise<Outcome> {
     key: 'acct-1',
     calls: CALLS,
   };
-  const victim = startFaultWorker(victimFate === 'stalled' ? { ...config, stallMs: 1500 } : config);
+  // Killed: it kills itself once a liveness stamp covers the slots it booked ahead (stamps go every
+  // STAMP_EVERY_MS: slots asked for after the last one are in none, and count to their bound), the
+  // first time it has calls asleep after that. It has twice the calls, so that it still has some to
+  // sleep for then, however the two processes share the windows.
+  const victim = startFaultWorker(
+    victimFate === 'stalled' ? { ...config, stallMs: 1500 } : { ...config, calls: 2 * CALLS, dieAsleepAfterMs: 2 * STAMP_EVERY_MS },
+  );
   // Stalled: the survivor has calls left to wait on the key all along (it reaps only where it waits).
   const survivor = startFaultWorker(victimFate === 'stalled' ? { ...config, calls: 2 * CALLS } : config);
   try {
@@ -57,21 +63,6 @@ async function run(victimFate: 'killed' | 'stalled'): Promise<Outcome> {
     const wentAt = now();
     victim.go();
     survivor.go();
-    if (victimFate === 'killed') {
-      // Booked ahead behind known releases: sleeping until slots of the next window.
-      await victim.waitFor((message) => message.type === 'progress' && message.completed >= 1 && message.sleeping >= 1);
-      // Killed once a liveness stamp covers the slots it booked ahead (stamps go every
-      // STAMP_EVERY_MS: slots asked for after the last one are in none, and count to their bound).
-      await new Promise((resolve) => setTimeout(resolve, 2 * STAMP_EVERY_MS));
-      // Killed while it sleeps: its sleeping calls may all have started during the wait, the next
-      // ones not yet booked (under load). Each booking batch carries a stamp while stamps go on.
-      const since = victim.messages.length;
-      const latest = victim.messages.filter((message): message is FaultWorkerProgress => message.type === 'progress').at(-1);
-      if (latest === undefined || latest.sleeping < 1) {
-        await victim.waitFor((message) => message.type === 'progress' && message.sleeping >= 1 && victim.messages.indexOf(message) >= since);
-      }
-      victim.child.kill('SIGKILL');
-    }
     const done = await survivor.waitFor((message): message is FaultWorkerDone => message.type === 'done');
     const victimDone = victimFate === 'stalled' ? await victim.waitFor((message): message is FaultWorkerDone => message.type === 'done') : undefined;
     await Promise.all([victim.exited, survivor.exited]);
@@ -91,7 +82,7 @@ async function run(victimFate: 'killed' | 'stalled'): Promise<Outcome> {
   }
 }
 
-describe(`a worker that dies or stalls with slots booked ahead (two processes × ${CALLS} calls on one key, ${LIMIT}/${WINDOW_MS}ms, maxHoldMs ${MAX_HOLD_MS})`, () => {
+describe(`a worker that dies or stalls with slots booked ahead (two processes on one key, ${LIMIT}/${WINDOW_MS}ms, maxHoldMs ${MAX_HOLD_MS})`, () => {
   describe('killed (SIGKILL) while it sleeps until slots booked ahead', () => {
     let outcome: Outcome;
     before(async function () {
@@ -103,6 +94,7 @@ describe(`a worker that dies or stalls with slots booked ahead (two processes ×
       expect(outcome.survivor.errors).to.deep.equal([]);
       expect(outcome.survivor.starts).to.have.length(CALLS);
       const atDeath = outcome.victim.messages.filter((message): message is FaultWorkerProgress => message.type === 'progress').at(-1)!;
+      expect(outcome.victim.child.signalCode, 'how the victim ended').to.equal('SIGKILL');
       expect(atDeath.sleeping, 'calls of the victim asleep until their slots at its death').to.be.at.least(1);
       // Slots the victim booked that may have started (their start within a stamp's reach) still
       // count to their bound, and take a share of each window; the others, and its waiting entry,

@@ -35,6 +35,12 @@ export interface FaultWorkerConfig {
    * this many ms (a stalled process: no timer, no stamp, no answer read). @default none
    */
   readonly stallMs?: number;
+  /**
+   * Once its calls have completed some and sleep until slots booked ahead, kills itself (SIGKILL) the
+   * first time it has calls asleep this many ms later, its last `progress` line printed first. It
+   * dies in the state the spec needs however late its parent would read the lines. @default never
+   */
+  readonly dieAsleepAfterMs?: number;
 }
 
 /** What the worker has locally, as its `progress` lines report it. */
@@ -93,18 +99,24 @@ async function runWorker(config: FaultWorkerConfig): Promise<void> {
     const debug: string[] = [];
     throttle.on('debug', ({ message }) => debug.push(message));
     let stall = config.stallMs ?? 0;
+    let firstAsleep: number | undefined;
     let last = '';
     const report = (): void => {
       const { sleeping, queued } = throttle.stats;
-      if (stall > 0 && sleeping > 0 && completions.length > 0) {
+      const asleep = sleeping > 0 && completions.length > 0;
+      if (asleep) firstAsleep ??= performance.now();
+      if (stall > 0 && asleep) {
         print({ type: 'stalled', ms: stall });
         const until = performance.now() + stall;
         stall = 0;
         while (performance.now() < until);
       }
       const line = `${starts.length}/${completions.length}/${sleeping}/${queued}`;
-      if (line !== last) print({ type: 'progress', started: starts.length, completed: completions.length, sleeping, queued });
+      const dies = asleep && config.dieAsleepAfterMs !== undefined && performance.now() - firstAsleep! >= config.dieAsleepAfterMs;
+      if (line !== last || dies) print({ type: 'progress', started: starts.length, completed: completions.length, sleeping, queued });
       last = line;
+      // Writes to a pipe are synchronous: the parent reads the line above before the exit.
+      if (dies) process.kill(process.pid, 'SIGKILL');
     };
     progress = setInterval(report, 2);
     const url = new URL(config.vendorUrl);
