@@ -1,10 +1,12 @@
 import { ThrottleConfigError, type QueueFullError, type RateLimitedError, type StoreUnavailableError, type WaitReason } from './errors.js';
 import { checkNamespace } from './keys.js';
-import { compileRules, type RuleSource } from './rule-source.js';
-import { describe, MAX_WINDOW_MS, type RuleInput } from './rules.js';
+import { compileRules, type RuleSource, type RulesOption } from './rule-source.js';
+import { describe, MAX_WINDOW_MS } from './rules.js';
 import type { LearnedLimit } from './learning.js';
 import type { RuleUsage, Store, StoreNotice } from './store.js';
 import { checkBoolean, checkCount, checkDelay, checkFunction, checkKnown, checkWhole } from './validate.js';
+
+export type { RulesOption };
 
 /**
  * What a call does when its slot is not free yet.
@@ -28,10 +30,6 @@ export type ThrottleMode = 'wait' | 'throw' | 'delay' | 'queue';
  *   the shares of all processes add up to at most 1.
  */
 export type StoreErrorPolicy = 'fail' | 'wait' | 'local';
-
-/** Rules for a key: fixed, or chosen per key (plan tiers). A function may be async. */
-export type RulesOption =
-  RuleInput | readonly RuleInput[] | ((key: string) => RuleInput | readonly RuleInput[] | PromiseLike<RuleInput | readonly RuleInput[]>);
 
 export interface ThrottleOptions {
   /**

@@ -1,6 +1,9 @@
 import { ThrottleConfigError } from './errors.js';
-import type { RulesOption } from './options.js';
 import { isConcurrent, parseRules, type Rule, type RuleInput } from './rules.js';
+
+/** Rules for a key: fixed, or chosen per key (plan tiers). A function may be async. */
+export type RulesOption =
+  RuleInput | readonly RuleInput[] | ((key: string) => RuleInput | readonly RuleInput[] | PromiseLike<RuleInput | readonly RuleInput[]>);
 
 /** A key's rules, as the throttle reads them for each call. */
 export type RuleSource = (key: string) => Promise<readonly Rule[]> | readonly Rule[];

@@ -6,13 +6,13 @@ import type { AxiosInstanceType } from './adapters/axios-types.js';
 import { throttleFetch } from './adapters/fetch.js';
 import type { AxiosThrottleHandle, AxiosThrottleOptions, FetchLike, FetchThrottleOptions, Throttled, WrapOptions } from './adapters/options.js';
 import { registerInternals } from './adapters/scheduler.js';
+import { Booker } from './booker.js';
 import { throttleWrap } from './adapters/wrap.js';
-import { PAUSED } from './slot-plan.js';
-import { alsoOf, bindingKey, keysOf, limitedError, prepareCall, reasonOf, RETRY_PRIORITY, ruleAt, spacingOf, type CallDefaults } from './calls.js';
-import { Completions, grantOf, Slots, type Grant } from './completions.js';
-import { CallTimeoutError, ReservationError, StoreUnavailableError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
-import { decodeToken, reservationOf, tokenContentOf, type Reservation, type TokenContent } from './reservations.js';
-import { StoreClient, storeError, type Call } from './store-client.js';
+import { prepareCall, reasonOf, type CallDefaults } from './calls.js';
+import { Completions, Slots, type Grant } from './completions.js';
+import { CallTimeoutError, ThrottleClosedError, ThrottleConfigError } from './errors.js';
+import { decodeToken, type Reservation } from './reservations.js';
+import { StoreClient, type Call } from './store-client.js';
 import { LocalFallback } from './fallback.js';
 import type { KeyInput, KeysInput } from './keys.js';
 import { KeyOps } from './key-ops.js';
@@ -21,39 +21,27 @@ import {
   type KeyUsage,
   type LimitOptions,
   type LimitResult,
-  RESERVE_OPTIONS,
   type ReserveOptions,
   type ScheduleOptions,
-  type StoreErrorPolicy,
   type ThrottleEvents,
   type ThrottleOptions,
   type ThrottleStats,
 } from './options.js';
 import { Refusals } from './refusals.js';
+import { ReservationOps } from './reservation-ops.js';
 import { describe } from './rules.js';
 import { Telemetry, telemetryReady, type CallTrace } from './telemetry.js';
-import { sleep, withTimeout } from './time.js';
+import { withTimeout } from './time.js';
 import { MemoryStore } from './stores/memory-store.js';
-import type { ReserveResult, Store } from './store.js';
-import { checkKnown } from './validate.js';
+import type { Store } from './store.js';
 import type { HeaderSource } from './vendor-signals.js';
-import { Lines, type WaiterHooks } from './waiting.js';
+import { Lines } from './waiting.js';
 
 /** What an adapter does with a call's value within its span (`ThrottleInternals.schedule`); `defer`: work that keeps the span open. */
 type Then<T, U> = (value: Awaited<T>, defer: (work: Promise<unknown>) => void) => Promise<U>;
 
 /** A `defer` of a call without a span: the work runs on its own. */
 const IGNORE = (): void => undefined;
-
-/** Times a call that woke too late books again before it starts anyway (and says so in a `debug` event). */
-const MAX_REBOOKS = 3;
-
-/**
- * Times in a row a call booked ahead may fail to read its key's pause before it fails with the
- * store's error: a read that keeps failing while bookings succeed (an ACL that denies it) would
- * otherwise book the call again and again, behind every call booked meanwhile.
- */
-const PAUSE_READS = 3;
 
 /**
  * Keeps calls to one vendor under its limits per key, counted over every process that shares the store.
@@ -69,11 +57,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly store: Store;
   readonly #ownsStore: boolean;
   readonly #callDefaults: CallDefaults;
-  /** What a reservation gets unless its options say otherwise: `maxDelayMs` as given, in `throw` mode too. */
-  readonly #reserveDefaults: CallDefaults;
-  readonly #graceMs: number;
   readonly #maxHoldMs: number;
-  readonly #policy: StoreErrorPolicy;
   readonly #fallback: LocalFallback | undefined;
   readonly #storeClient: StoreClient;
   readonly #completions: Completions;
@@ -84,6 +68,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   readonly #activity = new Activity();
   readonly #refusals = new Refusals();
   readonly #keyOps: KeyOps;
+  readonly #booker: Booker;
+  readonly #reservations: ReservationOps;
   /** OpenTelemetry spans and metrics, while a provider is registered (none with `telemetry: false`). */
   readonly #telemetry: Telemetry | undefined;
   /** Stops listening to the store's notices. */
@@ -107,11 +93,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       retainMs: settings.retainMs,
       rules: settings.rules,
     };
-    this.#reserveDefaults = { ...this.#callDefaults, mode: 'wait', maxDelayMs: settings.reserveMaxDelayMs };
-    this.#graceMs = settings.reservationGraceMs;
     this.#maxHoldMs = settings.maxHoldMs;
     const policy = settings.onStoreError;
-    this.#policy = policy;
     this.#ownsStore = settings.store === undefined;
     this.store = settings.store ?? new MemoryStore();
     this.#fallback =
@@ -134,6 +117,32 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     );
     this.#slots = new Slots(this.#completions, this.#maxHoldMs, (message, key) => this.#notify('debug', { message, key }));
     this.#lines = new Lines(this.#storeClient, this.#slots, this.#closing.signal, settings.maxQueued);
+    this.#booker = new Booker({
+      name: this.name,
+      store: this.store,
+      maxHoldMs: this.#maxHoldMs,
+      graceMs: settings.reservationGraceMs,
+      policy,
+      storeClient: this.#storeClient,
+      slots: this.#slots,
+      lines: this.#lines,
+      refusals: this.#refusals,
+      sleeping: this.#sleeping,
+      closing: this.#closing.signal,
+      notify: (event, ...args) => this.#notify(event, ...args),
+    });
+    this.#reservations = new ReservationOps({
+      name: this.name,
+      store: this.store,
+      maxHoldMs: this.#maxHoldMs,
+      graceMs: settings.reservationGraceMs,
+      reserveDefaults: { ...this.#callDefaults, mode: 'wait', maxDelayMs: settings.reserveMaxDelayMs },
+      callDefaults: this.#callDefaults,
+      storeClient: this.#storeClient,
+      slots: this.#slots,
+      booker: this.#booker,
+      notify: (event, ...args) => this.#notify(event, ...args),
+    });
     this.#keyOps = new KeyOps({
       name: this.name,
       store: this.store,
@@ -223,7 +232,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       // Synchronous for fixed rules: awaited only when rules depend on the key.
       const prepared = prepareCall(this.#callDefaults, key, token === undefined ? options : { ...options, cost: token.members.length });
       const call = prepared instanceof Promise ? await prepared : prepared;
-      this.#checkKeys(call);
+      this.#booker.checkKeys(call);
       const life = this.#listened() ? new CallLife(this.#events, call) : undefined;
       let trace: CallTrace | undefined;
       if (this.#telemetry !== undefined) {
@@ -234,9 +243,9 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
       }
       let grant: Grant;
       try {
-        if (token !== undefined) grant = await this.#claim(call, token);
-        else if (this.#reservesItsSlot()) grant = await this.#reserveAndClaim(call);
-        else grant = await this.#bookChecked(call);
+        if (token !== undefined) grant = await this.#reservations.claim(call, token);
+        else if (this.#reservations.everyCallReserves) grant = await this.#reservations.reserveAndClaim(call);
+        else grant = await this.#booker.book(call);
       } catch (error) {
         life?.notStarted(error);
         trace?.notStarted(error);
@@ -264,80 +273,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     }
   }
 
-  /** A call of several keys needs a store that decides them at once. */
-  #checkKeys(call: Call): void {
-    if (call.also.length > 0 && !this.store.multiKey)
-      throw new ThrottleConfigError('Expected a store that decides calls of several keys at once (Store.multiKey), got one that takes a key per call', 'key');
-  }
-
-  /**
-   * A call on a store that announces no completions (a Redis over HTTP) does not wait by
-   * asking again: it reserves its slot, which is never deferred, and claims it when it starts.
-   */
-  #reservesItsSlot(): boolean {
-    return this.store.announces === false && this.store.claim !== undefined;
-  }
-
-  /**
-   * The call's slot as a reservation of its own (`reserve()` and the claim of its token), over a
-   * store that announces nothing: one decision, then at the slot's start one claim (it checks the
-   * vendor pause too), where a waiting call would ask again each time its slot could be free. A
-   * slot that starts now and depends on no call is started on as it is, with no claim.
-   */
-  async #reserveAndClaim(call: Call): Promise<Grant> {
-    const reservation: Call = { ...call, graceMs: this.#graceMs };
-    const grant = await this.#enter(reservation);
-    const { result } = grant;
-    const deps = result.deps ?? [];
-    // Decided by a local fallback (the store cannot be reached): no other process could count a
-    // reservation there; the call books as any call.
-    if (grant.store !== this.store) {
-      this.#slots.release(call, grant);
-      return this.#bookChecked(call);
-    }
-    if (result.waitMs === 0 && deps.length === 0) return this.#startable(call, grant);
-    this.#notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: reasonOf(call, result), ...alsoOf(call) });
-    const content = this.#ownToken(call, result);
-    try {
-      // A slot at the end of a vendor pause: the end is the retries' (#behindRetries).
-      await this.#sleepUntil(call, keysOf(call), grant.startsAt + (result.ruleIndex === PAUSED ? this.#behindRetries(call) : 0));
-      return await this.#claim(call, content);
-    } catch (error) {
-      // Not started: the slot is given back (its members carry the hash of their dependencies:
-      // only a claim can take them out).
-      this.#giveBack(call, content);
-      if (!(error instanceof ReservationError)) throw error;
-      // Its grace over (a stall): a slot as any call's. Too far for the call's maxDelayMs: refused.
-      if (error.reason === 'late') return this.#bookChecked(call);
-      throw limitedError(call, result, error.retryAfterMs);
-    }
-  }
-
-  /** The token of a reservation this process made for its own call (`#reserveAndClaim`). */
-  #ownToken(call: Call, result: ReserveResult): TokenContent {
-    return tokenContentOf(this.name, call, result, this.#maxHoldMs, this.#graceMs);
-  }
-
-  /** Takes a reservation of this process's out of the log, its call not started (aborted, refused), in the background. */
-  #giveBack(call: Call, content: TokenContent): void {
-    this.#storeClient
-      .claim(call, content, this.#graceMs, true)
-      .catch((error: unknown) => this.#notify('debug', { message: 'cannot give back a reserved slot; it counts until its bound', key: call.key, error }));
-  }
-
-  /** A booking for the call, booked again if it woke too late for its slot or the store may have given the slot back. */
-  async #bookChecked(call: Call): Promise<Grant> {
-    return this.#startable(call, await this.#book(call));
-  }
-
-  /**
-   * The grant, or a new booking when the call woke too late for its slot or the store may have
-   * given the slot back (rare: a stalled event loop or link). Nothing is awaited from the check to the start.
-   */
-  #startable(call: Call, grant: Grant): Grant | Promise<Grant> {
-    return this.#lateBy(grant) > this.#maxHoldMs / 2 || !this.#mayStart(grant) ? this.#rebook(call, grant) : grant;
-  }
-
   /**
    * Books a slot for `key` now, for a call made later, maybe by another process sharing the store
    * (a function that hands the token to its platform's delay): the slot counts in every process as
@@ -356,21 +291,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * `ThrottleConfigError` (a bad key or options; a store without `claim`, or without `multiKey`
    * for several keys).
    */
-  async reserve(key: KeysInput, options?: ReserveOptions): Promise<Reservation> {
-    if (options !== undefined && (options === null || typeof options !== 'object'))
-      throw new ThrottleConfigError(`Expected reserve options to be an object, got ${describe(options)}`, 'options');
-    if (options !== undefined) checkKnown('reserve', options, RESERVE_OPTIONS);
-    if (this.store.claim === undefined) throw new ThrottleConfigError('Expected a store that keeps reservations (Store.claim), got one without', 'store');
-    const prepared = prepareCall(this.#reserveDefaults, key, options);
-    const call: Call = { ...(prepared instanceof Promise ? await prepared : prepared), graceMs: this.#graceMs };
-    this.#checkKeys(call);
-    const grant = await this.#enter(call);
-    // Booked in the throttle's store: a local fallback's booking could be claimed by no other process.
-    if (grant.store !== this.store) {
-      this.#slots.release(call, grant);
-      throw this.#storeClient.failure ?? new StoreUnavailableError('The store cannot be reached: a reservation cannot be made in this process alone');
-    }
-    return reservationOf(this.name, call, grant, this.#maxHoldMs, this.#graceMs);
+  reserve(key: KeysInput, options?: ReserveOptions): Promise<Reservation> {
+    return this.#reservations.reserve(key, options);
   }
 
   /**
@@ -382,63 +304,8 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
    * Rejects with `ReservationError` (a token malformed, of another throttle or for other keys),
    * `StoreUnavailableError`, or `ThrottleConfigError` (a bad key; a store without `claim`).
    */
-  async release(key: KeysInput, token: string): Promise<void> {
-    const content = decodeToken(token, typeof key === 'string' || typeof key === 'number' ? String(key) : describe(key));
-    const prepared = prepareCall(this.#callDefaults, key, { cost: content.members.length });
-    const call = prepared instanceof Promise ? await prepared : prepared;
-    this.#checkToken(call, content);
-    await this.#storeClient.claim(call, content, this.#graceMs, true);
-  }
-
-  /** A token is this throttle's, for the call's keys (in any order: a claim takes them in the token's). */
-  #checkToken(call: Call, token: TokenContent): void {
-    if (token.name !== this.name) throw new ReservationError(call.key, 'otherThrottle', `it was made by the throttle "${token.name}", not "${this.name}"`);
-    const keys = [call.encoded, ...call.also.map((part) => part.encoded)];
-    if (token.also.length !== call.also.length || ![token.key, ...token.also].every((encoded) => keys.includes(encoded)))
-      throw new ReservationError(call.key, 'otherKey', `it was made for ${token.also.length > 0 ? 'other keys' : 'another key'}`);
-  }
-
-  /**
-   * The call's start on its reservation's slot (`Store.claim`): waiting for the slot's start
-   * and for the calls it depends on to have released a window before, within `maxDelayMs`; booked
-   * as any call where the slot moved.
-   */
-  async #claim(call: Call, token: TokenContent): Promise<Grant> {
-    this.#checkToken(call, token);
-    for (;;) {
-      this.#aborted(call)?.throwIfAborted();
-      const { result, booking } = await this.#storeClient.claim(call, token, this.#graceMs);
-      switch (result.status) {
-        case 'started': {
-          const started: ReserveResult = {
-            status: 'booked',
-            waitMs: 0,
-            retryMs: 0,
-            startAt: result.now,
-            now: result.now,
-            ruleIndex: -1,
-            members: result.members,
-          };
-          return this.#startable(call, grantOf(started, booking));
-        }
-        case 'early':
-          if (performance.now() + result.waitMs > call.deadline)
-            throw new ReservationError(call.key, 'early', `its call may start in ${result.waitMs} ms, past the call's maxDelayMs`, result.waitMs);
-          await this.#sleepUntil(call, keysOf(call), booking.receivedAt + result.waitMs);
-          break;
-        case 'late':
-          throw new ReservationError(call.key, 'late', 'its grace is over: a call started now could reach the vendor after its slot counts no longer');
-        case 'used':
-          throw new ReservationError(call.key, 'used', 'a call was made with it already');
-        default:
-          // Moved (a vendor pause, a lower learned limit, a store that lost it, a call it depends on still running): a slot as any call's.
-          this.#notify('debug', {
-            message: "the reservation's slot moved (a vendor pause, a lower learned limit, lost, or a call it depends on still running): booking again",
-            key: call.key,
-          });
-          return this.#bookChecked(call);
-      }
-    }
+  release(key: KeysInput, token: string): Promise<void> {
+    return this.#reservations.release(key, token);
   }
 
   /** A call's run in its span: `then` (an adapter's reading of the answer), and what it defers, before the span ends. */
@@ -610,161 +477,6 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
     await this.#fallback?.close();
     if (this.#ownsStore) await this.store.close();
   }
-
-  /** How late the call woke for its slot: from the earliest the slot can have started (the store decided after the ask was sent). */
-  #lateBy(grant: Grant): number {
-    return performance.now() - (grant.due + 1);
-  }
-
-  /**
-   * A call that woke so late (a stalled event loop) that half of `maxHoldMs` has passed gives its
-   * slot back and books again: its slot counts only until start + `maxHoldMs`, which must cover
-   * the call's way to the vendor. After MAX_REBOOKS new bookings it starts anyway.
-   */
-  async #rebook(call: Call, late: Grant): Promise<Grant> {
-    let grant = late;
-    for (let rebooks = 0; ; rebooks++) {
-      const lateBy = this.#lateBy(grant);
-      const mayStart = this.#mayStart(grant);
-      if (lateBy <= this.#maxHoldMs / 2 && mayStart) return grant;
-      const message = mayStart
-        ? `woke ${Math.round(lateBy)} ms after its slot, over half of maxHoldMs (${this.#maxHoldMs} ms)`
-        : 'its slot may have been given back to other processes (this process stopped renewing its liveness stamp in the store: a stalled event loop or link)';
-      if (rebooks >= MAX_REBOOKS) {
-        if (!mayStart) {
-          // Starting could put a window over the limit: never.
-          this.#slots.release(call, grant);
-          throw new StoreUnavailableError(`The call's slot ${message}, after ${MAX_REBOOKS} new bookings`);
-        }
-        this.#notify('debug', { message: `${message}: starting anyway after ${MAX_REBOOKS} new bookings`, key: call.key });
-        return grant;
-      }
-      this.#notify('debug', { message: `${message}: booking again`, key: call.key });
-      this.#slots.release(call, grant);
-      grant = await this.#book(call);
-    }
-  }
-
-  /** Whether the store lets the slot start now (`Store.mayStart`): it cannot have given it back. */
-  #mayStart(grant: Grant): boolean {
-    const { result } = grant;
-    return grant.store.mayStart?.(this.name, result.members, result.startAt) ?? true;
-  }
-
-  /** The call's signal if aborted, else the throttle's if it closes, else undefined. */
-  #aborted(call: Call): AbortSignal | undefined {
-    if (call.signal?.aborted) return call.signal;
-    return this.#closing.signal.aborted ? this.#closing.signal : undefined;
-  }
-
-  /**
-   * One booking: the wait in line, then the sleep until the slot starts. `failedReads`: times in a
-   * row the call could not read its key's pause when a slot it booked ahead came (see PAUSE_READS).
-   */
-  async #book(call: Call, failedReads = 0): Promise<Grant> {
-    const grant = await this.#enter(call);
-    const { result } = grant;
-    if (result.waitMs > 0) {
-      this.#notify('delayed', { key: call.key, cost: call.cost, delayMs: result.waitMs, reason: reasonOf(call, result), ...alsoOf(call) });
-      const keys = keysOf(call);
-      try {
-        // A slot at the end of a vendor pause: the end is the retries' (#behindRetries).
-        await this.#sleepUntil(call, keys, grant.startsAt + (result.ruleIndex === PAUSED ? this.#behindRetries(call) : 0));
-      } catch (reason) {
-        this.#slots.release(call, grant);
-        throw reason;
-      }
-      let pausedUntil: number | undefined;
-      try {
-        pausedUntil = await this.#pausedSinceBooked(grant, keys);
-      } catch (error) {
-        // A pause set since the booking may have taken the slot out of the log: the call does not start on it.
-        this.#slots.release(call, grant);
-        const failure = storeError(error);
-        if (!(failure instanceof StoreUnavailableError)) throw failure;
-        if (failedReads + 1 >= PAUSE_READS) {
-          // Bookings succeed but the read keeps failing: asking again, or waiting, would not tell either.
-          this.#notify('storeError', { key: call.key, error: failure, policy: this.#policy });
-          throw failure;
-        }
-        this.#notify('debug', { message: 'cannot read the vendor pause before a slot booked ahead starts; booking again', key: call.key, error });
-        return this.#book(call, failedReads + 1);
-      }
-      if (pausedUntil !== undefined) {
-        this.#slots.release(call, grant);
-        // The retries asked as soon as the pause was set: this call asks again only behind them.
-        const wakeAt = grant.clock.localTime(pausedUntil) + this.#behindRetries(call);
-        if (wakeAt > performance.now() && wakeAt < call.deadline) await this.#sleepUntil(call, keys, wakeAt);
-        return this.#book(call);
-      }
-    }
-    return grant;
-  }
-
-  /** The call's booking through its key's line, unless it was aborted or a recent refusal answers for it. */
-  #enter(call: Call): Promise<Grant> {
-    this.#aborted(call)?.throwIfAborted();
-    this.#refusals.check(call.line, call.cost, call.deadline - performance.now());
-    return this.#lines.enter(call, this.#hooks);
-  }
-
-  /** Sleeps until local time `at`, counted among the calls sleeping until their slot. */
-  async #sleepUntil(call: Call, keys: readonly string[], at: number): Promise<void> {
-    this.#sleeping.enter(keys);
-    try {
-      await sleep(Math.max(0, at - performance.now()), [call.signal, this.#closing.signal]);
-    } finally {
-      this.#sleeping.leave(keys);
-    }
-  }
-
-  /**
-   * How long after a vendor pause's end the call starts: the end belongs to the HTTP adapters'
-   * retries of the requests the vendor refused (their arrival order at the vendor is otherwise a
-   * race, won by whichever process's timer fires first); any other call goes one slot later.
-   */
-  #behindRetries(call: Call): number {
-    return call.priority === RETRY_PRIORITY ? 0 : spacingOf(call);
-  }
-
-  /**
-   * The end (store clock) of a vendor pause set after the call's slot was booked (by any process
-   * sharing the store) that covers the slot's start, or undefined: a decision never books into a
-   * pause, so a pause that ends after the start is newer than the booking, and took the slot out of
-   * the log. Asked of the store when a slot booked ahead comes due (`Store.pausedUntil`, which may
-   * know it without asking); rejects with the store's error.
-   */
-  async #pausedSinceBooked(grant: Grant, keys: readonly string[]): Promise<number | undefined> {
-    const { store } = grant;
-    if (store.pausedUntil === undefined) return undefined;
-    let end = 0;
-    let asked: Array<Promise<number>> | undefined;
-    for (const key of keys) {
-      const until = store.pausedUntil(this.name, key, grant.askedAt);
-      if (typeof until === 'number') end = Math.max(end, until);
-      else (asked ??= []).push(until);
-    }
-    if (asked !== undefined) end = Math.max(end, ...(await Promise.all(asked)));
-    return end > grant.result.startAt ? end : undefined;
-  }
-
-  /** What the lines ask of the throttle about a call: its errors, its rules, its refusals and slots (one object, made once). */
-  readonly #hooks: WaiterHooks = {
-    limited: (call, answer, waitMs) => limitedError(call, answer, waitMs),
-    windowOf: (call, answer) => (answer.ruleIndex >= 0 ? ruleAt(call, answer.ruleIndex).rule.windowMs : 1),
-    refused: (call, answer, at) => {
-      // A reservation's refusal counts reservations booked ahead from their start, and waits for a
-      // bucketed rule's calls at their bounds: it says nothing of other calls, unless every call reserves.
-      if (at.store === this.store && (call.graceMs === undefined || this.store.announces === false))
-        this.#refusals.remember(call.line, call.cost, at.sentAt + answer.waitMs, reasonOf(call, answer), bindingKey(call, answer));
-    },
-    release: (call, answer, at) => {
-      // A reservation with dependencies: only a claim can take its slots out.
-      if (call.graceMs !== undefined && (answer.deps?.length ?? 0) > 0 && at.store === this.store) this.#giveBack(call, this.#ownToken(call, answer));
-      else this.#slots.release(call, grantOf(answer, at));
-    },
-    failure: () => this.#storeClient.failure,
-  };
 
   #run<T>(call: Call, grant: Grant, fn: () => T | PromiseLike<T>): Promise<Awaited<T>> {
     const startedAt = performance.now();
