@@ -415,6 +415,68 @@ describe('throttleProcessor (BullMQ)', function () {
     }
   });
 
+  describe('a job waiting in the worker on a slot it just reserved', () => {
+    /** A job by hand, its data as the processor writes it, and a processor on a key whose window is taken: its slot is 1 s away, within waitMs. */
+    async function waiting(throttle: Throttle, signal?: AbortSignal) {
+      await throttle.schedule('alice', () => undefined);
+      const job = {
+        id: 'w-2',
+        attemptsStarted: 1,
+        attemptsMade: 0,
+        data: { user: 'alice' } as Record<string, unknown>,
+        delayedTo: undefined as number | undefined,
+        moveToDelayed: async (at: number) => void (job.delayedTo = at),
+        updateData: async (data: Record<string, unknown>) => void (job.data = data),
+      };
+      let ran = 0;
+      const processor = throttleProcessor(throttle, async () => ran++, { key: (j: typeof job) => j.data.user as string, waitMs: 5_000 });
+      const outcome = processor(job, 'bullmq-lock', signal).catch((caught: unknown) => caught);
+      while ((await throttle.inspect('alice')).bookedAhead === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+      return { job, outcome, ran: () => ran };
+    }
+
+    it('gives its reservation back when the job is aborted: the slot does not count to its bound', async () => {
+      const throttle = new Throttle({ name: 'vendor', rules: ['1/s'], store: new MemoryStore() });
+      try {
+        const aborting = new AbortController();
+        const { outcome, ran } = await waiting(throttle, aborting.signal);
+        aborting.abort(new Error('job cancelled'));
+        expect(await outcome)
+          .to.be.instanceOf(Error)
+          .with.property('message', 'job cancelled');
+        expect(ran()).to.equal(0);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        expect((await throttle.inspect('alice')).bookedAhead).to.equal(0);
+      } finally {
+        await throttle.close();
+      }
+    });
+
+    it('sends the job back to the queue with its token when the throttle closes: the next worker claims the slot', async () => {
+      const store = new MemoryStore();
+      const throttle = new Throttle({ name: 'vendor', rules: ['1/s'], store });
+      const next = new Throttle({ name: 'vendor', rules: ['1/s'], store });
+      try {
+        const { job, outcome } = await waiting(throttle);
+        await throttle.close();
+        expect(((await outcome) as Error).name).to.equal('DelayedError');
+        expect(job.delayedTo).to.be.a('number');
+        expect(job.data).to.have.property(RESERVATION).that.is.a('string');
+        expect((await next.inspect('alice')).bookedAhead).to.equal(1);
+        let ran = 0;
+        const processor = throttleProcessor(next, async () => ran++, { key: (j: typeof job) => j.data.user as string, waitMs: 5_000 });
+        await processor({ ...job, attemptsStarted: 2 }, 'bullmq-lock');
+        expect(ran).to.equal(1);
+        const usage = await next.inspect('alice');
+        expect(usage.bookedAhead).to.equal(0);
+        expect(usage.rules[0]!.used, 'the call made on the token').to.equal(1);
+      } finally {
+        await throttle.close();
+        await next.close();
+      }
+    });
+  });
+
   it('refuses bad options at once, with a typed error', async () => {
     const throttle = new Throttle({ rules: ['1/s'] });
     const fn = async (): Promise<void> => {};

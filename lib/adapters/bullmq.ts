@@ -199,13 +199,19 @@ export function throttleProcessor<J extends ThrottledJob, R>(
         return { value: await throttle.schedule(keys, run, { token: slotToken, maxDelayMs: await inWorker(), ...aborting }) };
       } catch (error) {
         if (started) throw error;
-        if (error instanceof ThrottleClosedError) return closed();
+        if (error instanceof ThrottleClosedError) {
+          // The job goes back to the queue with its token: the worker that takes it claims the slot.
+          if (!stored) await updateData(held.withToken(slotToken), slotToken);
+          return closed();
+        }
         if (error instanceof ReservationError && error.reason === 'early') {
           if (!stored) await updateData(held.withToken(slotToken), slotToken);
           return delay(error.retryAfterMs, 'its reserved slot');
         }
         if (error instanceof RateLimitedError) return { againInMs: error.retryAfterMs };
         if (error instanceof ReservationError) return { againInMs: 0 };
+        // Aborted, or the store failed: a reservation no job carries is given back, not left to count to its bound.
+        if (!stored) await throttle.release(keys, slotToken).catch(() => undefined);
         throw error;
       }
     };
