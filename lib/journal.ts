@@ -69,6 +69,12 @@ interface KeyJournal {
   members: number[];
   scores: number[];
   head: number;
+  /**
+   * The pointer keys this process's claims set on the key (lua/claim.lua: a reservation's mark, and
+   * where each reserved slot went), with their member and until when they live (store clock ms):
+   * put back with the calls, so that a token claimed before a loss is not claimed again after it.
+   */
+  claims?: Array<{ readonly pointer: string; readonly member: string; readonly until: number }>;
 }
 
 /**
@@ -104,6 +110,13 @@ export class Journal {
       journal.deadline = need + expirySlack(retainMs);
       journal.deadlineNumber = first;
     }
+  }
+
+  /** A claim's pointer keys on the key, `[pointer, member]`, each living until `until` (store clock ms); the key's slots are booked separately. */
+  claimed(namespace: string, key: string, pointers: ReadonlyArray<readonly [string, string]>, until: number, retainMs: number): void {
+    const journal = this.#open(namespace, key, retainMs);
+    journal.claims ??= [];
+    for (const [pointer, member] of pointers) journal.claims.push({ pointer, member, until });
   }
 
   /** The key's data was lost, or this process put back its calls there: what it believed of the log's life no longer holds. */
@@ -262,14 +275,23 @@ export class Journal {
     return undefined;
   }
 
-  /** The namespace's keys (or those of `only`) with the slots that still count at `storeNow`. */
-  entriesOf(namespace: string, storeNow: number, only?: readonly string[]): Array<{ key: string; retainMs: number; entries: JournalEntry[] }> {
+  /**
+   * The namespace's keys (or those of `only`) with the slots that still count at `storeNow`, and the
+   * pointer keys of its claims still alive: `[pointer, member, ms left]`.
+   */
+  entriesOf(
+    namespace: string,
+    storeNow: number,
+    only?: readonly string[],
+  ): Array<{ key: string; retainMs: number; entries: JournalEntry[]; pointers: Array<[string, string, number]> }> {
     this.prune(storeNow);
     const out = [];
     const keys = this.#namespaces.get(namespace);
     for (const key of only ?? keys?.keys() ?? []) {
       const journal = keys?.get(key);
-      if (journal) out.push({ key, retainMs: journal.retainMs, entries: this.#entriesOf(journal, storeNow) });
+      if (!journal) continue;
+      const pointers = (journal.claims ?? []).map(({ pointer, member, until }): [string, string, number] => [pointer, member, Math.ceil(until - storeNow)]);
+      out.push({ key, retainMs: journal.retainMs, entries: this.#entriesOf(journal, storeNow), pointers });
     }
     return out;
   }
@@ -305,7 +327,7 @@ export class Journal {
       kept += 1;
     }
     members.length = scores.length = kept;
-    if (journal.pending.size === 0 && kept === head) keys!.delete(key);
+    if (journal.pending.size === 0 && kept === head && journal.claims === undefined) keys!.delete(key);
     if (keys!.size === 0) this.#namespaces.delete(namespace);
   }
 
@@ -328,7 +350,11 @@ export class Journal {
           journal.scores = scores.slice(journal.head);
           journal.head = 0;
         }
-        if (pending.size === 0 && journal.head === journal.scores.length) keys.delete(key);
+        if (journal.claims !== undefined) {
+          journal.claims = journal.claims.filter(({ until }) => until > storeNow);
+          if (journal.claims.length === 0) journal.claims = undefined;
+        }
+        if (pending.size === 0 && journal.head === journal.scores.length && journal.claims === undefined) keys.delete(key);
       });
       if (keys.size === 0) this.#namespaces.delete(namespace);
     });

@@ -7,10 +7,12 @@
  */
 import { expect } from 'chai';
 import { Redis } from 'ioredis';
+import { RateLimitedError, ReservationError } from '../lib/errors.js';
 import { keyNames } from '../lib/keys.js';
 import { parseRule } from '../lib/rules.js';
 import type { ReserveRequest } from '../lib/store.js';
 import type { RedisStore } from '../lib/stores/redis-store.js';
+import { Throttle } from '../lib/throttle.js';
 import { startRedis, type RedisServer } from '../scripts/support/redis-server.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
 
@@ -110,6 +112,45 @@ describe('a standalone Redis replaced by a replica that missed writes (a failove
       }
       expect(await adminReplica.hget(meta, 'r'), 'no key records a Redis of its own').to.equal(null);
     } finally {
+      for (const client of [...clients, admin, adminReplica]) client.disconnect();
+      await Promise.all([primary.stop(), replica.stop()]);
+    }
+  });
+
+  it('holds a claim until the processes put back their calls, and a token claimed before the failover stays used', async () => {
+    const { primary, replica, admin, adminReplica } = await replicated();
+    // a works on the primary; b reaches the replica once it is promoted (a worker that took a job back after a stall).
+    const clients = [new Redis(primary.url), new Redis(replica.url)];
+    const prefix = uniquePrefix();
+    const stores = clients.map((client) => redisStore(client, { prefix, recovery: RECOVERY }));
+    const [a, b] = stores.map((store) => new Throttle({ name: NAMESPACE, rules: ['1/20s'], store }));
+    try {
+      const reservation = await a!.reserve('u');
+      await admin.set('synced', '2');
+      expect(await admin.wait(1, 5_000), 'the replica has the reservation').to.equal(1);
+      // The replica stops following and misses the claim: there the reservation waits at its bound, unclaimed.
+      await adminReplica.replicaof('NO', 'ONE');
+      const starts: string[] = [];
+      await a!.schedule('u', () => starts.push('a, on the token'), { token: reservation.token });
+      const claim = (maxDelayMs: number): Promise<unknown> =>
+        b!.schedule('u', () => starts.push('b, on the token'), { token: reservation.token, maxDelayMs }).catch((error: unknown) => error);
+      // The epoch names the former master: b's claim waits while live processes put back their calls.
+      expect(await claim(0))
+        .to.be.instanceOf(ReservationError)
+        .with.property('reason', 'early');
+      // a follows the failover, finds it by its heartbeat, and puts back its call and its claim.
+      follow(clients[0]!, replica);
+      for (const until = Date.now() + 3_000; stores[0]!.recoveries === 0 && Date.now() < until;) await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(stores[0]!.recoveries, 'a put back its calls').to.equal(1);
+      expect(await claim(5_000))
+        .to.be.instanceOf(ReservationError)
+        .with.property('reason', 'used');
+      // The window holds a's call: no other call starts in it.
+      const plain = await b!.schedule('u', () => starts.push('b'), { maxDelayMs: 0 }).catch((error: unknown) => error);
+      expect(plain).to.be.instanceOf(RateLimitedError);
+      expect(starts).to.deep.equal(['a, on the token']);
+    } finally {
+      await Promise.allSettled([a!.close(), b!.close()]);
       for (const client of [...clients, admin, adminReplica]) client.disconnect();
       await Promise.all([primary.stop(), replica.stop()]);
     }

@@ -43,15 +43,19 @@
   ARGV[6]  COST     the number of slots
   ARGV[7]  DEPS     the number of dependencies
   ARGV[8]  GIVE     '1': no call starts; the reserved slots found leave the log and the reservation
-                    is marked used (its own process gives it back: an aborted call); then N RETAIN
+                    is marked used (its own process gives it back: an aborted call)
+  ARGV[9]  EPOCH    the namespace's epoch the caller knows ('' = no check; else its key is the last
+                    of KEYS), as a batch's (lua/batch.lua); then N RETAIN
                     (each key's history kept, ms, at least its longest window), COST reserved
                     members, COST members of the call, and DEPS triples MEMBER, WINDOW, PART (the
                     index of its key, from 0)
   Only members whose number is at least RESERVED (a reservation's, lib/stores/redis-store.ts) are
   taken: a claim cannot take the slot of a call a process booked for itself.
 
-  Returns { STATUS, NOW_MS, WAIT_MS } (CODES.claim): STARTED, EARLY (its slots start in WAIT_MS, or
-  a dependency's window ends then; nothing changed), LATE (past BOUND - HOLD: the slots count to
+  Returns { STATUS, NOW_MS, WAIT_MS } (CODES.claim): STARTED, EARLY (its slots start in WAIT_MS, a
+  dependency's window ends then, or the epoch's grace does: live processes put back their calls,
+  their claims' marks with them; nothing changed), EPOCH_CHANGED (the store lost its data, or failed
+  over, since the caller knew its epoch: nothing was done), LATE (past BOUND - HOLD: the slots count to
   their bound), USED (claimed before), MOVED (none of the slots is there; or some are, or a key is
   paused or held, or a dependency will not have released in time: those leave the logs, and the
   reservation is marked used).
@@ -60,7 +64,7 @@
 
 local bound, token_start, grace, hold = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n, cost, dep_count, give = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1'
-local retains_at = 8
+local retains_at = 9
 local members_at = retains_at + n
 local started_at, deps_at = members_at + cost, members_at + 2 * cost
 local pointers_at = 2 * n
@@ -71,6 +75,11 @@ local last = bound - hold
 
 local mark = KEYS[pointers_at + 1]
 if redis.call('EXISTS', mark) == 1 then return { VT_CLAIM_USED, now_ms, 0 } end
+-- A store that lost its data (or a replica promoted that missed writes) may have lost the mark of
+-- a claim made before: nothing is claimed until the processes have put back what they know.
+local ready = vt_epoch(ARGV[9] ~= '' and KEYS[#KEYS] or nil, ARGV[9])
+if ready == 'lost' then return { VT_CLAIM_EPOCH_CHANGED, now_ms, 0 } end
+if not give and ready > now then return { VT_CLAIM_EARLY, now_ms, math.ceil(ready - now) } end
 if not give and now < start then return { VT_CLAIM_EARLY, now_ms, math.ceil(start - now) } end
 if not give and now > last then return { VT_CLAIM_LATE, now_ms, 0 } end
 

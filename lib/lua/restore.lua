@@ -15,17 +15,22 @@
                      went with the key again
   ARGV[4]  N, followed by N pairs: MEMBER, SCORE (the slot's release: its completion, or the
            bound START + MAX_HOLD of a call whose completion is not known)
+  then     P (none: 0), followed by P pairs MEMBER, LIFE: the pointer keys of this process's claims
+           on the key (lua/claim.lua), the last P of KEYS, set to MEMBER for LIFE ms unless present:
+           a reservation claimed before the loss stays claimed
 
   Returns the number of entries added.
 ]]
 --- @include "log"
 
 local log, meta = KEYS[1], KEYS[2]
-vt_namespace(KEYS[3], KEYS[4])
 local retain = tonumber(ARGV[1])
 local relative = ARGV[2] == '1'
 local hold = tonumber(ARGV[3])
 local count = tonumber(ARGV[4])
+local pointers = tonumber(ARGV[5 + 2 * count] or 0)
+local kept = #KEYS - 2 - pointers > 0
+vt_namespace(kept and KEYS[3] or nil, kept and KEYS[4] or nil)
 local now = vt_now()
 local now_ms = math.ceil(now)
 local added = 0
@@ -39,6 +44,10 @@ for i = 0, count - 1 do
     added = added + redis.call('ZADD', log, 'NX', score, member)
     latest = math.max(latest, score)
   end
+end
+for j = 1, pointers do
+  local life = tonumber(ARGV[5 + 2 * count + 2 * j])
+  if life > 0 then redis.call('SET', KEYS[#KEYS - pointers + j], ARGV[4 + 2 * count + 2 * j], 'PX', life, 'NX') end
 end
 if latest > 0 then vt_keep(log, latest + retain - now, now) end
 if hold > 0 and added > 0 then vt_hold(log, meta, now, hold) end

@@ -345,12 +345,14 @@ export class Recovery {
       const worker = async () => {
         while (next < todo.length) {
           const item = todo[next++]!;
-          const { key, retainMs, entries } = item;
+          const { key, retainMs, entries, pointers } = item;
           const args: Array<string | number> = [retainMs, 0, holdMs, entries.length];
           for (const { member, score } of entries) args.push(member, score);
+          args.push(pointers.length);
+          for (const [, member, lifeMs] of pointers) args.push(member, lifeMs);
           const { log, meta } = this.#names(namespace, key);
           try {
-            await this.#run(scripts.restore.name, [log, meta, ...this.#kept(namespace)], args);
+            await this.#run(scripts.restore.name, [log, meta, ...this.#kept(namespace), ...pointers.map(([pointer]) => pointer)], args);
           } catch (error) {
             failure ??= error;
             failed.push(item);

@@ -29,10 +29,11 @@ export const CODES = {
    */
   expiry: { slackMinMs: 5000, slackMaxMs: 10_000 },
   /**
-   * What a claim of reserved slots found (lua/claim.lua); `reserved`: the least number of a
+   * What a claim of reserved slots found (lua/claim.lua); `epochChanged`: nothing, the namespace's
+   * epoch changed (the store recovers, then claims again); `reserved`: the least number of a
    * reservation's member (lib/stores/redis-store.ts), which only a claim takes.
    */
-  claim: { started: 1, early: 2, late: 3, used: 4, moved: 5, reserved: 10_000_000_000_000 },
+  claim: { started: 1, early: 2, late: 3, used: 4, moved: 5, epochChanged: 6, reserved: 10_000_000_000_000 },
   /** A decision's rule index when no configured rule set the start: none, a vendor pause, a hold after a loss, a learned limit of another window. */
   rule: { none: -1, paused: PAUSED, recovering: RECOVERING, learned: LEARNED },
 } as const;
@@ -51,7 +52,7 @@ function snakeCase(name: string): string {
  * lines replaced by `lib/lua/includes/name.lua`. Command names carry a version so that two library
  * versions sharing one client never run each other's script.
  */
-export const SCRIPT_VERSION = 31;
+export const SCRIPT_VERSION = 32;
 
 /** A script: its name (the ioredis command it is defined as) and its text. */
 export interface ScriptDefinition {
@@ -127,7 +128,7 @@ export const replies = {
   /** pause.lua: the end of the pause in force (store clock ms). */
   pause: (reply: unknown): number => number('pause', reply),
   /** claim.lua: STATUS, NOW_MS, WAIT_MS. */
-  claim(reply: unknown): { readonly status: ClaimStatus; readonly now: number; readonly waitMs: number } {
+  claim(reply: unknown): { readonly status: ClaimStatus | 'epochChanged'; readonly now: number; readonly waitMs: number } {
     const [code, now, waitMs] = numbers('claim', reply, 3) as [number, number, number];
     const status = CLAIM_STATUSES[code];
     return status === undefined ? unexpected('claim', reply) : { status, now, waitMs };
@@ -156,7 +157,8 @@ export const replies = {
   aliveRead: (reply: unknown): unknown[] => list('alive', reply, 1),
 };
 
-const CLAIM_STATUSES: Partial<Record<number, ClaimStatus>> = {
+const CLAIM_STATUSES: Partial<Record<number, ClaimStatus | 'epochChanged'>> = {
+  [CODES.claim.epochChanged]: 'epochChanged',
   [CODES.claim.started]: 'started',
   [CODES.claim.early]: 'early',
   [CODES.claim.late]: 'late',

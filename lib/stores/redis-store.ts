@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ThrottleConfigError } from '../errors.js';
+import { StoreUnavailableError, ThrottleConfigError } from '../errors.js';
 import { RedisNames, type HashTag } from '../keys.js';
 import type { Rule } from '../rules.js';
 import { depsOf, depsSuffix } from '../slot-plan.js';
@@ -24,7 +24,7 @@ import { EvictionWatch } from './redis-evictions.js';
 import { Journal } from '../journal.js';
 import { Reaper, STALE_MS, Stamps } from './redis-liveness.js';
 import { Heartbeat } from './redis-heartbeat.js';
-import { Recovery } from './redis-recovery.js';
+import { MAX_RECOVERIES, Recovery } from './redis-recovery.js';
 import { redisStoreSettings, type RedisClientLike, type RedisStoreOptions } from './redis-options.js';
 import { ClientDriver, clientKind } from './redis-client.js';
 import { CODES, replies, scripts } from './redis-scripts.js';
@@ -424,14 +424,11 @@ export class RedisStore implements Store {
       throw new ThrottleConfigError("Expected the keys of a call of several keys to share a Redis Cluster slot: give the store { hashTag: 'name' }", 'key');
     }
     checkDepParts(deps, parts.length);
-    await this.#recovery?.recovered(namespace);
+    const recovery = this.#recovery;
     const names = this.#names;
     const keyNames = parts.map((part) => names.of(namespace, part.key));
-    const first = this.#seq + 1;
     // Ascending: the first names the reservation's mark, so a token with its members in another order is the same reservation.
     const members = [...request.members].sort();
-    this.#seq += members.length;
-    const started = members.map((_, i) => names.member(first + i));
     const pointers = [
       ...keyNames.flatMap(({ meta }) => members.map((member) => `${meta}:claimed:${member}`)),
       ...deps.map(([member, , part = 0]) => `${keyNames[part]!.meta}:claimed:${member}`),
@@ -439,13 +436,37 @@ export class RedisStore implements Store {
     const give = request.giveBack === true ? 1 : 0;
     const retains = parts.map((part) => Math.ceil(part.retainMs));
     const depArgs = deps.flatMap(([member, windowMs, part = 0]) => [member, windowMs, part]);
-    const args = [bound, startAt, graceMs, maxHoldMs, parts.length, members.length, deps.length, give, ...retains, ...members, ...started, ...depArgs];
-    const keys = [...keyNames.flatMap(({ log, meta }) => [log, meta]), ...pointers];
-    const reply = replies.claim(await this.#driver.run(scripts.claim.name, keys, args));
-    if (reply.status !== 'started') return { ...reply, members: NONE };
-    for (const part of parts) this.#recovery?.journal.book(namespace, part.key, first, members.length, reply.now + maxHoldMs, part.retainMs);
-    this.#heartbeat?.start();
-    return { ...reply, members: started };
+    for (let tries = 0; ; tries++) {
+      await recovery?.recovered(namespace);
+      // As a batch that books: under the epoch this process knows (a Cluster script cannot reach its key).
+      const epoch = recovery === undefined || this.#cluster ? '' : await recovery.epochOf(namespace);
+      const generation = recovery?.generation ?? 0;
+      const first = this.#seq + 1;
+      this.#seq += members.length;
+      const started = members.map((_, i) => names.member(first + i));
+      const args = [bound, startAt, graceMs, maxHoldMs, parts.length, members.length, deps.length, give, epoch, ...retains, ...members, ...started, ...depArgs];
+      const keys = [...keyNames.flatMap(({ log, meta }) => [log, meta]), ...pointers];
+      if (epoch !== '') keys.push(recovery!.epochKey(namespace));
+      const { status, now, waitMs } = replies.claim(await this.#driver.run(scripts.claim.name, keys, args));
+      if (status === 'epochChanged') {
+        // Sent before a recovery of this process finished: claimed again, not counted as a loss.
+        const lost = generation === recovery!.generation && (await recovery!.recover(namespace));
+        if (lost && tries + 1 >= MAX_RECOVERIES) throw new StoreUnavailableError('Redis lost its data again while this process was putting its calls back');
+        continue;
+      }
+      if (status !== 'started') return { status, now, waitMs, members: NONE };
+      if (recovery !== undefined) {
+        for (const [k, part] of parts.entries()) {
+          recovery.journal.book(namespace, part.key, first, members.length, now + maxHoldMs, part.retainMs);
+          // The pointers the claim set on the key, as lua/claim.lua gives them their life.
+          const lifeMs = Math.ceil(Math.max(bound - maxHoldMs - now + 1, maxHoldMs + retains[k]!));
+          const set = members.map((member, i): [string, string] => [`${keyNames[k]!.meta}:claimed:${member}`, started[i]!]);
+          recovery.journal.claimed(namespace, part.key, set, now + lifeMs, part.retainMs);
+        }
+      }
+      this.#heartbeat?.start();
+      return { status, now, waitMs, members: started };
+    }
   }
 
   /**
