@@ -83,7 +83,7 @@ export class ReservationOps {
    */
   async reserveAndClaim(call: Call): Promise<Grant> {
     const { booker } = this.#c;
-    const reservation: Call = { ...call, graceMs: this.#c.graceMs };
+    const reservation: Call = { ...call, graceMs: this.#c.graceMs, own: true };
     const grant = await booker.enter(reservation);
     const { result } = grant;
     const deps = result.deps ?? [];

@@ -38,6 +38,8 @@ export interface Call extends CallKey {
    * process, and can be claimed for this long after its start.
    */
   readonly graceMs?: number;
+  /** A reservation for this process's own call (`ReserveRequest.own`). */
+  readonly own?: boolean;
 }
 
 /** A reservation's slots, as its token names them (lib/reservations.ts) and a claim takes them. */
@@ -222,6 +224,7 @@ export class StoreClient {
         stay,
         reserved: true,
         graceMs,
+        ...(call.own === true ? { own: true } : {}),
       };
     }
     return { namespace, key: call.encoded, rules: call.rules, cost: call.cost, maxDelayMs, maxHoldMs, retainMs: call.retainMs, also, stay };

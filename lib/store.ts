@@ -59,6 +59,12 @@ export interface ReserveRequest {
    * this) for a call's.
    */
   readonly graceMs?: number;
+  /**
+   * With `reserved`: the reservation is for the asking process's own call, which starts on it at
+   * once when it starts now and depends on no call (no claim): a store that keeps a journal of its
+   * process's calls (`RedisStore` with recovery) journals it as one of them.
+   */
+  readonly own?: boolean;
 }
 
 /** One more key of a call (see `ReserveRequest.also`). */

@@ -141,6 +141,17 @@ describe('RedisStore on @upstash/redis (a function)', function () {
     });
   }
 
+  it('with recovery on, journals a call that starts at once on the slot it reserved, as any call: put back if Redis loses it', async () => {
+    const store = new RedisStore(new UpstashRedis({ url: rest.url, token: rest.token, retry: false }), {
+      prefix: uniquePrefix(),
+      recovery: { heartbeatMs: 100, graceMs: 800 },
+    });
+    const throttle = new Throttle({ name: 'acme', rules: ['1/s'], store, maxHoldMs: 2_000 });
+    opened.push({ throttle, store });
+    await throttle.schedule('u1', () => 'called');
+    expect(store.recentCalls('acme', 'u1'), "the call, in this process's journal").to.have.length(1);
+  });
+
   it('an invocation aborted while it waits gives its reserved slot back: the next call starts once the window allows', async () => {
     const { throttle } = open(3_000);
     const first = throttle.schedule('u1', () => new Promise((resolve) => setTimeout(resolve, 300)));

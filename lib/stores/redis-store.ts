@@ -300,9 +300,10 @@ export class RedisStore implements Store {
       members = cost === 1 ? [names.member(first)] : Array.from({ length: cost }, (_, i) => names.member(first + i));
       // A reservation is this process's to neither journal, stamp nor start: its claim may come from
       // any process, and finds it gone if the store lost it (the call then books again). Its
-      // members' names end with the hash of its dependencies.
-      if (request.reserved === true) {
-        const deps = depsOf(decision.deps);
+      // members' names end with the hash of its dependencies. One for this process's own call that
+      // starts now on no dependency is started with no claim: journaled as any call.
+      const deps = request.reserved === true ? depsOf(decision.deps) : NONE;
+      if (request.reserved === true && !(request.own === true && waitMs === 0 && deps.length === 0)) {
         const suffix = depsSuffix(deps, [key, ...also.map((part) => part.key)]);
         if (suffix !== '') members = members.map((member) => member + suffix);
         return { status: STATUSES[status]!, waitMs, retryMs, startAt, now, ruleIndex, members, deps };
