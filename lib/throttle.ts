@@ -417,7 +417,7 @@ export class Throttle extends EventEmitter<ThrottleEvents> {
   /**
    * Learns the vendor's limits for `key` from one of its responses (its `headers`; `status` as
    * answered), for every process sharing the store: `RateLimit-Policy` (`"burst";q=100;w=60`) and
-   * `X-RateLimit-Limit`. A learned limit only lowers: from the next decision of any process, the key
+   * `X-RateLimit-Limit`. A learned limit only lowers (unless `learnAboveRules`): from the next decision of any process, the key
    * counts under the tighter of each configured rule and what was learned for its window (the calls
    * already in the window count: no burst), and under a learned limit of another window as one more
    * rule. It holds `learnedForMs` unless said again; a vendor that says the configured limit again

@@ -41,8 +41,8 @@ export interface VendorSignalOptions<R> {
   readonly maxPauseMs?: number;
   /**
    * Learn the vendor's limits from every answer (`RateLimit-Policy`, `X-RateLimit-Limit`:
-   * `throttle.learn()`), for every process sharing the store. It can only lower the pace below the
-   * configured rules, never raise it.
+   * `throttle.learn()`), for every process sharing the store. It only lowers the pace below the
+   * configured rules, unless the throttle has `learnAboveRules`.
    * @default true
    */
   readonly learn?: boolean;
