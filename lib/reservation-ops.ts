@@ -1,30 +1,22 @@
-import type { Booker } from './booker.js';
+import type { Booker, BookerContext } from './booker.js';
 import { alsoOf, keysOf, limitedError, prepareCall, reasonOf, type CallDefaults } from './calls.js';
-import { grantOf, type Grant, type Slots } from './completions.js';
+import { grantOf, type Grant } from './completions.js';
 import { ReservationError, StoreUnavailableError, ThrottleConfigError } from './errors.js';
 import type { KeysInput } from './keys.js';
-import { RESERVE_OPTIONS, type ReserveOptions, type ThrottleEvents } from './options.js';
+import { RESERVE_OPTIONS, type ReserveOptions } from './options.js';
 import { decodeToken, reservationOf, type Reservation, type TokenContent } from './reservations.js';
 import { describe } from './rules.js';
 import { PAUSED } from './slot-plan.js';
-import type { ReserveResult, Store } from './store.js';
-import type { Call, StoreClient } from './store-client.js';
+import type { ReserveResult } from './store.js';
+import type { Call } from './store-client.js';
 import { checkKnown } from './validate.js';
 
-/** What a throttle's reservations need of it. */
-export interface ReservationOpsContext {
-  readonly name: string;
-  readonly store: Store;
-  readonly maxHoldMs: number;
-  /** How long a reservation's call may start after its slot (`reservationGraceMs`). */
-  readonly graceMs: number;
+/** What a throttle's reservations need of it: what its bookings do, and the booker itself. */
+export interface ReservationOpsContext extends Pick<BookerContext, 'name' | 'store' | 'maxHoldMs' | 'graceMs' | 'storeClient' | 'slots' | 'notify'> {
   /** What a reservation gets unless its options say otherwise: `maxDelayMs` as given, in `throw` mode too. */
   readonly reserveDefaults: CallDefaults;
   readonly callDefaults: CallDefaults;
-  readonly storeClient: StoreClient;
-  readonly slots: Slots;
   readonly booker: Booker;
-  notify<E extends keyof ThrottleEvents>(event: E, ...args: ThrottleEvents[E]): void;
 }
 
 /**
