@@ -86,10 +86,17 @@ interface KeyJournal {
 export class Journal {
   readonly #namespaces = new Map<string, Map<string, KeyJournal>>();
   readonly #member: (number: number) => string;
+  /**
+   * Slots numbered from here are a reservation's that this process started at once as its own call
+   * (`ReserveRequest.own`): put back like any, but never a key's witness, which is the slot booked
+   * last, told by its number (the store numbers its reservations in a range of their own).
+   */
+  readonly #witnessBelow: number;
   #size = 0;
 
-  constructor(member: (number: number) => string) {
+  constructor(member: (number: number) => string, witnessBelow = Infinity) {
     this.#member = member;
+    this.#witnessBelow = witnessBelow;
   }
 
   /** Slots held, until `prune` drops those that no longer count. */
@@ -104,6 +111,7 @@ export class Journal {
     for (let number = first; number < first + count; number++) {
       if (journal.pending.set(number, bound)) this.#size += 1;
     }
+    if (first >= this.#witnessBelow) return;
     if (journal.newest >= 0) journal.newest = Math.max(journal.newest, first + count - 1);
     const need = bound + retainMs;
     if (need > journal.deadline) {
@@ -150,7 +158,7 @@ export class Journal {
   }
 
   #complete(journal: KeyJournal, number: number, score: number): void {
-    if (number > journal.newestDone) {
+    if (number > journal.newestDone && number < this.#witnessBelow) {
       journal.newestDone = number;
       journal.newestDoneScore = score;
     }
@@ -205,9 +213,11 @@ export class Journal {
     let number = -1;
     let score = 0;
     if (pending.size > 0) {
-      if (!pending.has(journal.newest)) journal.newest = pending.max();
-      number = journal.newest;
-      score = pending.get(number)!;
+      if (!pending.has(journal.newest)) journal.newest = pending.max(this.#witnessBelow);
+      if (journal.newest >= 0) {
+        number = journal.newest;
+        score = pending.get(number)!;
+      }
     }
     if (journal.newestDone > number && journal.newestDoneScore + retainMs - WITNESS_MARGIN_MS > storeNow) {
       number = journal.newestDone;
@@ -331,8 +341,12 @@ export class Journal {
     if (keys!.size === 0) this.#namespaces.delete(namespace);
   }
 
-  /** Drops slots that no longer count anywhere (as the store's own expiry would); returns the slots left. */
+  /**
+   * Drops slots that no longer count anywhere (as the store's own expiry would), and claims' pointer
+   * keys past their life; returns what is left of both (the heartbeat beats while anything is).
+   */
   prune(storeNow: number): number {
+    let claims = 0;
     // forEach: an iterator of entries makes an array per key (every key, every heartbeat).
     this.#namespaces.forEach((keys, namespace) => {
       keys.forEach((journal, key) => {
@@ -353,12 +367,13 @@ export class Journal {
         if (journal.claims !== undefined) {
           journal.claims = journal.claims.filter(({ until }) => until > storeNow);
           if (journal.claims.length === 0) journal.claims = undefined;
+          else claims += journal.claims.length;
         }
         if (pending.size === 0 && journal.head === journal.scores.length && journal.claims === undefined) keys.delete(key);
       });
       if (keys.size === 0) this.#namespaces.delete(namespace);
     });
-    return this.#size;
+    return this.#size + claims;
   }
 }
 
@@ -423,10 +438,10 @@ class Pending {
     return bound;
   }
 
-  /** The highest number here (-1 when none). */
-  max(): number {
+  /** The highest number here below `below` (-1 when none). */
+  max(below: number): number {
     let max = -1;
-    for (let i = this.#head; i < this.#end; i++) max = Math.max(max, this.#numbers[i]!);
+    for (let i = this.#head; i < this.#end; i++) if (this.#numbers[i]! < below) max = Math.max(max, this.#numbers[i]!);
     return max;
   }
 

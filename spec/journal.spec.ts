@@ -125,4 +125,40 @@ describe('recovery journal', () => {
     expect(journal.size).to.equal(0);
     expect(journal.namespaces()).to.deep.equal([]);
   });
+  it("puts back a claim's pointer keys with the key's calls, and counts them as held until their life ends, after the call's slot no longer counts", () => {
+    const journal = new Journal(member);
+    journal.book('ns', 'k', 1, 1, 100 + MAX_HOLD, RETAIN);
+    journal.settle('ns', 'k', [1, 150]);
+    journal.claimed('ns', 'k', [['vt:ns:{k}:meta:claimed:10000000000000', '1.tag']], 100 + MAX_HOLD + RETAIN + 500, RETAIN);
+    expect(journal.entriesOf('ns', 200)).to.deep.equal([
+      {
+        key: 'k',
+        retainMs: RETAIN,
+        entries: [{ number: 1, member: '1.tag', score: 150 }],
+        pointers: [['vt:ns:{k}:meta:claimed:10000000000000', '1.tag', 1_900]],
+      },
+    ]);
+    // The call's slot is gone (150 + RETAIN), the pointer lives on: the heartbeat must go on.
+    expect(journal.prune(1_500)).to.equal(1);
+    expect(journal.entriesOf('ns', 1_500)[0]!.pointers).to.deep.equal([['vt:ns:{k}:meta:claimed:10000000000000', '1.tag', 600]]);
+    expect(journal.prune(2_100)).to.equal(0);
+    expect(journal.entriesOf('ns', 2_100)).to.deep.equal([]);
+  });
+
+  it("puts back a slot numbered from witnessBelow (a reservation started as this process's call), but never takes it as the key's witness", () => {
+    const RESERVED = 1_000_000;
+    const journal = new Journal(member, RESERVED);
+    journal.book('ns', 'k', 5, 1, 100 + MAX_HOLD, RETAIN);
+    journal.book('ns', 'k', RESERVED + 1, 1, 120 + MAX_HOLD, RETAIN);
+    journal.settle('ns', 'k', [RESERVED + 1, 130]);
+    expect(journal.keyEntries('ns', 'k', 200).map((entry) => entry.number)).to.have.members([5, RESERVED + 1]);
+    expect(journal.witness('ns', 'k', 200)?.number, 'the slot booked last among the numbers it can tell apart').to.equal(5);
+    journal.settle('ns', 'k', [5, 140]);
+    expect(journal.witness('ns', 'k', 200)?.number).to.equal(5);
+    // Only such slots: no witness (the key is not checked on their account), still put back.
+    const own = new Journal(member, RESERVED);
+    own.book('ns', 'k', RESERVED + 2, 1, 100 + MAX_HOLD, RETAIN);
+    expect(own.witness('ns', 'k', 200)).to.equal(undefined);
+    expect(own.keyEntries('ns', 'k', 200)).to.have.length(1);
+  });
 });

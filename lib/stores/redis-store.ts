@@ -124,7 +124,7 @@ export class RedisStore implements Store {
       const { heartbeatMs, graceMs } = recovery;
       const journaled = (this.#recovery = new Recovery({
         prefix,
-        journal: new Journal((number) => names.member(number)),
+        journal: new Journal((number) => names.member(number), CODES.claim.reserved),
         heartbeatMs,
         graceMs,
         get: (key) => driver.get(key),
