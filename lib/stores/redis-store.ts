@@ -437,7 +437,7 @@ export class RedisStore implements Store {
     const give = request.giveBack === true ? 1 : 0;
     const retains = parts.map((part) => Math.ceil(part.retainMs));
     const depArgs = deps.flatMap(([member, windowMs, part = 0]) => [member, windowMs, part]);
-    for (let tries = 0; ; tries++) {
+    for (let losses = 0; ;) {
       await recovery?.recovered(namespace);
       // As a batch that books: under the epoch this process knows (a Cluster script cannot reach its key).
       const epoch = recovery === undefined || this.#cluster ? '' : await recovery.epochOf(namespace);
@@ -452,7 +452,7 @@ export class RedisStore implements Store {
       if (status === 'epochChanged') {
         // Sent before a recovery of this process finished: claimed again, not counted as a loss.
         const lost = generation === recovery!.generation && (await recovery!.recover(namespace));
-        if (lost && tries + 1 >= MAX_RECOVERIES) throw new StoreUnavailableError('Redis lost its data again while this process was putting its calls back');
+        if (lost && ++losses >= MAX_RECOVERIES) throw new StoreUnavailableError('Redis lost its data again while this process was putting its calls back');
         continue;
       }
       if (status !== 'started') return { status, now, waitMs, members: NONE };
