@@ -156,6 +156,41 @@ describe('a standalone Redis replaced by a replica that missed writes (a failove
     }
   });
 
+  it('where the epoch names no Redis (as on a Cluster), holds a claim on a key another Redis booked, and a token claimed before stays used', async () => {
+    const { primary, replica, admin, adminReplica } = await replicated();
+    const clients = [new Redis(primary.url), new Redis(replica.url)];
+    const prefix = uniquePrefix();
+    // An epoch of an earlier version: each key names the Redis that took its last booking (meta `r`).
+    await admin.set(`${prefix}:${NAMESPACE}:epoch`, 'earlier:0');
+    const stores = clients.map((client) => redisStore(client, { prefix, recovery: RECOVERY }));
+    const [a, b] = stores.map((store) => new Throttle({ name: NAMESPACE, rules: ['1/20s'], store }));
+    try {
+      const reservation = await a!.reserve('u');
+      await admin.set('synced', '2');
+      expect(await admin.wait(1, 5_000), 'the replica has the reservation').to.equal(1);
+      await adminReplica.replicaof('NO', 'ONE');
+      const starts: string[] = [];
+      await a!.schedule('u', () => starts.push('a, on the token'), { token: reservation.token });
+      const claim = (maxDelayMs: number): Promise<unknown> =>
+        b!.schedule('u', () => starts.push('b, on the token'), { token: reservation.token, maxDelayMs }).catch((error: unknown) => error);
+      // The key names the former master: b's claim holds it, and waits.
+      expect(await claim(0))
+        .to.be.instanceOf(ReservationError)
+        .with.property('reason', 'early');
+      follow(clients[0]!, replica);
+      for (const until = Date.now() + 3_000; stores[0]!.keysRestored === 0 && Date.now() < until;) await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(stores[0]!.keysRestored, 'a put back its calls on the key').to.equal(1);
+      expect(await claim(5_000))
+        .to.be.instanceOf(ReservationError)
+        .with.property('reason', 'used');
+      expect(starts).to.deep.equal(['a, on the token']);
+    } finally {
+      await Promise.allSettled([a!.close(), b!.close()]);
+      for (const client of [...clients, admin, adminReplica]) client.disconnect();
+      await Promise.all([primary.stop(), replica.stop()]);
+    }
+  });
+
   it('is found by the heartbeat of a process that decides nothing, alone with its calls on the promoted replica', async () => {
     const { primary, replica, admin, adminReplica } = await replicated();
     const client = new Redis(primary.url);

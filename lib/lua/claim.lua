@@ -45,7 +45,10 @@
   ARGV[8]  GIVE     '1': no call starts; the reserved slots found leave the log and the reservation
                     is marked used (its own process gives it back: an aborted call)
   ARGV[9]  EPOCH    the namespace's epoch the caller knows ('' = no check; else its key is the last
-                    of KEYS), as a batch's (lua/batch.lua); then N RETAIN
+                    of KEYS), as a batch's (lua/batch.lua)
+  ARGV[10] RECOVERY the caller's recovery graceMs (0: recovery off): where the epoch cannot tell a
+                    failover (none given, as on a Cluster, or one that names no Redis), a key whose
+                    meta `r` names another Redis is held this long, as a decision holds it; then N RETAIN
                     (each key's history kept, ms, at least its longest window), COST reserved
                     members, COST members of the call, and DEPS triples MEMBER, WINDOW, PART (the
                     index of its key, from 0)
@@ -53,18 +56,18 @@
   taken: a claim cannot take the slot of a call a process booked for itself.
 
   Returns { STATUS, NOW_MS, WAIT_MS } (CODES.claim): STARTED, EARLY (its slots start in WAIT_MS, a
-  dependency's window ends then, or the epoch's grace does: live processes put back their calls,
-  their claims' marks with them; nothing changed), EPOCH_CHANGED (the store lost its data, or failed
+  dependency's window ends then, or the epoch's grace or a key's hold does: live processes put back
+  their calls, their claims' marks with them; nothing changed), EPOCH_CHANGED (the store lost its data, or failed
   over, since the caller knew its epoch: nothing was done), LATE (past BOUND - HOLD: the slots count to
   their bound), USED (claimed before), MOVED (none of the slots is there; or some are, or a key is
-  paused or held, or a dependency will not have released in time: those leave the logs, and the
+  paused, or a dependency will not have released in time: those leave the logs, and the
   reservation is marked used).
 ]]
 --- @include "log"
 
 local bound, token_start, grace, hold = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n, cost, dep_count, give = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1'
-local retains_at = 9
+local retains_at = 10
 local members_at = retains_at + n
 local started_at, deps_at = members_at + cost, members_at + 2 * cost
 local pointers_at = 2 * n
@@ -77,9 +80,20 @@ local mark = KEYS[pointers_at + 1]
 if redis.call('EXISTS', mark) == 1 then return { VT_CLAIM_USED, now_ms, 0 } end
 -- A store that lost its data (or a replica promoted that missed writes) may have lost the mark of
 -- a claim made before: nothing is claimed until the processes have put back what they know.
-local ready = vt_epoch(ARGV[9] ~= '' and KEYS[#KEYS] or nil, ARGV[9])
+local ready, epoch_names_redis = vt_epoch(ARGV[9] ~= '' and KEYS[#KEYS] or nil, ARGV[9])
 if ready == 'lost' then return { VT_CLAIM_EPOCH_CHANGED, now_ms, 0 } end
 if not give and ready > now then return { VT_CLAIM_EARLY, now_ms, math.ceil(ready - now) } end
+-- A key held after a loss, or found failed over here (includes/log.lua, vt_failed_over): the claim
+-- waits while the processes put back their calls on it, and their claims' marks.
+local recovery_grace = tonumber(ARGV[10])
+for k = 1, n do
+  local log, meta = KEYS[2 * k - 1], KEYS[2 * k]
+  local held, taken_by = unpack(redis.call('HMGET', meta, 'h', 'r'))
+  if not epoch_names_redis and recovery_grace > 0 and vt_failed_over(log, meta, taken_by, vt_replid(), now, recovery_grace) then
+    held = math.ceil(now + recovery_grace)
+  end
+  if not give and tonumber(held or 0) > now then return { VT_CLAIM_EARLY, now_ms, math.ceil(tonumber(held) - now) } end
+end
 if not give and now < start then return { VT_CLAIM_EARLY, now_ms, math.ceil(start - now) } end
 if not give and now > last then return { VT_CLAIM_LATE, now_ms, 0 } end
 
@@ -127,8 +141,7 @@ if found == 0 then return { VT_CLAIM_MOVED, now_ms, 0 } end
 local startable = not give and whole
 for k = 1, n do
   if not startable then break end
-  local pause, held = unpack(redis.call('HMGET', KEYS[2 * k], 'pause', 'h'))
-  if tonumber(pause or 0) > now or tonumber(held or 0) > now then startable = false end
+  if tonumber(redis.call('HGET', KEYS[2 * k], 'pause') or 0) > now then startable = false end
 end
 if startable then
   -- Each dependency's release in its key, followed to the slot that took its place where it was claimed.

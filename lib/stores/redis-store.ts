@@ -445,7 +445,10 @@ export class RedisStore implements Store {
       const first = this.#seq + 1;
       this.#seq += members.length;
       const started = members.map((_, i) => names.member(first + i));
-      const args = [bound, startAt, graceMs, maxHoldMs, parts.length, members.length, deps.length, give, epoch, ...retains, ...members, ...started, ...depArgs];
+      const args = [
+        ...[bound, startAt, graceMs, maxHoldMs, parts.length, members.length, deps.length, give, epoch, recovery?.graceMs ?? 0],
+        ...[...retains, ...members, ...started, ...depArgs],
+      ];
       const keys = [...keyNames.flatMap(({ log, meta }) => [log, meta]), ...pointers];
       if (epoch !== '') keys.push(recovery!.epochKey(namespace));
       const { status, now, waitMs } = replies.claim(await this.#driver.run(scripts.claim.name, keys, args));
