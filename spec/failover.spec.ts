@@ -68,6 +68,51 @@ async function replicated(): Promise<{ primary: RedisServer; replica: RedisServe
   return { primary, replica, admin, adminReplica };
 }
 
+/**
+ * a reserves on the primary and claims the token there; the replica, about to be promoted, misses
+ * the claim (there the reservation waits at its bound, unclaimed). b reaches the promoted replica (a
+ * worker that took a job back after a stall) and claims the same token: refused `early` until a,
+ * following the failover, has put back its call and its claim (`putBack` counts it), then `used`.
+ * `earlierEpoch`: an epoch of an earlier version, which names no Redis, so that each key names the
+ * Redis that took its last booking (meta `r`), as on a Cluster.
+ */
+async function claimAgainAfterFailover({ earlierEpoch, putBack }: { earlierEpoch: boolean; putBack: (store: RedisStore) => number }): Promise<void> {
+  const { primary, replica, admin, adminReplica } = await replicated();
+  const clients = [new Redis(primary.url), new Redis(replica.url)];
+  const prefix = uniquePrefix();
+  if (earlierEpoch) await admin.set(`${prefix}:${NAMESPACE}:epoch`, 'earlier:0');
+  const stores = clients.map((client) => redisStore(client, { prefix, recovery: RECOVERY }));
+  const [a, b] = stores.map((store) => new Throttle({ name: NAMESPACE, rules: ['1/20s'], store }));
+  try {
+    const reservation = await a!.reserve('u');
+    await admin.set('synced', '2');
+    expect(await admin.wait(1, 5_000), 'the replica has the reservation').to.equal(1);
+    await adminReplica.replicaof('NO', 'ONE');
+    const starts: string[] = [];
+    await a!.schedule('u', () => starts.push('a, on the token'), { token: reservation.token });
+    const claim = (maxDelayMs: number): Promise<unknown> =>
+      b!.schedule('u', () => starts.push('b, on the token'), { token: reservation.token, maxDelayMs }).catch((error: unknown) => error);
+    expect(await claim(0))
+      .to.be.instanceOf(ReservationError)
+      .with.property('reason', 'early');
+    // a follows the failover, finds it by its heartbeat, and puts back its call and its claim.
+    follow(clients[0]!, replica);
+    for (const until = Date.now() + 3_000; putBack(stores[0]!) === 0 && Date.now() < until;) await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(putBack(stores[0]!), 'a put back its calls').to.equal(1);
+    expect(await claim(5_000))
+      .to.be.instanceOf(ReservationError)
+      .with.property('reason', 'used');
+    // The window holds a's call: no other call starts in it.
+    const plain = await b!.schedule('u', () => starts.push('b'), { maxDelayMs: 0 }).catch((error: unknown) => error);
+    expect(plain).to.be.instanceOf(RateLimitedError);
+    expect(starts).to.deep.equal(['a, on the token']);
+  } finally {
+    await Promise.allSettled([a!.close(), b!.close()]);
+    for (const client of [...clients, admin, adminReplica]) client.disconnect();
+    await Promise.all([primary.stop(), replica.stop()]);
+  }
+}
+
 describe('a standalone Redis replaced by a replica that missed writes (a failover)', function () {
   this.timeout(20_000);
 
@@ -118,77 +163,13 @@ describe('a standalone Redis replaced by a replica that missed writes (a failove
   });
 
   it('holds a claim until the processes put back their calls, and a token claimed before the failover stays used', async () => {
-    const { primary, replica, admin, adminReplica } = await replicated();
-    // a works on the primary; b reaches the replica once it is promoted (a worker that took a job back after a stall).
-    const clients = [new Redis(primary.url), new Redis(replica.url)];
-    const prefix = uniquePrefix();
-    const stores = clients.map((client) => redisStore(client, { prefix, recovery: RECOVERY }));
-    const [a, b] = stores.map((store) => new Throttle({ name: NAMESPACE, rules: ['1/20s'], store }));
-    try {
-      const reservation = await a!.reserve('u');
-      await admin.set('synced', '2');
-      expect(await admin.wait(1, 5_000), 'the replica has the reservation').to.equal(1);
-      // The replica stops following and misses the claim: there the reservation waits at its bound, unclaimed.
-      await adminReplica.replicaof('NO', 'ONE');
-      const starts: string[] = [];
-      await a!.schedule('u', () => starts.push('a, on the token'), { token: reservation.token });
-      const claim = (maxDelayMs: number): Promise<unknown> =>
-        b!.schedule('u', () => starts.push('b, on the token'), { token: reservation.token, maxDelayMs }).catch((error: unknown) => error);
-      // The epoch names the former master: b's claim waits while live processes put back their calls.
-      expect(await claim(0))
-        .to.be.instanceOf(ReservationError)
-        .with.property('reason', 'early');
-      // a follows the failover, finds it by its heartbeat, and puts back its call and its claim.
-      follow(clients[0]!, replica);
-      for (const until = Date.now() + 3_000; stores[0]!.recoveries === 0 && Date.now() < until;) await new Promise((resolve) => setTimeout(resolve, 50));
-      expect(stores[0]!.recoveries, 'a put back its calls').to.equal(1);
-      expect(await claim(5_000))
-        .to.be.instanceOf(ReservationError)
-        .with.property('reason', 'used');
-      // The window holds a's call: no other call starts in it.
-      const plain = await b!.schedule('u', () => starts.push('b'), { maxDelayMs: 0 }).catch((error: unknown) => error);
-      expect(plain).to.be.instanceOf(RateLimitedError);
-      expect(starts).to.deep.equal(['a, on the token']);
-    } finally {
-      await Promise.allSettled([a!.close(), b!.close()]);
-      for (const client of [...clients, admin, adminReplica]) client.disconnect();
-      await Promise.all([primary.stop(), replica.stop()]);
-    }
+    // The epoch names the former master: b's claim waits while live processes put back their calls.
+    await claimAgainAfterFailover({ earlierEpoch: false, putBack: (store) => store.recoveries });
   });
 
   it('where the epoch names no Redis (as on a Cluster), holds a claim on a key another Redis booked, and a token claimed before stays used', async () => {
-    const { primary, replica, admin, adminReplica } = await replicated();
-    const clients = [new Redis(primary.url), new Redis(replica.url)];
-    const prefix = uniquePrefix();
-    // An epoch of an earlier version: each key names the Redis that took its last booking (meta `r`).
-    await admin.set(`${prefix}:${NAMESPACE}:epoch`, 'earlier:0');
-    const stores = clients.map((client) => redisStore(client, { prefix, recovery: RECOVERY }));
-    const [a, b] = stores.map((store) => new Throttle({ name: NAMESPACE, rules: ['1/20s'], store }));
-    try {
-      const reservation = await a!.reserve('u');
-      await admin.set('synced', '2');
-      expect(await admin.wait(1, 5_000), 'the replica has the reservation').to.equal(1);
-      await adminReplica.replicaof('NO', 'ONE');
-      const starts: string[] = [];
-      await a!.schedule('u', () => starts.push('a, on the token'), { token: reservation.token });
-      const claim = (maxDelayMs: number): Promise<unknown> =>
-        b!.schedule('u', () => starts.push('b, on the token'), { token: reservation.token, maxDelayMs }).catch((error: unknown) => error);
-      // The key names the former master: b's claim holds it, and waits.
-      expect(await claim(0))
-        .to.be.instanceOf(ReservationError)
-        .with.property('reason', 'early');
-      follow(clients[0]!, replica);
-      for (const until = Date.now() + 3_000; stores[0]!.keysRestored === 0 && Date.now() < until;) await new Promise((resolve) => setTimeout(resolve, 50));
-      expect(stores[0]!.keysRestored, 'a put back its calls on the key').to.equal(1);
-      expect(await claim(5_000))
-        .to.be.instanceOf(ReservationError)
-        .with.property('reason', 'used');
-      expect(starts).to.deep.equal(['a, on the token']);
-    } finally {
-      await Promise.allSettled([a!.close(), b!.close()]);
-      for (const client of [...clients, admin, adminReplica]) client.disconnect();
-      await Promise.all([primary.stop(), replica.stop()]);
-    }
+    // The key names the former master (meta `r`): b's claim holds it, and waits.
+    await claimAgainAfterFailover({ earlierEpoch: true, putBack: (store) => store.keysRestored });
   });
 
   it('is found by the heartbeat of a process that decides nothing, alone with its calls on the promoted replica', async () => {
