@@ -394,6 +394,14 @@ export interface Store {
 }
 
 /** Each dependency of a claim names one of its `keys` keys (`Dependency`'s part), else `ThrottleConfigError`: a store looks up no other. */
+/**
+ * How long after `now` a started claim's pointer keys live (as lua/claim.lua): until the call's
+ * slots count no longer (a dependency followed then is released), and past the claim's last moment.
+ */
+export function pointerLife(bound: number, maxHoldMs: number, now: number, retainMs: number): number {
+  return Math.ceil(Math.max(bound - maxHoldMs - now + 1, maxHoldMs + Math.ceil(retainMs)));
+}
+
 export function checkDepParts(deps: readonly Dependency[], keys: number): void {
   for (const [, , part = 0] of deps) {
     if (!Number.isInteger(part) || part < 0 || part >= keys)

@@ -15,7 +15,7 @@ import type {
   Settlement,
   Store,
 } from '../store.js';
-import { checkDepParts } from '../store.js';
+import { checkDepParts, pointerLife } from '../store.js';
 
 export interface MemoryStoreOptions {
   /**
@@ -235,8 +235,7 @@ export class MemoryStore implements Store {
     for (let p = 0; p < logs.length; p++) {
       const log = logs[p]!;
       if (startable) {
-        // The pointers last until the call's slots count no longer: a dependency followed then is released.
-        const until = now + Math.ceil(Math.max(last - now + 1, maxHoldMs + Math.ceil(parts[p]!.retainMs)));
+        const until = now + pointerLife(bound, maxHoldMs, now, parts[p]!.retainMs);
         for (let i = 0; i < started.length; i++) {
           insert(log, nowMs + maxHoldMs, started[i]!);
           log.claimed.set(members[i]!, { to: started[i]!, until });

@@ -17,7 +17,7 @@ import type {
   Store,
   StoreNotice,
 } from '../store.js';
-import { checkDepParts } from '../store.js';
+import { checkDepParts, pointerLife } from '../store.js';
 import { ruleArgs, type Decision } from './redis-batch.js';
 import { BatchQueue } from './redis-batch-queue.js';
 import { EvictionWatch } from './redis-evictions.js';
@@ -462,10 +462,9 @@ export class RedisStore implements Store {
       if (recovery !== undefined) {
         for (const [k, part] of parts.entries()) {
           recovery.journal.book(namespace, part.key, first, members.length, now + maxHoldMs, part.retainMs);
-          // The pointers the claim set on the key, as lua/claim.lua gives them their life.
-          const lifeMs = Math.ceil(Math.max(bound - maxHoldMs - now + 1, maxHoldMs + retains[k]!));
-          const set = members.map((member, i): [string, string] => [`${keyNames[k]!.meta}:claimed:${member}`, started[i]!]);
-          recovery.journal.claimed(namespace, part.key, set, now + lifeMs, part.retainMs);
+          // The pointer keys the claim set on this key (`pointers`, per key in the members' order).
+          const set = started.map((member, i): [string, string] => [pointers[k * members.length + i]!, member]);
+          recovery.journal.claimed(namespace, part.key, set, now + pointerLife(bound, maxHoldMs, now, part.retainMs), part.retainMs);
         }
       }
       this.#heartbeat?.start();
