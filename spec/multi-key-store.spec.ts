@@ -7,12 +7,11 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import type { Rule } from '../lib/rules.js';
-import type { Dependency } from '../lib/slot-plan.js';
 import type { KeyPart, ReserveRequest, Store } from '../lib/store.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
 import { maxInWindow } from '../scripts/sim-vendor.js';
 import { redisClient, redisStore, uniquePrefix } from './support/hooks.js';
-import { claimed, claimPinned } from './support/claims.js';
+import { bookedSlot, claimed, claimPinned, type BookedSlot } from './support/claims.js';
 import { ReferenceModel, type ModelDecision } from './support/model.js';
 
 interface Subject {
@@ -148,18 +147,7 @@ for (const { name, make } of subjects) {
           const subject = make();
           const { store } = subject;
           const model = new ReferenceModel();
-          // The slots booked, in order: calls, and reservations (`reserved`: a slot, not a call,
-          // until a claim makes it one, at the reservation's place in the order).
-          const booked: Array<{
-            keys: readonly string[];
-            members: readonly string[];
-            start: number;
-            release: number;
-            hold: number;
-            cost: number;
-            open: boolean;
-            reserved?: { readonly bound: number; readonly deps: readonly Dependency[]; claimable: boolean };
-          }> = [];
+          const booked: Array<BookedSlot & { keys: readonly string[] }> = [];
           const seenMembers = new Set<string>();
           for (const step of ops) {
             if (step.kind === 'wait') {
@@ -198,17 +186,7 @@ for (const { name, make } of subjects) {
                 expect(seenMembers.has(member), 'member reused').to.equal(false);
                 seenMembers.add(member);
               }
-              if (result.status === 'booked')
-                booked.push({
-                  keys,
-                  members: result.members,
-                  start: result.startAt,
-                  release: result.startAt + hold,
-                  hold,
-                  cost: step.cost,
-                  open: true,
-                  ...(step.reserved ? { reserved: { bound: result.startAt + hold, deps: result.deps ?? [], claimable: true } } : {}),
-                });
+              if (result.status === 'booked') booked.push({ keys, ...bookedSlot(result, hold, step.cost, step.reserved === true) });
             } else if (step.kind === 'claim') {
               const claimable = booked.filter((b) => b.reserved?.claimable === true);
               const target = claimable[step.pick % Math.max(1, claimable.length)];

@@ -4,12 +4,12 @@ import { keyNames } from '../lib/keys.js';
 import type { Rule } from '../lib/rules.js';
 import type { ReserveRequest, ReserveResult, Store } from '../lib/store.js';
 import { MemoryStore } from '../lib/stores/memory-store.js';
-import { LEARNED, type Dependency } from '../lib/slot-plan.js';
+import { LEARNED } from '../lib/slot-plan.js';
 import { Redis as UpstashRedis } from '@upstash/redis';
 import { nodeRedisClient, redisClient, redisServer, redisStore, uniquePrefix, type NodeRedisClient } from './support/hooks.js';
 import { startUpstashRest, type UpstashRest } from '../scripts/support/upstash-rest.js';
 import { maxInWindow } from '../scripts/sim-vendor.js';
-import { claimed, claimPinned } from './support/claims.js';
+import { bookedSlot, claimed, claimPinned, type BookedSlot } from './support/claims.js';
 import { ReferenceModel, type ModelDecision, type ModelRequest } from './support/model.js';
 
 /** A store under test, with a way to move its clock (or let real time pass, for Redis). */
@@ -1100,19 +1100,7 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
           const subject = make();
           const { store, namespace } = subject;
           const model = new ReferenceModel(retainMs);
-          // The slots booked, in order: calls, and reservations (`reserved`: a slot, not a call,
-          // until a claim makes it one, at the reservation's place in the order).
-          const booked: Array<{
-            key: string;
-            members: readonly string[];
-            start: number;
-            release: number;
-            hold: number;
-            cost: number;
-            open: boolean;
-            ruleSet: number;
-            reserved?: { readonly bound: number; readonly deps: readonly Dependency[]; claimable: boolean };
-          }> = [];
+          const booked: Array<BookedSlot & { key: string; ruleSet: number }> = [];
           const seenMembers = new Set<string>();
           // Keys a limit above their rules was learned for: their calls go past the configured rules (the model pins them).
           const raised = new Set<string>();
@@ -1173,17 +1161,7 @@ for (const { name, before: connect, after: disconnect, announces = true, make } 
                 seenMembers.add(member);
               }
               if (result.status === 'booked') {
-                booked.push({
-                  key: step.key,
-                  members: result.members,
-                  start: result.startAt,
-                  release: result.startAt + hold,
-                  hold,
-                  cost: step.cost,
-                  open: true,
-                  ruleSet,
-                  ...(step.reserved ? { reserved: { bound: result.startAt + hold, deps: result.deps ?? [], claimable: true } } : {}),
-                });
+                booked.push({ key: step.key, ruleSet, ...bookedSlot(result, hold, step.cost, step.reserved === true) });
               }
             } else if (step.kind === 'claim') {
               const claimable = booked.filter((b) => b.reserved?.claimable === true);

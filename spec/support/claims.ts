@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import type { ClaimRequest, ClaimResult, Store } from '../../lib/store.js';
+import type { ClaimRequest, ClaimResult, ReserveResult, Store } from '../../lib/store.js';
+import type { Dependency } from '../../lib/slot-plan.js';
 import type { ModelClaim, ReferenceModel } from './model.js';
 
 /** A store under a property: its clock moved by `advance`, read exactly where the test controls it. */
@@ -38,13 +39,25 @@ export async function claimPinned(
   }
 }
 
-/** A slot the properties booked: a call's, or a reservation's until a claim makes it a call. */
+/**
+ * A slot the properties booked, in their order: a call's, or a reservation's (`reserved`: a slot,
+ * not a call, until a claim makes it one, at the reservation's place in the order).
+ */
 export interface BookedSlot {
   members: readonly string[];
   start: number;
   release: number;
   hold: number;
-  reserved?: { claimable: boolean };
+  cost: number;
+  open: boolean;
+  reserved?: { readonly bound: number; readonly deps: readonly Dependency[]; claimable: boolean };
+}
+
+/** The slot a booking answered (`result`, booked), held `hold`; a reservation's claimable at its bound. */
+export function bookedSlot(result: ReserveResult, hold: number, cost: number, reserved: boolean): BookedSlot {
+  const release = result.startAt + hold;
+  const slot = { members: result.members, start: result.startAt, release, hold, cost, open: true };
+  return reserved ? { ...slot, reserved: { bound: release, deps: result.deps ?? [], claimable: true } } : slot;
 }
 
 /**
